@@ -1,0 +1,26 @@
+/* Append blobs to a file descriptor at 64-byte aligned offsets.  See blobwrite.c. */
+#ifndef ZT_BLOBWRITE_H
+#define ZT_BLOBWRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "zt_status.h"
+
+typedef struct {
+    int fd;           /* open for writing, positioned at `pos` */
+    uint64_t pos;     /* logical end of file: bytes written plus bytes staged */
+    uint8_t *buf;     /* staging buffer, cap bytes */
+    size_t cap;
+    size_t used;      /* staged bytes not yet handed to write(2) */
+    int err;          /* errno of the last failed write, 0 if none */
+} zt_blobwriter;
+
+zt_status zt_bw_init(zt_blobwriter *bw, int fd, uint64_t pos, size_t cap);
+/* Zero-fill up to the next multiple of alignment (a power of two). */
+zt_status zt_bw_pad(zt_blobwriter *bw, uint64_t alignment);
+/* Append len bytes. */
+zt_status zt_bw_write(zt_blobwriter *bw, const void *data, size_t len);
+zt_status zt_bw_flush(zt_blobwriter *bw);
+void zt_bw_free(zt_blobwriter *bw);
+
+#endif

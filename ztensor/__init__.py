@@ -1,0 +1,25 @@
+"""ztensor: read and write zTensor (``.zt``) tensor files.
+
+No pickle, no code execution: a file is data and a manifest, checked before use.
+
+>>> import numpy as np, ztensor
+>>> with ztensor.Writer("model.zt") as w:
+...     w.write_numpy("weight", np.arange(6, dtype=np.float32).reshape(2, 3))
+>>> with ztensor.Reader("model.zt") as r:
+...     r["weight"]
+"""
+from ztensor._version import __version__
+from ztensor.errors import (ChecksumError, FormatError, LimitError, ObjectNotFoundError,
+                            UnsupportedError, WriteError, ZTensorError)
+from ztensor.kernels import backend
+from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.reader import Reader
+from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.tensor import Tensor
+from ztensor.writer import Writer
+
+__all__ = [
+    "__version__", "backend", "Reader", "Writer", "Tensor", "Limits", "DEFAULT_LIMITS",
+    "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
+    "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
+]

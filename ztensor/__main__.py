@@ -1,0 +1,5 @@
+import sys
+
+from ztensor.cli import main
+
+sys.exit(main())

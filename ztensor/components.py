@@ -1,0 +1,147 @@
+"""READ 4 / WRITE 1: one component's stored bytes <-> a flat numpy array.
+
+Reading: bounds-checked view of the stored bytes, digest check when asked, zstd
+decoding into a buffer of exactly the declared size, then the storage dtype with
+its byte order.  Writing: an array's little-endian bytes, in bounded chunks,
+through an optional zstd stream and digest, into the blob writer.
+"""
+from __future__ import annotations
+
+import numpy as np
+import zstandard
+
+from ztensor import digests, dtypes, kernels
+from ztensor.errors import FormatError, LimitError
+
+_CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
+
+
+def storage_dtype(comp) -> np.dtype:
+    """numpy dtype of a component's stored elements, in the byte order on disk."""
+    base = dtypes.STORAGE[comp.dtype].numpy
+    return base.newbyteorder(">") if comp.byteorder == ">" else base
+
+
+def read_component(source, comp, *, verify=False, copy=False, limits, **where) -> np.ndarray:
+    """The component's elements as a 1-D array of its storage dtype.
+
+    Raw components are a read-only view of the source unless ``copy``; zstd ones
+    are decoded into a new array.  ``where`` (path, obj, component) names the
+    component in errors."""
+    stored = source.view(comp.offset, comp.length, "component", obj=where.get("obj"),
+                         component=where.get("component"))
+    if verify and comp.digest is not None:
+        digests.verify(stored, comp.digest, **where)
+    dtype = storage_dtype(comp)
+    if comp.encoding == "zstd":
+        data = zstd_decode(stored, comp.uncompressed_length, limits, **where)
+        return np.frombuffer(data, dtype)
+    if copy:
+        out = np.empty(comp.length // dtype.itemsize, dtype)
+        source.read_into(comp.offset, out.view(np.uint8))
+        return out
+    return np.frombuffer(stored, dtype)
+
+
+def zstd_decode(stored, size, limits, **where):
+    """Decode a zstd stream (one or more frames, skippable ones too) that must yield
+    exactly ``size`` bytes.  Frame headers are not trusted: the output buffer is
+    ``size`` bytes and never grows.  ``size=None`` (v1.1 files) allows up to the
+    per-component limit."""
+    reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
+    try:
+        if size is None:
+            return _decode_unsized(reader, limits, where)
+        out = bytearray(size)
+        view = memoryview(out)
+        done = 0
+        while done < size:
+            n = reader.readinto(view[done:])
+            if n == 0:
+                raise FormatError(f"zstd stream ends after {done} bytes; uncompressed_length "
+                                  f"declares {size}", **where)
+            done += n
+        if reader.read(1):
+            raise FormatError(f"zstd stream yields more than the {size} bytes its "
+                              "uncompressed_length declares", **where)
+        return out
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"corrupt zstd data: {exc}", **where) from None
+    finally:
+        reader.close()
+
+
+def _decode_unsized(reader, limits, where):
+    cap = limits.max_component_size
+    out = bytearray()
+    while True:
+        chunk = reader.read(min(_CHUNK * 16, cap + 1 - len(out)))
+        if not chunk:
+            return out
+        out += chunk
+        if len(out) > cap:
+            raise LimitError(f"zstd stream yields more than the per-component limit of {cap} "
+                             "bytes", **where)
+
+
+def to_native(arr: np.ndarray) -> np.ndarray:
+    """An owned, native-byte-order copy of a 1-D array (C byte swap when needed)."""
+    if arr.dtype.isnative or arr.dtype.itemsize == 1:
+        return arr.copy()
+    native = arr.dtype.newbyteorder("=")
+    out = np.empty(arr.shape, native)
+    width = native.itemsize // 2 if native.kind == "c" else native.itemsize
+    kernels.bswap(arr.view(np.uint8), out.view(np.uint8), width)
+    return out
+
+
+# ------------------------------------------------------------------ writing
+def little_endian_chunks(arr: np.ndarray):
+    """The bytes of a C-contiguous array as stored on disk (little-endian), as a
+    zero-copy view when its bytes already are, else in swapped chunks of bounded
+    size (big-endian input, or any multi-byte array on a big-endian host)."""
+    flat = arr.reshape(-1).view(np.uint8)
+    width = dtypes.swap_width(arr.dtype)
+    if width == 0:
+        yield flat
+        return
+    step = _CHUNK - _CHUNK % width
+    buf = np.empty(min(step, flat.size), np.uint8)
+    for start in range(0, flat.size, step):
+        part = flat[start:start + step]
+        out = buf[:part.size]
+        kernels.bswap(part, out, width)
+        yield out
+
+
+def write_component(blobs, role, chunks, *, storage, ltype, compress, checksum):
+    """Append one component's blob (at the next 64-byte boundary) and return its
+    ComponentSpec.  ``chunks`` yields the little-endian bytes."""
+    from ztensor.objects import ComponentSpec
+
+    blobs.pad(64)
+    offset = blobs.pos
+    hasher = digests.Hasher(checksum) if checksum else None
+    raw_length = 0
+    if compress:
+        compressor = zstandard.ZstdCompressor(level=compress).compressobj()
+        for chunk in chunks:
+            raw_length += chunk.size
+            _emit(blobs, hasher, compressor.compress(chunk))
+        _emit(blobs, hasher, compressor.flush())
+    else:
+        for chunk in chunks:
+            raw_length += chunk.size
+            _emit(blobs, hasher, chunk)
+    length = blobs.pos - offset
+    return ComponentSpec(role, storage, ltype, offset, length,
+                         "zstd" if compress else "raw",
+                         raw_length if compress else None,
+                         hasher.digest() if hasher else None)
+
+
+def _emit(blobs, hasher, data):
+    if len(data):
+        if hasher is not None:
+            hasher.update(data)
+        blobs.write(data)

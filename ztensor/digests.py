@@ -1,0 +1,51 @@
+"""Component digests: ``"crc32c:0x%08X"`` and ``"sha256:<64 hex>"`` over the stored
+(possibly compressed) bytes, as the reference implementation writes them."""
+from __future__ import annotations
+
+import hashlib
+
+from ztensor import kernels
+from ztensor.errors import ChecksumError, UnsupportedError
+
+ALGORITHMS = ("crc32c", "sha256")
+
+
+class Hasher:
+    """Incremental digest of one of :data:`ALGORITHMS`."""
+
+    def __init__(self, algorithm: str):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {algorithm!r}")
+        self.algorithm = algorithm
+        self._crc = 0
+        self._sha = hashlib.sha256() if algorithm == "sha256" else None
+
+    def update(self, data) -> None:
+        if self._sha is not None:
+            self._sha.update(data)
+        else:
+            self._crc = kernels.crc32c(data, self._crc)
+
+    def digest(self) -> str:
+        if self._sha is not None:
+            return "sha256:" + self._sha.hexdigest()
+        return f"crc32c:0x{self._crc:08X}"
+
+
+def verify(stored, digest: str, **where) -> None:
+    """Raise ChecksumError unless ``stored`` matches ``digest`` (validated syntax)."""
+    algorithm, _, expected = digest.partition(":")
+    algorithm = algorithm.lower()
+    if algorithm not in ALGORITHMS:
+        raise UnsupportedError(f"cannot verify digest algorithm {algorithm!r} "
+                               f"(known: {', '.join(ALGORITHMS)})", **where)
+    hasher = Hasher(algorithm)
+    hasher.update(stored)
+    actual = hasher.digest().partition(":")[2]
+    if algorithm == "crc32c":
+        same = int(actual, 16) == int(expected, 16)
+    else:
+        same = actual == expected.lower()
+    if not same:
+        raise ChecksumError(f"{algorithm} mismatch: manifest says {expected}, stored bytes "
+                            f"give {actual}", **where)

@@ -1,0 +1,141 @@
+"""Spec type names <-> numpy dtypes, with the byte order always explicit.
+
+Storage types (``dtype``) are the spec's 13 fixed primitives; every numpy dtype
+here says ``'<'`` because every multi-byte value on disk is little-endian.
+Logical types (``type``) give meaning to storage bytes: FP8 in ``u8``, complex as
+interleaved float pairs.  bf16 and FP8 have no numpy dtype of their own; when
+``ml_dtypes`` is installed they map to its dtypes, otherwise they are decoded to
+float32 on read (see docs/dtypes.md).  ``ml_dtypes`` is imported only through
+:func:`ml_dtypes_module`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+HOST_IS_LITTLE = sys.byteorder == "little"
+
+
+@dataclass(frozen=True)
+class StorageType:
+    name: str        # spec name, e.g. "f32"
+    numpy: np.dtype  # little-endian numpy dtype of the stored elements
+    itemsize: int
+
+
+_STORAGE_NUMPY = {
+    "f64": "<f8", "f32": "<f4", "f16": "<f2", "bf16": "<u2",  # bf16: raw bits
+    "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "i1",
+    "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "u1",
+    "bool": "?",
+}
+STORAGE = {name: StorageType(name, np.dtype(code), np.dtype(code).itemsize)
+           for name, code in _STORAGE_NUMPY.items()}
+
+
+@dataclass(frozen=True)
+class LogicalType:
+    name: str
+    storage: str     # required storage dtype
+    ratio: int       # storage elements per logical element
+    ml_name: str = ""  # ml_dtypes attribute, if the numpy dtype lives there
+
+
+FP8_TYPES = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
+LOGICAL = {
+    "f8_e4m3fn": LogicalType("f8_e4m3fn", "u8", 1, "float8_e4m3fn"),
+    "f8_e5m2": LogicalType("f8_e5m2", "u8", 1, "float8_e5m2"),
+    "f8_e4m3fnuz": LogicalType("f8_e4m3fnuz", "u8", 1, "float8_e4m3fnuz"),
+    "f8_e5m2fnuz": LogicalType("f8_e5m2fnuz", "u8", 1, "float8_e5m2fnuz"),
+    "complex64": LogicalType("complex64", "f32", 2),
+    "complex128": LogicalType("complex128", "f64", 2),
+}
+
+# v1.1 listed these as storage dtypes; they are lifted to (storage, type).
+V11_DTYPE_ALIASES = {
+    "f8_e4m3": ("u8", "f8_e4m3fn"),
+    "f8_e5m2": ("u8", "f8_e5m2"),
+    "complex64": ("f32", "complex64"),
+    "complex128": ("f64", "complex128"),
+}
+# v1.1 also used the short name for a logical type; read it as e4m3fn (conventions.md).
+TYPE_ALIASES = {"f8_e4m3": "f8_e4m3fn"}
+
+# v0.1 dtype names.
+V01_DTYPES = {
+    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
+    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
+    "uint64": "u64", "uint32": "u32", "uint16": "u16", "uint8": "u8", "bool": "bool",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def ml_dtypes_module():
+    """The ml_dtypes module, or None when it is missing or ZTENSOR_NO_ML_DTYPES=1."""
+    if os.environ.get("ZTENSOR_NO_ML_DTYPES") == "1":
+        return None
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+def ml_dtype(ml_name: str):
+    """numpy dtype of an ml_dtypes type (e.g. "bfloat16"), or None without ml_dtypes."""
+    mod = ml_dtypes_module()
+    return None if mod is None else np.dtype(getattr(mod, ml_name))
+
+
+def element_ratio(storage: str, type_name) -> int:
+    """Storage elements per logical element (2 for complex, else 1)."""
+    lt = LOGICAL.get(type_name) if type_name else None
+    return lt.ratio if lt is not None and lt.storage == storage else 1
+
+
+def logical_known(storage: str, type_name) -> bool:
+    """True when type_name is a logical type we decode for this storage dtype."""
+    lt = LOGICAL.get(type_name)
+    return lt is not None and lt.storage == storage
+
+
+# ------------------------------------------------------------------- writing side
+_NUMPY_KIND_TO_STORAGE = {
+    ("f", 8): "f64", ("f", 4): "f32", ("f", 2): "f16",
+    ("i", 8): "i64", ("i", 4): "i32", ("i", 2): "i16", ("i", 1): "i8",
+    ("u", 8): "u64", ("u", 4): "u32", ("u", 2): "u16", ("u", 1): "u8",
+    ("b", 1): "bool",
+}
+_COMPLEX = {8: ("f32", "complex64"), 16: ("f64", "complex128")}
+_ML_NAMES = {"bfloat16": ("bf16", None), "float8_e4m3fn": ("u8", "f8_e4m3fn"),
+             "float8_e5m2": ("u8", "f8_e5m2"), "float8_e4m3fnuz": ("u8", "f8_e4m3fnuz"),
+             "float8_e5m2fnuz": ("u8", "f8_e5m2fnuz")}
+
+
+def spec_types_for(dtype: np.dtype):
+    """(storage dtype, logical type or None) for a numpy dtype, or None if unsupported."""
+    dtype = np.dtype(dtype)
+    if dtype.names is not None or dtype.subdtype is not None:
+        return None
+    if dtype.name in _ML_NAMES and dtype.kind == "V":
+        return _ML_NAMES[dtype.name]
+    if dtype.kind == "c":
+        return _COMPLEX.get(dtype.itemsize)
+    storage = _NUMPY_KIND_TO_STORAGE.get((dtype.kind, dtype.itemsize))
+    return None if storage is None else (storage, None)
+
+
+def swap_width(dtype: np.dtype) -> int:
+    """Element width to byte-swap when this array's bytes are not little-endian
+    (complex swaps each float half), else 0."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize == 1 or dtype.kind == "V":
+        # ml_dtypes' bf16/fp8 report byteorder '=' (native)
+        return 0 if HOST_IS_LITTLE or dtype.itemsize == 1 else dtype.itemsize
+    if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
+        return 0
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize

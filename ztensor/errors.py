@@ -1,0 +1,97 @@
+"""The ztensor exception hierarchy.
+
+Every error ztensor raises on purpose is a :class:`ZTensorError`.  Subclasses also
+inherit the builtin a caller would naturally catch (``ValueError`` for malformed
+files, ``KeyError`` for a missing object, ``OSError`` for a failed write), and each
+carries the file, object and component it is about, so the message alone says
+where the problem is::
+
+    model.zt: object 'layer.0.weight', component 'data': offset 100 is not a multiple of 64
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "ZTensorError",
+    "FormatError",
+    "ChecksumError",
+    "LimitError",
+    "UnsupportedError",
+    "ObjectNotFoundError",
+    "WriteError",
+]
+
+
+class ZTensorError(Exception):
+    """Base class of every ztensor error.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong.
+    path : str, optional
+        The file (or ``"<bytes>"`` for an in-memory source).
+    obj : str, optional
+        The object's name.
+    component : str, optional
+        The component's role name (``"data"``, ``"scales"``, ...).
+    """
+
+    def __init__(self, message: str, *, path=None, obj=None, component=None):
+        self.message = message
+        self.path = None if path is None else os.fspath(path)
+        self.obj = obj
+        self.component = component
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.obj is not None:
+            where.append(f"object {self.obj!r}")
+        if self.component is not None:
+            where.append(f"component {self.component!r}")
+        text = ", ".join(where)
+        if text:
+            text += ": "
+        prefix = f"{self.path}: " if self.path is not None else ""
+        return f"{prefix}{text}{self.message}"
+
+    def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
+        return self._render()
+
+
+class FormatError(ZTensorError, ValueError):
+    """The file (or an object handed to the writer) breaks the zTensor format."""
+
+
+class ChecksumError(ZTensorError):
+    """A component's stored bytes do not match its digest."""
+
+
+class LimitError(ZTensorError):
+    """A declared size exceeds a configured safety limit (see :class:`ztensor.Limits`)."""
+
+
+class UnsupportedError(ZTensorError, NotImplementedError):
+    """Valid, but something this version of ztensor cannot do (e.g. an unknown digest)."""
+
+
+class ObjectNotFoundError(ZTensorError, KeyError):
+    """No object of that name in the file."""
+
+
+class WriteError(ZTensorError, OSError):
+    """Writing the file failed (disk full, permissions, ...).  Nothing is left behind."""
+
+    def __init__(self, message: str, *, errno=None, **where):
+        ZTensorError.__init__(self, message, **where)
+        self.errno = errno
+
+
+def strerror(code: int) -> str:
+    """``os.strerror`` that never fails (used by the C blob writer's errors)."""
+    try:
+        return os.strerror(code)
+    except (ValueError, OverflowError):
+        return f"error {code}"

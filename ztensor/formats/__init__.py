@@ -1,0 +1,22 @@
+"""READ 5: components -> the object a caller gets, one entry per ``format``.
+
+Every format reads into a :class:`ztensor.Tensor` holding its components;
+format-specific views (scipy sparse matrices, dequantized weights) build on it.
+Formats this version does not know are returned the same way, as the spec asks.
+"""
+from ztensor.formats import dense
+
+ASSEMBLERS = {"dense": dense.assemble}
+
+
+def assemble(spec, arrays):
+    """A Tensor from ``spec`` and its decoded component arrays (role -> array)."""
+    return ASSEMBLERS.get(spec.format, generic)(spec, arrays)
+
+
+def generic(spec, arrays):
+    from ztensor.tensor import Tensor
+
+    types = {role: c.type for role, c in spec.components.items() if c.type}
+    return Tensor(arrays, shape=spec.shape, format=spec.format,
+                  attributes=spec.attributes, types=types)

@@ -1,0 +1,10 @@
+"""``dense``: one component ``data``, row-major, in the object's logical shape."""
+from ztensor.tensor import Tensor
+
+
+def assemble(spec, arrays):
+    data = arrays["data"].reshape(spec.shape)
+    comp = spec.components["data"]
+    types = {"data": comp.type} if comp.type else {}
+    return Tensor({**arrays, "data": data}, shape=spec.shape, format="dense",
+                  attributes=spec.attributes, types=types)

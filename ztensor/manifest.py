@@ -1,0 +1,391 @@
+"""READ 2 / WRITE 2: the CBOR manifest <-> validated :class:`ObjectSpec` entries.
+
+Decoding treats the bytes as hostile: cbor2 decodes them (nesting depth and
+declared lengths are bounded by cbor2 and by the manifest size the footer
+allowed), trailing bytes are an error, and every field is type-checked before use
+(a ``bool`` is not an integer).  v0.1 and v1.1 manifests are lifted to v1.2 terms
+here, so nothing after this module knows which version a file was.
+
+Validation runs over the decoded dicts in one tight loop at open; the
+:class:`ObjectSpec` for an object is built when it is first asked for, which keeps
+opening a file with 20,000 tensors cheap.
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import cbor2
+
+from ztensor import dtypes, spec
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.objects import ComponentSpec, ObjectSpec
+
+_U64 = 1 << 64
+_MAX_DIM = 1 << 63
+_MAX_PLAIN_DEPTH = 64     # attribute nesting; also stops cycles from CBOR shared refs
+_DIGEST = re.compile(r"^(sha256:[0-9a-fA-F]{64}|crc32c:0[xX][0-9a-fA-F]{1,8})$")
+
+
+class _InternalKey:
+    """Dict key for facts ztensor adds while lifting legacy entries.  No CBOR value
+    decodes to one of these, so a file cannot set them."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<internal {self.name}>"
+
+
+BYTEORDER = _InternalKey("byteorder")   # ">" for v0.1 big-endian blobs
+UNALIGNED = _InternalKey("unaligned")   # parts of a v0.1 sparse blob
+LEGACY = _InternalKey("legacy")         # v0.1 sparse layout name
+
+
+class Manifest:
+    """A validated manifest.
+
+    Attributes
+    ----------
+    version : str
+        The file's version string (``"0.1.0"`` for legacy files).
+    attributes : dict
+        File-level attributes.
+    """
+
+    def __init__(self, version, attributes, raw_objects, path):
+        self.version = version
+        self.attributes = attributes
+        self._raw = raw_objects        # name -> validated, normalized dict
+        self._specs = {}
+        self._path = path
+
+    def names(self):
+        return list(self._raw)
+
+    def __contains__(self, name):
+        return name in self._raw
+
+    def __len__(self):
+        return len(self._raw)
+
+    def get(self, name):
+        """The ObjectSpec of ``name``, or None."""
+        found = self._specs.get(name)
+        if found is None and name in self._raw:
+            found = self._specs[name] = _build_spec(name, self._raw[name])
+        return found
+
+
+# ------------------------------------------------------------------ decoding
+def decode_manifest(raw, footer, *, path, limits) -> Manifest:
+    """Decode and validate the manifest bytes located by ``footer``."""
+    data = _cbor_loads(raw, path)
+    if footer.family == 0:
+        version, attributes, objects = "0.1.0", {}, _lift_v01(data, path)
+        info = spec.VERSIONS["0.1"]
+    else:
+        version, attributes, objects, info = _root_v1(data, path)
+    if len(objects) > limits.max_objects:
+        raise LimitError(f"{len(objects)} objects exceed the limit of {limits.max_objects}",
+                         path=path)
+    checker = _Checker(path, info, footer.manifest_offset, limits)
+    for name, obj in objects.items():
+        checker.check_object(name, obj)
+    return Manifest(version, attributes, objects, path)
+
+
+def _cbor_loads(raw, path):
+    stream = io.BytesIO(raw)
+    try:
+        value = cbor2.CBORDecoder(stream).decode()
+    except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, OverflowError...
+        raise FormatError(f"manifest is not valid CBOR: {exc}", path=path) from None
+    if stream.tell() != len(raw):
+        raise FormatError(f"manifest has {len(raw) - stream.tell()} bytes after its CBOR item",
+                          path=path)
+    return value
+
+
+def _root_v1(root, path):
+    if type(root) is not dict:
+        raise FormatError(f"manifest root must be a map, got {_kind(root)}", path=path)
+    version = root.get("version")
+    parsed = spec.parse_version(version)
+    if parsed is None:
+        raise FormatError(f"manifest 'version' must be a string like \"1.2.0\", got {version!r}",
+                          path=path)
+    if parsed[0] != 1:
+        raise UnsupportedError(f"format version {version} is not supported (this reader "
+                               "reads 0.1, 1.1 and 1.2)", path=path)
+    attributes = root.get("attributes")
+    attributes = {} if attributes is None else _plain_map(attributes, "file attributes", path)
+    objects = root.get("objects")
+    if type(objects) is not dict:
+        raise FormatError(f"manifest 'objects' must be a map, got {_kind(objects)}", path=path)
+    return version, attributes, objects, spec.version_info(*parsed)
+
+
+_V01_KNOWN = {"name", "offset", "size", "dtype", "shape", "encoding", "layout",
+              "data_endianness", "checksum", "sparse_format"}
+
+
+def _lift_v01(entries, path):
+    """v0.1 array of per-tensor maps -> {name: v1.2-shaped object dict}."""
+    if type(entries) is not list:
+        raise FormatError(f"v0.1 metadata must be a CBOR array, got {_kind(entries)}", path=path)
+    objects = {}
+    for i, entry in enumerate(entries):
+        if type(entry) is not dict:
+            raise FormatError(f"v0.1 entry {i} must be a map, got {_kind(entry)}", path=path)
+        name = entry.get("name")
+        if type(name) is not str or not name:
+            raise FormatError(f"v0.1 entry {i}: 'name' must be a non-empty string", path=path)
+        if name in objects:
+            raise FormatError("duplicate object name", path=path, obj=name)
+        dtype = entry.get("dtype")
+        storage = dtypes.V01_DTYPES.get(dtype) if type(dtype) is str else None
+        if storage is None:
+            raise FormatError(f"unknown v0.1 dtype {dtype!r}", path=path, obj=name)
+        order = entry.get("data_endianness", "little")
+        if order not in ("little", "big"):
+            raise FormatError(f"data_endianness must be 'little' or 'big', got {order!r}",
+                              path=path, obj=name)
+        layout = entry.get("layout", "dense")
+        if layout == "sparse":
+            layout = "sparse" + str(entry.get("sparse_format", ""))
+        data = {"dtype": storage, "offset": entry.get("offset"), "length": entry.get("size"),
+                "encoding": entry.get("encoding", "raw"), "digest": entry.get("checksum"),
+                BYTEORDER: ">" if order == "big" else "<"}
+        attributes = {k: v for k, v in entry.items() if k not in _V01_KNOWN}
+        obj = {"shape": entry.get("shape"), "format": "dense", "attributes": attributes,
+               "components": {"data": data}}
+        if layout != "dense":
+            from ztensor import legacy  # only v0.1 sparse files need it
+            legacy.split_v01_sparse(name, obj, layout, path)
+        objects[name] = obj
+    return objects
+
+
+class _Checker:
+    """Validates raw object dicts in place: types, sizes, alignment, bounds, limits."""
+
+    def __init__(self, path, info, data_end, limits):
+        self.path = path
+        self.info = info
+        self.data_end = data_end
+        self.limits = limits
+        self.total_decoded = 0
+
+    def fail(self, message, name=None, role=None, cls=FormatError):
+        raise cls(message, path=self.path, obj=name, component=role)
+
+    def check_object(self, name, obj):
+        if type(name) is not str or not name:
+            self.fail(f"object names must be non-empty strings, got {name!r}")
+        if type(obj) is not dict:
+            self.fail(f"object must be a map, got {_kind(obj)}", name)
+        shape = obj.get("shape")
+        if type(shape) is not list:
+            self.fail(f"'shape' must be an array of integers, got {_kind(shape)}", name)
+        if len(shape) > self.limits.max_rank:
+            self.fail(f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}", name,
+                      cls=LimitError)
+        numel = 1
+        for dim in shape:
+            if type(dim) is not int or dim < 0 or dim >= _MAX_DIM:
+                self.fail(f"'shape' entries must be integers in [0, 2**63), got {dim!r}", name)
+            numel *= dim
+        if numel >= _MAX_DIM:
+            self.fail(f"shape {shape} has more than 2**63 elements", name)
+        fmt = obj.get("format")
+        if type(fmt) is not str:
+            self.fail(f"'format' must be a string, got {_kind(fmt)}", name)
+        attributes = obj.get("attributes")
+        obj["attributes"] = ({} if attributes is None
+                             else _plain_map(attributes, "attributes", self.path, name))
+        components = obj.get("components")
+        if type(components) is not dict:
+            self.fail(f"'components' must be a map, got {_kind(components)}", name)
+        for role, comp in components.items():
+            self.check_component(name, role, comp)
+        if fmt == "dense":
+            self.check_dense(name, numel, components.get("data"))
+
+    def check_component(self, name, role, c):
+        if type(role) is not str:
+            self.fail(f"component names must be strings, got {role!r}", name)
+        if type(c) is not dict:
+            self.fail(f"component must be a map, got {_kind(c)}", name, role)
+        dtype, ltype = c.get("dtype"), c.get("type")
+        if type(dtype) is not str:
+            self.fail(f"'dtype' must be a string, got {_kind(dtype)}", name, role)
+        if dtype not in dtypes.STORAGE:
+            alias = dtypes.V11_DTYPE_ALIASES.get(dtype)
+            if alias is None:
+                self.fail(f"unknown dtype {dtype!r}", name, role)
+            c["dtype"] = dtype = alias[0]
+            ltype = ltype or alias[1]
+        if ltype is not None:
+            if type(ltype) is not str:
+                self.fail(f"'type' must be a string, got {_kind(ltype)}", name, role)
+            ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
+            known = dtypes.LOGICAL.get(ltype)
+            if known is not None and known.storage != dtype:
+                self.fail(f"type {ltype!r} needs dtype {known.storage!r}, not {dtype!r}",
+                          name, role)
+        c["type"] = ltype
+        offset, length = c.get("offset"), c.get("length")
+        for field, value in (("offset", offset), ("length", length)):
+            if type(value) is not int or value < 0 or value >= _U64:
+                self.fail(f"'{field}' must be an unsigned 64-bit integer, got {value!r}",
+                          name, role)
+        if offset % spec.ALIGNMENT and not c.get(UNALIGNED):
+            self.fail(f"offset {offset} is not a multiple of {spec.ALIGNMENT}", name, role)
+        if offset < spec.MAGIC_SIZE:
+            self.fail(f"offset {offset} points into the file header", name, role)
+        if length and offset + length > self.data_end:
+            self.fail(f"bytes {offset}..{offset + length} run past the end of the data region "
+                      f"({self.data_end})", name, role)
+        encoding = c.get("encoding", "raw")
+        if encoding not in ("raw", "zstd"):
+            self.fail(f"unknown encoding {encoding!r} (expected 'raw' or 'zstd')", name, role)
+        c["encoding"] = encoding
+        itemsize = dtypes.STORAGE[dtype].itemsize
+        ulen = c.get("uncompressed_length")
+        if ulen is not None and (type(ulen) is not int or ulen < 0 or ulen >= _U64):
+            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got {ulen!r}",
+                      name, role)
+        if encoding == "raw":
+            if ulen is not None and ulen != length:
+                self.fail(f"raw component has uncompressed_length {ulen} != length {length}",
+                          name, role)
+            c["uncompressed_length"] = None
+            if length % itemsize:
+                self.fail(f"length {length} is not a whole number of {dtype} elements",
+                          name, role)
+        else:
+            self.check_zstd_size(name, role, ulen, itemsize, dtype)
+        digest = c.get("digest")
+        if digest is not None:
+            self.check_digest(name, role, digest)
+
+    def check_zstd_size(self, name, role, ulen, itemsize, dtype):
+        if ulen is None:
+            if self.info.requires_uncompressed_length:
+                self.fail("zstd component lacks 'uncompressed_length' (required since 1.2)",
+                          name, role)
+            return  # v0.1/v1.1: dense objects derive it from the shape (check_dense)
+        if ulen > self.limits.max_component_size:
+            self.fail(f"uncompressed_length {ulen} exceeds the per-component limit of "
+                      f"{self.limits.max_component_size}", name, role, cls=LimitError)
+        self.total_decoded += ulen
+        if self.total_decoded > self.limits.max_total_decompressed:
+            self.fail(f"total uncompressed size {self.total_decoded} exceeds the per-file "
+                      f"limit of {self.limits.max_total_decompressed}", name, role,
+                      cls=LimitError)
+        if ulen % itemsize:
+            self.fail(f"uncompressed_length {ulen} is not a whole number of {dtype} elements",
+                      name, role)
+
+    def check_digest(self, name, role, digest):
+        if type(digest) is not str or ":" not in digest:
+            self.fail(f"'digest' must be a string 'algorithm:hex', got {digest!r}", name, role)
+        algorithm = digest.split(":", 1)[0].lower()
+        if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
+                algorithm + digest[len(algorithm):]):
+            self.fail(f"malformed {algorithm} digest {digest!r}", name, role)
+
+    def check_dense(self, name, numel, data):
+        if data is None:
+            self.fail("dense object has no 'data' component", name)
+        ratio = dtypes.element_ratio(data["dtype"], data["type"])
+        expected = numel * ratio * dtypes.STORAGE[data["dtype"]].itemsize
+        if data["encoding"] == "raw":
+            if data["length"] != expected:
+                self.fail(f"length {data['length']} != {expected} bytes for its shape and dtype",
+                          name, "data")
+        elif data.get("uncompressed_length") is None:
+            self.check_zstd_size(name, "data", expected, 1, data["dtype"])
+            data["uncompressed_length"] = expected
+        elif data["uncompressed_length"] != expected:
+            self.fail(f"uncompressed_length {data['uncompressed_length']} != {expected} bytes "
+                      "for its shape and dtype", name, "data")
+
+
+def _build_spec(name, obj) -> ObjectSpec:
+    comps = {role: ComponentSpec(role, c["dtype"], c["type"], c["offset"], c["length"],
+                                 c["encoding"], c.get("uncompressed_length"), c.get("digest"),
+                                 c.get(BYTEORDER, "<"), not c.get(UNALIGNED))
+             for role, c in obj["components"].items()}
+    return ObjectSpec(name, tuple(obj["shape"]), obj["format"], obj["attributes"], comps,
+                      obj.get(LEGACY))
+
+
+def _kind(value) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def _plain_map(value, what, path, name=None):
+    if type(value) is not dict:
+        raise FormatError(f"{what} must be a map, got {_kind(value)}", path=path, obj=name)
+    _check_plain(value, 0, what, path, name)
+    return value
+
+
+def _check_plain(value, depth, what, path, name):
+    """Attribute values are free-form CBOR; refuse only what could hurt: nesting past
+    64 levels, which also catches the cycles CBOR shared references can build."""
+    if depth > _MAX_PLAIN_DEPTH:
+        raise FormatError(f"{what} nest deeper than {_MAX_PLAIN_DEPTH} levels (or are cyclic)",
+                          path=path, obj=name)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(k, depth + 1, what, path, name)
+            _check_plain(v, depth + 1, what, path, name)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_plain(v, depth + 1, what, path, name)
+    elif isinstance(value, cbor2.CBORTag):
+        _check_plain(value.value, depth + 1, what, path, name)
+
+
+# ------------------------------------------------------------------ encoding
+def encode_manifest(objects, attributes) -> bytes:
+    """CBOR manifest for ``objects`` (name -> ObjectSpec), in the reference's layout:
+    fixed key order, object/component/attribute keys sorted by UTF-8 bytes, raw
+    encoding left implicit.  Same input, same bytes."""
+    root = {"version": spec.WRITE_VERSION}
+    if attributes:
+        root["attributes"] = _sorted_map(attributes)
+    root["objects"] = {name: _encode_object(objects[name])
+                       for name in sorted(objects, key=lambda n: n.encode("utf-8"))}
+    return cbor2.dumps(root)
+
+
+def _encode_object(obj: ObjectSpec) -> dict:
+    out = {"shape": list(obj.shape), "format": obj.format}
+    if obj.attributes:
+        out["attributes"] = _sorted_map(obj.attributes)
+    out["components"] = {role: _encode_component(obj.components[role])
+                         for role in sorted(obj.components, key=lambda r: r.encode("utf-8"))}
+    return out
+
+
+def _encode_component(c: ComponentSpec) -> dict:
+    out = {"dtype": c.dtype}
+    if c.type is not None:
+        out["type"] = c.type
+    out["offset"] = c.offset
+    out["length"] = c.length
+    if c.encoding != "raw":
+        out["uncompressed_length"] = c.uncompressed_length
+        out["encoding"] = c.encoding
+    if c.digest is not None:
+        out["digest"] = c.digest
+    return out
+
+
+def _sorted_map(mapping) -> dict:
+    return {k: mapping[k] for k in sorted(mapping, key=lambda k: str(k).encode("utf-8"))}

@@ -1,0 +1,127 @@
+"""READ 3: what one object and its components are, after validation.
+
+:class:`ObjectSpec` and :class:`ComponentSpec` are the validated, version-neutral
+form of a manifest entry (v0.1 and v1.1 entries are lifted to v1.2 terms by
+``manifest.py``).  They are what :meth:`ztensor.Reader.metadata` returns.
+"""
+from __future__ import annotations
+
+import math
+
+from ztensor import dtypes
+
+
+class ComponentSpec:
+    """One blob of an object.
+
+    Attributes
+    ----------
+    role : str
+        The component's name within its object (``"data"``, ``"scales"``, ...).
+    dtype : str
+        Storage type, one of the 13 spec primitives.
+    type : str or None
+        Logical type (``"f8_e4m3fn"``, ``"complex64"``, ...), or None.
+    offset, length : int
+        Where the stored bytes are, and how many (compressed size for zstd).
+    encoding : str
+        ``"raw"`` or ``"zstd"``.
+    uncompressed_length : int or None
+        Decoded size in bytes (zstd; None for raw).
+    digest : str or None
+        ``"sha256:<hex>"`` or ``"crc32c:0x<hex>"`` over the stored bytes.
+    byteorder : str
+        ``"<"`` (every v1 file) or ``">"`` (v0.1 ``data_endianness: "big"``).
+    """
+
+    __slots__ = ("role", "dtype", "type", "offset", "length", "encoding",
+                 "uncompressed_length", "digest", "byteorder", "aligned")
+
+    def __init__(self, role, dtype, type, offset, length, encoding="raw",
+                 uncompressed_length=None, digest=None, byteorder="<", aligned=True):
+        self.role = role
+        self.dtype = dtype
+        self.type = type
+        self.offset = offset
+        self.length = length
+        self.encoding = encoding
+        self.uncompressed_length = uncompressed_length
+        self.digest = digest
+        self.byteorder = byteorder
+        self.aligned = aligned  # False only for parts of a v0.1 sparse blob
+
+    @property
+    def decoded_length(self):
+        """Bytes after decoding: ``length`` for raw, ``uncompressed_length`` for zstd."""
+        return self.length if self.encoding == "raw" else self.uncompressed_length
+
+    @property
+    def storage(self) -> dtypes.StorageType:
+        return dtypes.STORAGE[self.dtype]
+
+    def to_dict(self) -> dict:
+        """The component as a plain dict (v1.2 field names)."""
+        return {"dtype": self.dtype, "type": self.type, "offset": self.offset,
+                "length": self.length, "encoding": self.encoding,
+                "uncompressed_length": self.uncompressed_length, "digest": self.digest}
+
+    def __repr__(self):
+        extra = f" type={self.type!r}" if self.type else ""
+        return (f"<ComponentSpec {self.role!r} dtype={self.dtype!r}{extra} offset={self.offset} "
+                f"length={self.length} encoding={self.encoding!r}>")
+
+
+class ObjectSpec:
+    """One named object: shape, format, attributes and components.
+
+    ``dtype`` and ``type`` are those of the object's primary component (``data``
+    for dense, ``values`` for sparse, ``packed_weight`` for quantized_group).
+    """
+
+    __slots__ = ("name", "shape", "format", "attributes", "components", "legacy")
+
+    PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
+               "quantized_group": "packed_weight"}
+
+    def __init__(self, name, shape, format, attributes, components, legacy=None):
+        self.name = name
+        self.shape = shape
+        self.format = format
+        self.attributes = attributes
+        self.components = components
+        self.legacy = legacy  # v0.1 sparse layout name, else None
+
+    @property
+    def primary(self):
+        role = self.PRIMARY.get(self.format)
+        if role in self.components:
+            return self.components[role]
+        return next(iter(self.components.values()), None)
+
+    @property
+    def dtype(self):
+        comp = self.primary
+        return None if comp is None else comp.dtype
+
+    @property
+    def type(self):
+        comp = self.primary
+        return None if comp is None else comp.type
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def stored_size(self) -> int:
+        """Bytes this object occupies on disk (sum of component lengths)."""
+        return sum(c.length for c in self.components.values())
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "format": self.format,
+                "dtype": self.dtype, "type": self.type, "attributes": dict(self.attributes),
+                "components": {r: c.to_dict() for r, c in self.components.items()}}
+
+    def __repr__(self):
+        return (f"<ObjectSpec {self.name!r} format={self.format!r} shape={list(self.shape)} "
+                f"dtype={self.dtype!r}>")

@@ -1,0 +1,189 @@
+"""Reader: file -> footer -> manifest -> object -> components -> arrays.
+
+Opening validates the whole manifest (see manifest.py) before any data byte is
+touched; reading an object touches only that object's bytes.
+"""
+from __future__ import annotations
+
+import os
+
+from ztensor import components, formats, legacy, logical, spec
+from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
+from ztensor.footer import read_footer
+from ztensor.manifest import decode_manifest
+from ztensor.source import Source
+
+
+class Reader:
+    """Read a zTensor file (v1.2, v1.1 or legacy v0.1).
+
+    Parameters
+    ----------
+    source : str, os.PathLike, bytes, bytearray or memoryview
+        A path (memory-mapped, read-only) or the file's bytes.
+    verify : bool
+        Check each component's digest whenever it is read.
+    limits : ztensor.Limits, optional
+        Safety limits; :data:`ztensor.DEFAULT_LIMITS` when omitted.
+
+    Raises
+    ------
+    FormatError
+        The file is not a valid zTensor file (bad magic, truncation, malformed or
+        lying manifest).
+    LimitError
+        A declared size is above a limit.
+    UnsupportedError
+        A format version this reader does not know.
+    OSError
+        The path cannot be opened.
+
+    Notes
+    -----
+    Arrays returned without ``copy`` are read-only views of the mapping and keep it
+    alive: :meth:`close` is safe while they exist.  A Reader may be shared by
+    threads; reads do not modify it.
+    """
+
+    def __init__(self, source, *, verify=False, limits=None):
+        self._limits = limits or spec.DEFAULT_LIMITS
+        self._verify = verify
+        self._source = Source(source)
+        self.path = self._source.name
+        try:
+            footer = read_footer(self._source, self._limits)
+            raw = self._source.view(footer.manifest_offset, footer.manifest_size, "manifest")
+            self._manifest = decode_manifest(raw, footer, path=self.path, limits=self._limits)
+        except BaseException:
+            self._source.close()
+            raise
+        self._closed = False
+
+    # ------------------------------------------------------------ mapping API
+    @property
+    def version(self) -> str:
+        """The file's format version string, e.g. ``"1.2.0"`` (``"0.1.0"`` for v0.1)."""
+        return self._manifest.version
+
+    @property
+    def attributes(self) -> dict:
+        """File-level attributes."""
+        return self._manifest.attributes
+
+    def keys(self) -> list:
+        """Object names, in manifest order."""
+        return self._manifest.names()
+
+    def __iter__(self):
+        return iter(self._manifest.names())
+
+    def __len__(self):
+        return len(self._manifest)
+
+    def __contains__(self, name):
+        return name in self._manifest
+
+    def __getitem__(self, name):
+        return self.read_numpy(name)
+
+    def metadata(self, name):
+        """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
+        dtype, type, attributes and every component's fields."""
+        found = self._manifest.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise ObjectNotFoundError("no such object", path=self.path, obj=name)
+        return found
+
+    # ------------------------------------------------------------ reading
+    def read_numpy(self, name, *, copy=False):
+        """A dense object as a numpy array of its logical shape and dtype.
+
+        Parameters
+        ----------
+        name : str
+        copy : bool
+            False: raw components are a zero-copy, read-only view of the file
+            (little-endian dtype; see docs/byte-order.md).  True: an owned, writable
+            array in native byte order.  zstd components are always decoded into a
+            new array.
+
+        Returns
+        -------
+        numpy.ndarray
+            bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
+            when ml_dtypes is not installed; complex types as numpy complex.
+        """
+        obj = self.metadata(name)
+        if obj.format != "dense":
+            raise UnsupportedError(f"read_numpy reads dense objects; this one is "
+                                   f"{obj.format!r}, use read()", path=self.path, obj=name)
+        comp = obj.components["data"]
+        arr = self._component(obj, comp, copy)
+        return logical.as_values(arr, comp.dtype, comp.type).reshape(obj.shape)
+
+    def read(self, name, *, copy=False):
+        """Any object as a :class:`ztensor.Tensor` with every component as an array.
+
+        Dense ``data`` has the object's shape; other components are 1-D, holding the
+        stored elements exactly (see :class:`ztensor.Tensor`)."""
+        obj = self.metadata(name)
+        if obj.legacy is not None:
+            blob = self._component(obj, obj.components["data"], copy)
+            return legacy.assemble(obj, blob, path=self.path, obj=name)
+        arrays = {role: logical.as_elements(self._component(obj, comp, copy), comp.dtype,
+                                            comp.type)
+                  for role, comp in obj.components.items()}
+        return formats.assemble(obj, arrays)
+
+    def verify(self) -> int:
+        """Check every component's digest; return how many were checked.
+
+        Raises
+        ------
+        ChecksumError
+            At the first component whose bytes do not match.
+        """
+        from ztensor import digests
+
+        self._require_open()
+        checked = 0
+        for name in self._manifest.names():
+            for role, comp in self._manifest.get(name).components.items():
+                if comp.digest is None:
+                    continue
+                stored = self._source.view(comp.offset, comp.length, "component",
+                                           obj=name, component=role)
+                digests.verify(stored, comp.digest, path=self.path, obj=name, component=role)
+                checked += 1
+        return checked
+
+    def _component(self, obj, comp, copy):
+        self._require_open()
+        arr = components.read_component(self._source, comp, verify=self._verify, copy=copy,
+                                        limits=self._limits, path=self.path, obj=obj.name,
+                                        component=comp.role)
+        if copy and not arr.dtype.isnative:
+            arr = components.to_native(arr)
+        return arr
+
+    # ------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release the file.  Safe to call twice, and while arrays are alive."""
+        if not self._closed:
+            self._closed = True
+            self._source.close()
+
+    def _require_open(self):
+        if self._closed:
+            raise ZTensorError("reader is closed", path=self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"{len(self)} objects"
+        return f"<ztensor.Reader {os.fspath(self.path)!r} v{self.version} ({state})>"

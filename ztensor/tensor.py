@@ -1,0 +1,61 @@
+"""The in-memory form of one zTensor object: shape, format, attributes and named
+component arrays.  ``Reader.read`` returns one; ``Writer.write`` takes one."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Tensor:
+    """A composite tensor object.
+
+    Parameters
+    ----------
+    components : dict of str to numpy.ndarray
+        Role name -> array (``{"data": a}`` for dense; ``values``/``indices``/``indptr``
+        for sparse_csr; ``packed_weight``/``scales``/``zeros`` for quantized_group).
+    shape : sequence of int, optional
+        Logical shape; for a dense object it defaults to the shape of ``data``.
+    format : str
+        ``"dense"``, ``"sparse_csr"``, ``"sparse_coo"``, ``"quantized_group"`` or any
+        other name (readers keep unknown formats as plain components).
+    attributes : dict, optional
+        Per-object metadata (CBOR-encodable values).
+    types : dict of str to str, optional
+        Logical type per component where the array's dtype does not say it
+        (e.g. ``{"data": "f8_e4m3fn"}`` for uint8 codes).  ml_dtypes bf16/FP8 arrays
+        and complex arrays carry their type themselves.
+
+    Notes
+    -----
+    Components read from a file hold the stored elements exactly: complex types as
+    numpy complex, bf16/FP8 as ml_dtypes arrays when ml_dtypes is installed, else as
+    their uint16/uint8 bit patterns with the type kept in :attr:`types`.  Writing such
+    a Tensor back reproduces the same bytes.
+    """
+
+    __slots__ = ("components", "shape", "format", "attributes", "types")
+
+    def __init__(self, components, *, shape=None, format="dense", attributes=None,
+                 types=None):
+        if not isinstance(components, dict):
+            raise TypeError("components must be a dict of role name -> array")
+        self.components = dict(components)
+        if shape is None:
+            if format != "dense" or "data" not in self.components:
+                raise ValueError("shape is required unless a dense object has 'data'")
+            shape = np.shape(self.components["data"])
+        self.shape = tuple(int(d) for d in shape)
+        self.format = format
+        self.attributes = dict(attributes) if attributes else {}
+        self.types = dict(types) if types else {}
+
+    def numpy(self) -> np.ndarray:
+        """The dense array (dense objects only)."""
+        if self.format != "dense":
+            raise TypeError(f"numpy() needs a dense object, this one is {self.format!r}")
+        return self.components["data"]
+
+    def __repr__(self):
+        parts = ", ".join(f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"
+                          for k, v in self.components.items())
+        return f"<ztensor.Tensor format={self.format!r} shape={list(self.shape)} {{{parts}}}>"

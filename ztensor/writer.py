@@ -1,0 +1,259 @@
+"""Writer: arrays -> components -> aligned blobs -> manifest -> footer.
+
+Blobs are streamed to a temporary file beside the target as they are given
+(memory stays bounded by the largest tensor, usually far less); :meth:`Writer.close`
+appends the manifest and footer and renames the file into place, so the final
+name only ever holds a complete file.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+
+import cbor2
+import numpy as np
+
+from ztensor import components, dtypes, kernels, spec
+from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
+from ztensor.footer import encode_footer
+from ztensor.manifest import encode_manifest
+from ztensor.objects import ObjectSpec
+from ztensor.tensor import Tensor
+
+SPARSE_INDEX_ROLES = {"sparse_csr": ("indices", "indptr"), "sparse_coo": ("coords",)}
+
+
+class Writer:
+    """Write a zTensor v1.2 file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Final file name.  It is written only when :meth:`close` succeeds; until
+        then the data goes to a hidden temporary file in the same folder.
+    attributes : dict, optional
+        File-level metadata (CBOR-encodable values, string keys).
+    fsync : bool
+        Flush the file to stable storage before renaming it into place (slower;
+        protects against power loss, not only against crashes of this process).
+
+    Examples
+    --------
+    >>> with ztensor.Writer("model.zt", attributes={"framework": "numpy"}) as w:
+    ...     w.write_numpy("embed.weight", np.zeros((4, 8), np.float32))
+    ...     w.write_numpy("head.bias", np.ones(8, np.float16), compress=True)
+    """
+
+    def __init__(self, path, *, attributes=None, fsync=False):
+        self.path = os.fspath(path)
+        self._attributes = _check_attributes(attributes, self.path)
+        self._fsync = fsync
+        self._objects = {}
+        self._fd, self._tmp = _create_temp(self.path)
+        self._state = "open"
+        self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
+        self._guard(self._blobs.write, spec.MAGIC_V1)
+
+    # ------------------------------------------------------------ objects
+    def write_numpy(self, name, array, *, compress=False, checksum=None, attributes=None):
+        """Write a dense object.
+
+        Parameters
+        ----------
+        name : str
+            Unique, non-empty object name.
+        array : numpy.ndarray
+            Any layout and byte order; 0-d and empty arrays too.  bool, ints, floats,
+            complex, and ml_dtypes bfloat16/float8 arrays (stored as ``u16``/``u8`` with
+            their logical type).
+        compress : bool or int
+            False: raw.  True: zstd level 3.  An int: that zstd level.
+        checksum : None, "crc32c" or "sha256"
+            Digest of the stored bytes, recorded in the manifest.
+        attributes : dict, optional
+            Per-object metadata.
+        """
+        self.write(name, Tensor({"data": np.asarray(array)}, attributes=attributes),
+                   compress=compress, checksum=checksum)
+
+    def write(self, name, obj, *, compress=False, checksum=None):
+        """Write a composite object (any format) given as a :class:`ztensor.Tensor`.
+
+        Components are written in the order of ``obj.components``; the same
+        ``compress`` and ``checksum`` apply to each."""
+        self._require_open()
+        self._check_name(name)
+        level = _zstd_level(compress, self.path)
+        if checksum not in (None, "crc32c", "sha256"):
+            raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
+        attributes = _check_attributes(obj.attributes, self.path, name)
+        prepared = [(role,) + self._prepare(name, role, arr, obj)
+                    for role, arr in obj.components.items()]
+        if obj.format == "dense":
+            self._check_dense(name, obj, prepared)
+        comps = {}
+        for role, arr, storage, ltype in prepared:
+            comps[role] = self._guard(components.write_component, self._blobs, role,
+                                      components.little_endian_chunks(arr), storage=storage,
+                                      ltype=ltype, compress=level, checksum=checksum)
+        self._objects[name] = ObjectSpec(name, obj.shape, obj.format, attributes, comps)
+
+    def _prepare(self, name, role, arr, obj):
+        """(C-contiguous array, storage dtype, logical type) of one component."""
+        arr = np.asarray(arr)
+        found = dtypes.spec_types_for(arr.dtype)
+        if found is None:
+            raise UnsupportedError(f"cannot store numpy dtype {arr.dtype}", path=self.path,
+                                   obj=name, component=role)
+        storage, ltype = found
+        if role in SPARSE_INDEX_ROLES.get(obj.format, ()) and storage != "u64":
+            arr, storage = self._as_u64_index(name, role, arr), "u64"
+        explicit = obj.types.get(role)
+        if explicit is not None:
+            if ltype is not None and explicit != ltype:
+                raise FormatError(f"type {explicit!r} contradicts the array's {ltype!r}",
+                                  path=self.path, obj=name, component=role)
+            known = dtypes.LOGICAL.get(explicit)
+            if known is not None and known.storage != storage:
+                raise FormatError(f"type {explicit!r} needs {known.storage!r} storage, the "
+                                  f"array is {storage!r}", path=self.path, obj=name,
+                                  component=role)
+            ltype = explicit
+        if not arr.flags.c_contiguous:
+            arr = np.array(arr, order="C")
+        return arr, storage, ltype
+
+    def _as_u64_index(self, name, role, arr):
+        if arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
+            raise FormatError("sparse index components must hold non-negative integers",
+                              path=self.path, obj=name, component=role)
+        return arr.astype("<u8")
+
+    def _check_dense(self, name, obj, prepared):
+        data = [p for p in prepared if p[0] == "data"]
+        if not data:
+            raise FormatError("a dense object needs a 'data' component", path=self.path,
+                              obj=name)
+        _, arr, storage, ltype = data[0]
+        ratio = dtypes.element_ratio(storage, ltype)
+        storage_elems = arr.size * (2 if arr.dtype.kind == "c" else 1)
+        if storage_elems != int(np.prod(obj.shape, dtype=object)) * ratio:
+            raise FormatError(f"'data' holds {arr.size} elements, shape {list(obj.shape)} "
+                              "needs a different count", path=self.path, obj=name)
+
+    def _check_name(self, name):
+        if not isinstance(name, str) or not name:
+            raise FormatError(f"object names must be non-empty strings, got {name!r}",
+                              path=self.path)
+        if name in self._objects:
+            raise FormatError("an object of this name was already written", path=self.path,
+                              obj=name)
+
+    # ------------------------------------------------------------ finishing
+    def close(self) -> None:
+        """Write the manifest and footer and move the file to its final name."""
+        if self._state == "closed":
+            return
+        self._require_open()
+        manifest = encode_manifest(self._objects, self._attributes)
+        self._guard(self._blobs.write, manifest)
+        self._guard(self._blobs.write, encode_footer(len(manifest)))
+        self._guard(self._blobs.flush)
+        try:
+            if self._fsync:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise WriteError(f"cannot finish the file: {exc.strerror}", path=self.path,
+                             errno=exc.errno) from exc
+        self._blobs.close()
+        self._state = "closed"
+
+    def abort(self) -> None:
+        """Drop everything written so far; the final name is left untouched."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._blobs.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            os.unlink(self._tmp)
+        except FileNotFoundError:
+            pass
+
+    def _guard(self, fn, *args, **kwargs):
+        """Run a step that writes bytes; after a failure the file is abandoned."""
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            self.abort()
+            self._state = "failed"
+            raise
+
+    def _require_open(self):
+        if self._state != "open":
+            raise ZTensorError(f"writer is {self._state}", path=self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_state", "closed") == "open":
+            self.abort()  # never leave a temporary file behind
+
+    def __repr__(self):
+        return f"<ztensor.Writer {self.path!r} ({self._state}, {len(self._objects)} objects)>"
+
+
+def _create_temp(path):
+    """A new hidden file beside ``path``, created with the umask's permissions."""
+    folder, base = os.path.split(os.path.abspath(path))
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{base}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"cannot create a file in {folder!r}: {exc.strerror}",
+                             path=path, errno=exc.errno) from exc
+    raise WriteError("cannot find a free temporary name", path=path)
+
+
+def _zstd_level(compress, path):
+    if compress is None or compress is False or (type(compress) is int and compress == 0):
+        return 0
+    if compress is True:
+        return spec.DEFAULT_ZSTD_LEVEL
+    if isinstance(compress, int) and not isinstance(compress, bool) and compress != 0:
+        if not -(1 << 17) <= compress <= 22:
+            raise ValueError(f"zstd level must be in [-131072, 22], got {compress}")
+        return compress
+    raise ValueError(f"compress must be a bool or a zstd level, got {compress!r}")
+
+
+def _check_attributes(attributes, path, name=None):
+    if not attributes:
+        return {}
+    if not isinstance(attributes, dict) or not all(isinstance(k, str) for k in attributes):
+        raise FormatError("attributes must be a dict with string keys", path=path, obj=name)
+    try:
+        cbor2.dumps(attributes)
+    except Exception as exc:
+        raise FormatError(f"attributes are not CBOR-encodable: {exc}", path=path,
+                          obj=name) from None
+    return dict(attributes)
