@@ -121,21 +121,28 @@ def spec_types_for(dtype: np.dtype):
     dtype = np.dtype(dtype)
     if dtype.names is not None or dtype.subdtype is not None:
         return None
-    if dtype.name in _ML_NAMES and dtype.kind == "V":
-        return _ML_NAMES[dtype.name]
+    if is_ml_dtype(dtype):
+        return _ML_NAMES.get(dtype.name)
     if dtype.kind == "c":
         return _COMPLEX.get(dtype.itemsize)
     storage = _NUMPY_KIND_TO_STORAGE.get((dtype.kind, dtype.itemsize))
     return None if storage is None else (storage, None)
 
 
+def is_ml_dtype(dtype: np.dtype) -> bool:
+    """True for ml_dtypes' types (bfloat16, float8_*): they report kind 'V' or 'f'
+    and are always in native byte order."""
+    return getattr(dtype.type, "__module__", "").startswith("ml_dtypes")
+
+
 def swap_width(dtype: np.dtype) -> int:
     """Element width to byte-swap when this array's bytes are not little-endian
     (complex swaps each float half), else 0."""
     dtype = np.dtype(dtype)
-    if dtype.itemsize == 1 or dtype.kind == "V":
-        # ml_dtypes' bf16/fp8 report byteorder '=' (native)
-        return 0 if HOST_IS_LITTLE or dtype.itemsize == 1 else dtype.itemsize
+    if dtype.itemsize == 1:
+        return 0
+    if is_ml_dtype(dtype):  # byteorder '=' always: native
+        return 0 if HOST_IS_LITTLE else dtype.itemsize
     if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
         return 0
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize

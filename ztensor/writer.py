@@ -68,7 +68,7 @@ class Writer:
             their logical type).
         compress : bool or int
             False: raw.  True: zstd level 3.  An int: that zstd level.
-        checksum : None, "crc32c" or "sha256"
+        checksum : None, "crc32c" or "sha256"  ("none" is accepted as None)
             Digest of the stored bytes, recorded in the manifest.
         attributes : dict, optional
             Per-object metadata.
@@ -84,6 +84,7 @@ class Writer:
         self._require_open()
         self._check_name(name)
         level = _zstd_level(compress, self.path)
+        checksum = None if checksum == "none" else checksum  # the reference's spelling
         if checksum not in (None, "crc32c", "sha256"):
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(obj.attributes, self.path, name)

@@ -1,0 +1,44 @@
+"""Shared fixtures: hypothesis profiles, the array matrix, backend facts."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import ztensor
+
+settings.register_profile("default", max_examples=100, deadline=None)
+settings.register_profile("ci", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("qemu", max_examples=20, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+STORAGE_DTYPES = ["<f8", "<f4", "<f2", "<i8", "<i4", "<i2", "i1", "<u8", "<u4", "<u2", "u1", "?"]
+
+
+def asymmetric(shape, dtype, seed=0):
+    """Values whose bytes differ within each element (a swap or shift shows)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    base = (np.arange(n, dtype=np.int64) * 2654435761 + seed * 97 + 0x0102) % 65521
+    if dtype.kind == "b":
+        return (base % 3 == 0).reshape(shape)
+    if dtype.kind == "c":
+        return (base * 0.5 - 3j * base).astype(dtype).reshape(shape)
+    if dtype.kind == "f":
+        return ((base - 30000) / 7.25).astype(dtype).reshape(shape)
+    mixed = base.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2**64
+    return mixed.astype(dtype).reshape(shape)
+
+
+def pytest_report_header(config):
+    return (f"ztensor backend={ztensor.backend} crc32c_hardware="
+            f"{ztensor.kernels.crc32c_hardware()} numpy={np.__version__}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _backend_is_what_was_asked():
+    # A missing extension must not silently turn the C test run into a fallback run.
+    wanted = "python" if os.environ.get("ZTENSOR_PUREPYTHON") == "1" else "c"
+    assert ztensor.backend == wanted, f"expected the {wanted} backend, got {ztensor.backend}"
