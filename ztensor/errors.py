@@ -48,9 +48,9 @@ class ZTensorError(Exception):
     def _render(self) -> str:
         where = []
         if self.obj is not None:
-            where.append(f"object {self.obj!r}")
+            where.append(f"object {_short(self.obj)}")
         if self.component is not None:
-            where.append(f"component {self.component!r}")
+            where.append(f"component {_short(self.component)}")
         text = ", ".join(where)
         if text:
             text += ": "
@@ -87,6 +87,12 @@ class WriteError(ZTensorError, OSError):
     def __init__(self, message: str, *, errno=None, **where):
         ZTensorError.__init__(self, message, **where)
         self.errno = errno
+
+
+def _short(value) -> str:
+    """A name for a message: names come from files, and a file may hold a huge one."""
+    text = repr(value) if isinstance(value, str) else f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def strerror(code: int) -> str:

@@ -23,7 +23,7 @@ def split_v01_sparse(name, obj, layout, path):
     from ztensor.manifest import LEGACY
 
     if layout not in LAYOUTS:
-        raise UnsupportedError(f"unknown v0.1 layout {layout!r}", path=path, obj=name)
+        raise UnsupportedError(f"unknown v0.1 layout {str(layout)[:40]!r}", path=path, obj=name)
     data = obj["components"]["data"]
     obj["format"] = LAYOUTS[layout]
     obj[LEGACY] = (layout, data["dtype"])

@@ -114,7 +114,7 @@ def _root_v1(root, path):
     version = root.get("version")
     parsed = spec.parse_version(version)
     if parsed is None:
-        raise FormatError(f"manifest 'version' must be a string like \"1.2.0\", got {version!r}",
+        raise FormatError(f"manifest 'version' must be a string like \"1.2.0\", got {_show(version)}",
                           path=path)
     if parsed[0] != 1:
         raise UnsupportedError(f"format version {version} is not supported (this reader "
@@ -147,10 +147,10 @@ def _lift_v01(entries, path):
         dtype = entry.get("dtype")
         storage = dtypes.V01_DTYPES.get(dtype) if type(dtype) is str else None
         if storage is None:
-            raise FormatError(f"unknown v0.1 dtype {dtype!r}", path=path, obj=name)
+            raise FormatError(f"unknown v0.1 dtype {_show(dtype)}", path=path, obj=name)
         order = entry.get("data_endianness", "little")
         if order not in ("little", "big"):
-            raise FormatError(f"data_endianness must be 'little' or 'big', got {order!r}",
+            raise FormatError(f"data_endianness must be 'little' or 'big', got {_show(order)}",
                               path=path, obj=name)
         layout = entry.get("layout", "dense")
         if layout == "sparse":
@@ -183,7 +183,7 @@ class _Checker:
 
     def check_object(self, name, obj):
         if type(name) is not str or not name:
-            self.fail(f"object names must be non-empty strings, got {name!r}")
+            self.fail(f"object names must be non-empty strings, got {_show(name)}")
         if type(obj) is not dict:
             self.fail(f"object must be a map, got {_kind(obj)}", name)
         shape = obj.get("shape")
@@ -195,7 +195,7 @@ class _Checker:
         numel = 1
         for dim in shape:
             if type(dim) is not int or dim < 0 or dim >= _MAX_DIM:
-                self.fail(f"'shape' entries must be integers in [0, 2**63), got {dim!r}", name)
+                self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}", name)
             numel *= dim
         if numel >= _MAX_DIM:
             self.fail(f"shape {shape} has more than 2**63 elements", name)
@@ -215,7 +215,7 @@ class _Checker:
 
     def check_component(self, name, role, c):
         if type(role) is not str:
-            self.fail(f"component names must be strings, got {role!r}", name)
+            self.fail(f"component names must be strings, got {_show(role)}", name)
         if type(c) is not dict:
             self.fail(f"component must be a map, got {_kind(c)}", name, role)
         dtype, ltype = c.get("dtype"), c.get("type")
@@ -224,7 +224,7 @@ class _Checker:
         if dtype not in dtypes.STORAGE:
             alias = dtypes.V11_DTYPE_ALIASES.get(dtype)
             if alias is None:
-                self.fail(f"unknown dtype {dtype!r}", name, role)
+                self.fail(f"unknown dtype {_show(dtype)}", name, role)
             c["dtype"] = dtype = alias[0]
             ltype = ltype or alias[1]
         if ltype is not None:
@@ -233,13 +233,13 @@ class _Checker:
             ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
             known = dtypes.LOGICAL.get(ltype)
             if known is not None and known.storage != dtype:
-                self.fail(f"type {ltype!r} needs dtype {known.storage!r}, not {dtype!r}",
-                          name, role)
+                self.fail(f"type {_show(ltype)} needs dtype {known.storage!r}, "
+                          f"not {_show(dtype)}", name, role)
         c["type"] = ltype
         offset, length = c.get("offset"), c.get("length")
         for field, value in (("offset", offset), ("length", length)):
             if type(value) is not int or value < 0 or value >= _U64:
-                self.fail(f"'{field}' must be an unsigned 64-bit integer, got {value!r}",
+                self.fail(f"'{field}' must be an unsigned 64-bit integer, got {_show(value)}",
                           name, role)
         if offset % spec.ALIGNMENT and not c.get(UNALIGNED):
             self.fail(f"offset {offset} is not a multiple of {spec.ALIGNMENT}", name, role)
@@ -250,12 +250,12 @@ class _Checker:
                       f"({self.data_end})", name, role)
         encoding = c.get("encoding", "raw")
         if encoding not in ("raw", "zstd"):
-            self.fail(f"unknown encoding {encoding!r} (expected 'raw' or 'zstd')", name, role)
+            self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')", name, role)
         c["encoding"] = encoding
         itemsize = dtypes.STORAGE[dtype].itemsize
         ulen = c.get("uncompressed_length")
         if ulen is not None and (type(ulen) is not int or ulen < 0 or ulen >= _U64):
-            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got {ulen!r}",
+            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got {_show(ulen)}",
                       name, role)
         if encoding == "raw":
             if ulen is not None and ulen != length:
@@ -291,11 +291,11 @@ class _Checker:
 
     def check_digest(self, name, role, digest):
         if type(digest) is not str or ":" not in digest:
-            self.fail(f"'digest' must be a string 'algorithm:hex', got {digest!r}", name, role)
+            self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}", name, role)
         algorithm = digest.split(":", 1)[0].lower()
         if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
                 algorithm + digest[len(algorithm):]):
-            self.fail(f"malformed {algorithm} digest {digest!r}", name, role)
+            self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
 
     def check_dense(self, name, numel, data):
         if data is None:
@@ -321,6 +321,15 @@ def _build_spec(name, obj) -> ObjectSpec:
              for role, c in obj["components"].items()}
     return ObjectSpec(name, tuple(obj["shape"]), obj["format"], obj["attributes"], comps,
                       obj.get(LEGACY))
+
+
+def _show(value) -> str:
+    """repr() for messages, safe on hostile values: Python refuses to print integers
+    of over 4300 digits, and a long string would drown the message."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _kind(value) -> str:
