@@ -41,4 +41,7 @@ def pytest_report_header(config):
 def _backend_is_what_was_asked():
     # A missing extension must not silently turn the C test run into a fallback run.
     wanted = "python" if os.environ.get("ZTENSOR_PUREPYTHON") == "1" else "c"
-    assert ztensor.backend == wanted, f"expected the {wanted} backend, got {ztensor.backend}"
+    assert ztensor.backend == wanted, (
+        f"expected the {wanted} backend, got {ztensor.backend} from {ztensor.__file__}: "
+        "install the package (pip install . or pip install -e .) and run `pytest`, not "
+        "`python -m pytest`, which imports the uncompiled source folder")

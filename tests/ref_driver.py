@@ -75,6 +75,8 @@ def read(spec):
         r = ztensor.Reader(spec["path"])
         names = r.tensor_names if VERSION.startswith("1.1") else r.get_tensor_names()
         for name in names:
+            if VERSION.startswith("1.1") and r.metadata(name).layout != "dense":
+                continue  # 1.1.1 reads sparse objects only through scipy
             arr = r.read_tensor(name)
             meta[name] = {"format": "dense", "shape": list(arr.shape)}
             out[f"{name}/data"] = np.array(arr)
