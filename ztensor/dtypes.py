@@ -116,9 +116,9 @@ _ML_NAMES = {"bfloat16": ("bf16", None), "float8_e4m3fn": ("u8", "f8_e4m3fn"),
              "float8_e5m2fnuz": ("u8", "f8_e5m2fnuz")}
 
 
+@functools.lru_cache(maxsize=256)
 def spec_types_for(dtype: np.dtype):
     """(storage dtype, logical type or None) for a numpy dtype, or None if unsupported."""
-    dtype = np.dtype(dtype)
     if dtype.names is not None or dtype.subdtype is not None:
         return None
     if is_ml_dtype(dtype):
@@ -135,10 +135,10 @@ def is_ml_dtype(dtype: np.dtype) -> bool:
     return getattr(dtype.type, "__module__", "").startswith("ml_dtypes")
 
 
+@functools.lru_cache(maxsize=256)
 def swap_width(dtype: np.dtype) -> int:
     """Element width to byte-swap when this array's bytes are not little-endian
     (complex swaps each float half), else 0."""
-    dtype = np.dtype(dtype)
     if dtype.itemsize == 1:
         return 0
     if is_ml_dtype(dtype):  # byteorder '=' always: native

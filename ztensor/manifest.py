@@ -12,6 +12,8 @@ opening a file with 20,000 tensors cheap.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import re
 
@@ -54,33 +56,47 @@ class Manifest:
         File-level attributes.
     """
 
-    def __init__(self, version, attributes, raw_objects, path):
+    def __init__(self, version, attributes, specs):
         self.version = version
         self.attributes = attributes
-        self._raw = raw_objects        # name -> validated, normalized dict
-        self._specs = {}
-        self._path = path
+        self._specs = specs  # name -> ObjectSpec, in manifest order
 
     def names(self):
-        return list(self._raw)
+        return list(self._specs)
 
     def __contains__(self, name):
-        return name in self._raw
+        return name in self._specs
 
     def __len__(self):
-        return len(self._raw)
+        return len(self._specs)
 
     def get(self, name):
         """The ObjectSpec of ``name``, or None."""
-        found = self._specs.get(name)
-        if found is None and name in self._raw:
-            found = self._specs[name] = _build_spec(name, self._raw[name])
-        return found
+        return self._specs.get(name)
 
 
 # ------------------------------------------------------------------ decoding
 def decode_manifest(raw, footer, *, path, limits) -> Manifest:
     """Decode and validate the manifest bytes located by ``footer``."""
+    # A manifest decodes to ~15 container objects per tensor and holds no cycles that
+    # matter; cyclic GC passes over them while they are being built cost a third of
+    # the decoding time, so the collector waits until the manifest is checked.
+    with gc_paused():
+        return _decode(raw, footer, path, limits)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _decode(raw, footer, path, limits) -> Manifest:
     data = _cbor_loads(raw, path)
     if footer.family == 0:
         version, attributes, objects = "0.1.0", {}, _lift_v01(data, path)
@@ -90,10 +106,11 @@ def decode_manifest(raw, footer, *, path, limits) -> Manifest:
     if len(objects) > limits.max_objects:
         raise LimitError(f"{len(objects)} objects exceed the limit of {limits.max_objects}",
                          path=path)
+    # The specs are built now, while the collector is paused, and the decoded CBOR
+    # containers go: the specs are a fifth as many objects for it to track later.
     checker = _Checker(path, info, footer.manifest_offset, limits)
-    for name, obj in objects.items():
-        checker.check_object(name, obj)
-    return Manifest(version, attributes, objects, path)
+    return Manifest(version, attributes, {name: checker.object_spec(name, obj)
+                                          for name, obj in objects.items()})
 
 
 def _cbor_loads(raw, path):
@@ -168,8 +185,13 @@ def _lift_v01(entries, path):
     return objects
 
 
+_ITEMSIZE = {name: st.itemsize for name, st in dtypes.STORAGE.items()}
+
+
 class _Checker:
-    """Validates raw object dicts in place: types, sizes, alignment, bounds, limits."""
+    """Turns raw manifest entries into specs, checking every field on the way:
+    types, sizes, alignment, bounds and limits.  Runs once per object at open, so
+    it is written for speed: one pass, no intermediate structures."""
 
     def __init__(self, path, info, data_end, limits):
         self.path = path
@@ -181,7 +203,7 @@ class _Checker:
     def fail(self, message, name=None, role=None, cls=FormatError):
         raise cls(message, path=self.path, obj=name, component=role)
 
-    def check_object(self, name, obj):
+    def object_spec(self, name, obj) -> ObjectSpec:
         if type(name) is not str or not name:
             self.fail(f"object names must be non-empty strings, got {_show(name)}")
         if type(obj) is not dict:
@@ -195,81 +217,94 @@ class _Checker:
         numel = 1
         for dim in shape:
             if type(dim) is not int or dim < 0 or dim >= _MAX_DIM:
-                self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}", name)
+                self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}",
+                          name)
             numel *= dim
         if numel >= _MAX_DIM:
-            self.fail(f"shape {shape} has more than 2**63 elements", name)
+            self.fail(f"shape has more than 2**63 elements", name)
         fmt = obj.get("format")
         if type(fmt) is not str:
             self.fail(f"'format' must be a string, got {_kind(fmt)}", name)
         attributes = obj.get("attributes")
-        obj["attributes"] = ({} if attributes is None
-                             else _plain_map(attributes, "attributes", self.path, name))
-        components = obj.get("components")
-        if type(components) is not dict:
-            self.fail(f"'components' must be a map, got {_kind(components)}", name)
-        for role, comp in components.items():
-            self.check_component(name, role, comp)
+        attributes = {} if attributes is None else _plain_map(attributes, "attributes",
+                                                              self.path, name)
+        raw_components = obj.get("components")
+        if type(raw_components) is not dict:
+            self.fail(f"'components' must be a map, got {_kind(raw_components)}", name)
+        comps = {role: self.component_spec(name, role, c) for role, c in raw_components.items()}
         if fmt == "dense":
-            self.check_dense(name, numel, components.get("data"))
+            self.check_dense(name, numel, comps.get("data"))
+        return ObjectSpec(name, shape, fmt, attributes, comps, obj.get(LEGACY))
 
-    def check_component(self, name, role, c):
+    def component_spec(self, name, role, c) -> ComponentSpec:
         if type(role) is not str:
             self.fail(f"component names must be strings, got {_show(role)}", name)
         if type(c) is not dict:
             self.fail(f"component must be a map, got {_kind(c)}", name, role)
         dtype, ltype = c.get("dtype"), c.get("type")
-        if type(dtype) is not str:
-            self.fail(f"'dtype' must be a string, got {_kind(dtype)}", name, role)
-        if dtype not in dtypes.STORAGE:
-            alias = dtypes.V11_DTYPE_ALIASES.get(dtype)
-            if alias is None:
-                self.fail(f"unknown dtype {_show(dtype)}", name, role)
-            c["dtype"] = dtype = alias[0]
-            ltype = ltype or alias[1]
+        itemsize = _ITEMSIZE.get(dtype) if type(dtype) is str else None
+        if itemsize is None:
+            dtype, ltype = self.lift_dtype(name, role, dtype, ltype)
+            itemsize = _ITEMSIZE[dtype]
         if ltype is not None:
-            if type(ltype) is not str:
-                self.fail(f"'type' must be a string, got {_kind(ltype)}", name, role)
-            ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
-            known = dtypes.LOGICAL.get(ltype)
-            if known is not None and known.storage != dtype:
-                self.fail(f"type {_show(ltype)} needs dtype {known.storage!r}, "
-                          f"not {_show(dtype)}", name, role)
-        c["type"] = ltype
+            ltype = self.check_type(name, role, dtype, ltype)
         offset, length = c.get("offset"), c.get("length")
-        for field, value in (("offset", offset), ("length", length)):
-            if type(value) is not int or value < 0 or value >= _U64:
-                self.fail(f"'{field}' must be an unsigned 64-bit integer, got {_show(value)}",
-                          name, role)
-        if offset % spec.ALIGNMENT and not c.get(UNALIGNED):
+        if type(offset) is not int or offset < 0 or offset >= _U64:
+            self.fail(f"'offset' must be an unsigned 64-bit integer, got {_show(offset)}",
+                      name, role)
+        if type(length) is not int or length < 0 or length >= _U64:
+            self.fail(f"'length' must be an unsigned 64-bit integer, got {_show(length)}",
+                      name, role)
+        unaligned = c.get(UNALIGNED, False)
+        if offset % spec.ALIGNMENT and not unaligned:
             self.fail(f"offset {offset} is not a multiple of {spec.ALIGNMENT}", name, role)
         if offset < spec.MAGIC_SIZE:
             self.fail(f"offset {offset} points into the file header", name, role)
-        if length and offset + length > self.data_end:
+        if offset + length > self.data_end:
             self.fail(f"bytes {offset}..{offset + length} run past the end of the data region "
                       f"({self.data_end})", name, role)
         encoding = c.get("encoding", "raw")
-        if encoding not in ("raw", "zstd"):
-            self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')", name, role)
-        c["encoding"] = encoding
-        itemsize = dtypes.STORAGE[dtype].itemsize
         ulen = c.get("uncompressed_length")
         if ulen is not None and (type(ulen) is not int or ulen < 0 or ulen >= _U64):
-            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got {_show(ulen)}",
-                      name, role)
+            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got "
+                      f"{_show(ulen)}", name, role)
         if encoding == "raw":
             if ulen is not None and ulen != length:
                 self.fail(f"raw component has uncompressed_length {ulen} != length {length}",
                           name, role)
-            c["uncompressed_length"] = None
+            ulen = None
             if length % itemsize:
                 self.fail(f"length {length} is not a whole number of {dtype} elements",
                           name, role)
-        else:
+        elif encoding == "zstd":
             self.check_zstd_size(name, role, ulen, itemsize, dtype)
+        else:
+            self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')",
+                      name, role)
         digest = c.get("digest")
         if digest is not None:
             self.check_digest(name, role, digest)
+        return ComponentSpec(role, dtype, ltype, offset, length, encoding, ulen, digest,
+                             c.get(BYTEORDER, "<"), not unaligned)
+
+    def lift_dtype(self, name, role, dtype, ltype):
+        """v1.1 dtypes that are really logical types -> (storage, type)."""
+        alias = dtypes.V11_DTYPE_ALIASES.get(dtype) if type(dtype) is str else None
+        if alias is None:
+            if type(dtype) is not str:
+                self.fail(f"'dtype' must be a string, got {_kind(dtype)}", name, role)
+            self.fail(f"unknown dtype {_show(dtype)}", name, role)
+        return alias[0], ltype or alias[1]
+
+    def check_type(self, name, role, dtype, ltype):
+        if type(ltype) is not str:
+            self.fail(f"'type' must be a string, got {_kind(ltype)}", name, role)
+        ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
+        known = dtypes.LOGICAL.get(ltype)
+        if known is not None and known.storage != dtype:
+            self.fail(f"type {_show(ltype)} needs dtype {known.storage!r}, "
+                      f"not {_show(dtype)}", name, role)
+        return ltype
 
     def check_zstd_size(self, name, role, ulen, itemsize, dtype):
         if ulen is None:
@@ -291,36 +326,28 @@ class _Checker:
 
     def check_digest(self, name, role, digest):
         if type(digest) is not str or ":" not in digest:
-            self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}", name, role)
+            self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}",
+                      name, role)
         algorithm = digest.split(":", 1)[0].lower()
         if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
                 algorithm + digest[len(algorithm):]):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
 
-    def check_dense(self, name, numel, data):
+    def check_dense(self, name, numel, data: ComponentSpec):
         if data is None:
             self.fail("dense object has no 'data' component", name)
-        ratio = dtypes.element_ratio(data["dtype"], data["type"])
-        expected = numel * ratio * dtypes.STORAGE[data["dtype"]].itemsize
-        if data["encoding"] == "raw":
-            if data["length"] != expected:
-                self.fail(f"length {data['length']} != {expected} bytes for its shape and dtype",
+        ratio = dtypes.element_ratio(data.dtype, data.type)
+        expected = numel * ratio * _ITEMSIZE[data.dtype]
+        if data.encoding == "raw":
+            if data.length != expected:
+                self.fail(f"length {data.length} != {expected} bytes for its shape and dtype",
                           name, "data")
-        elif data.get("uncompressed_length") is None:
-            self.check_zstd_size(name, "data", expected, 1, data["dtype"])
-            data["uncompressed_length"] = expected
-        elif data["uncompressed_length"] != expected:
-            self.fail(f"uncompressed_length {data['uncompressed_length']} != {expected} bytes "
+        elif data.uncompressed_length is None:
+            self.check_zstd_size(name, "data", expected, 1, data.dtype)
+            data.uncompressed_length = expected
+        elif data.uncompressed_length != expected:
+            self.fail(f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
                       "for its shape and dtype", name, "data")
-
-
-def _build_spec(name, obj) -> ObjectSpec:
-    comps = {role: ComponentSpec(role, c["dtype"], c["type"], c["offset"], c["length"],
-                                 c["encoding"], c.get("uncompressed_length"), c.get("digest"),
-                                 c.get(BYTEORDER, "<"), not c.get(UNALIGNED))
-             for role, c in obj["components"].items()}
-    return ObjectSpec(name, tuple(obj["shape"]), obj["format"], obj["attributes"], comps,
-                      obj.get(LEGACY))
 
 
 def _show(value) -> str:

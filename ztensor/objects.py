@@ -78,18 +78,19 @@ class ObjectSpec:
     for dense, ``values`` for sparse, ``packed_weight`` for quantized_group).
     """
 
-    __slots__ = ("name", "shape", "format", "attributes", "components", "legacy")
+    __slots__ = ("name", "shape", "format", "attributes", "components", "legacy", "plan")
 
     PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
                "quantized_group": "packed_weight"}
 
     def __init__(self, name, shape, format, attributes, components, legacy=None):
         self.name = name
-        self.shape = shape
+        self.shape = tuple(shape)
         self.format = format
         self.attributes = attributes
-        self.components = components
-        self.legacy = legacy  # v0.1 sparse layout name, else None
+        self.components = components  # role name -> ComponentSpec
+        self.legacy = legacy  # v0.1 sparse (layout, value dtype), else None
+        self.plan = None      # set by the reader: how to view a plain dense object
 
     @property
     def primary(self):

@@ -7,11 +7,27 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ztensor import components, formats, legacy, logical, spec
 from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.footer import read_footer
 from ztensor.manifest import decode_manifest
 from ztensor.source import Source
+
+
+def _plain_dense_plan(obj):
+    """(dtype, count, offset) when a dense object is a plain raw view of the file
+    (no logical type, bf16 or byte swap involved), else False."""
+    if obj.format != "dense" or obj.legacy is not None:
+        return False
+    comp = obj.components["data"]
+    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16":
+        return False
+    dtype = components.storage_dtype(comp)
+    if not (dtype.isnative or dtype.itemsize == 1):
+        return False
+    return dtype, comp.length // dtype.itemsize, comp.offset
 
 
 class Reader:
@@ -114,6 +130,15 @@ class Reader:
             when ml_dtypes is not installed; complex types as numpy complex.
         """
         obj = self.metadata(name)
+        plan = obj.plan
+        if plan is None:
+            plan = obj.plan = _plain_dense_plan(obj)
+        if plan and not self._verify:
+            # the common case, kept short: one view at an offset checked at open
+            self._require_open()
+            dtype, count, offset = plan
+            arr = np.frombuffer(self._source.buffer, dtype, count, offset)
+            return (components.copy_array(arr) if copy else arr).reshape(obj.shape)
         if obj.format != "dense":
             raise UnsupportedError(f"read_numpy reads dense objects; this one is "
                                    f"{obj.format!r}, use read()", path=self.path, obj=name)
@@ -159,12 +184,14 @@ class Reader:
 
     def _component(self, obj, comp, copy):
         self._require_open()
-        arr = components.read_component(self._source, comp, verify=self._verify, copy=copy,
+        arr = components.read_component(self._source, comp, verify=self._verify,
                                         limits=self._limits, path=self.path, obj=obj.name,
                                         component=comp.role)
         if copy and not arr.dtype.isnative:
-            arr = components.to_native(arr)
-        return arr
+            return components.to_native(arr)
+        if copy and comp.encoding == "raw":
+            return components.copy_array(arr)
+        return arr  # a view, or freshly decoded zstd data (already owned)
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:

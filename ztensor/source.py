@@ -60,22 +60,11 @@ class Source:
                               f"file of {self.size} bytes", path=self.name, **where)
         return self._view[offset:offset + length]
 
-    def read_into(self, offset: int, dest) -> None:
-        """Copy ``len(dest)`` bytes at ``offset`` into the writable buffer ``dest``.
-
-        From a file this is ``preadv`` into ``dest`` (no page faults on a mapping);
-        the caller has checked the bounds."""
-        dest = memoryview(dest).cast("B")
-        if self._fd is not None and hasattr(os, "preadv"):
-            done = 0
-            while done < len(dest):
-                n = os.preadv(self._fd, [dest[done:]], offset + done)
-                if n <= 0:
-                    raise FormatError(f"file shrank while reading at offset {offset + done}",
-                                      path=self.name)
-                done += n
-        else:
-            dest[:] = self._view[offset:offset + len(dest)]
+    @property
+    def buffer(self):
+        """The whole source as one buffer (the mapping itself, for a file), for
+        ``numpy.frombuffer`` at offsets already checked against :attr:`size`."""
+        return self._map if self._map is not None else self._view
 
     def close(self) -> None:
         """Release the file.  Views already handed out stay valid."""

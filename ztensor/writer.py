@@ -7,6 +7,7 @@ name only ever holds a complete file.
 """
 from __future__ import annotations
 
+import math
 import os
 import secrets
 
@@ -16,9 +17,8 @@ import numpy as np
 from ztensor import components, dtypes, kernels, spec
 from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
 from ztensor.footer import encode_footer
-from ztensor.manifest import encode_manifest
+from ztensor.manifest import gc_paused, encode_manifest
 from ztensor.objects import ObjectSpec
-from ztensor.tensor import Tensor
 
 SPARSE_INDEX_ROLES = {"sparse_csr": ("indices", "indptr"), "sparse_coo": ("coords",)}
 
@@ -72,34 +72,49 @@ class Writer:
             Digest of the stored bytes, recorded in the manifest.
         attributes : dict, optional
             Per-object metadata.
+
+        Raises
+        ------
+        FormatError
+            Bad name (empty, not a string, already written) or attributes.
+        UnsupportedError
+            A numpy dtype zTensor cannot store (strings, objects, datetimes, records).
+        WriteError
+            The file could not be written; the writer is then abandoned.
         """
-        self.write(name, Tensor({"data": np.asarray(array)}, attributes=attributes),
-                   compress=compress, checksum=checksum)
+        arr = np.asarray(array)
+        self._write_object(name, "dense", arr.shape, {"data": arr}, {}, attributes, compress,
+                           checksum)
 
     def write(self, name, obj, *, compress=False, checksum=None):
         """Write a composite object (any format) given as a :class:`ztensor.Tensor`.
 
         Components are written in the order of ``obj.components``; the same
-        ``compress`` and ``checksum`` apply to each."""
+        ``compress`` and ``checksum`` apply to each.  Sparse index components are
+        stored as ``u64``."""
+        self._write_object(name, obj.format, obj.shape, obj.components, obj.types,
+                           obj.attributes, compress, checksum)
+
+    def _write_object(self, name, fmt, shape, arrays, types, attributes, compress, checksum):
         self._require_open()
         self._check_name(name)
         level = _zstd_level(compress, self.path)
         checksum = None if checksum == "none" else checksum  # the reference's spelling
         if checksum not in (None, "crc32c", "sha256"):
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
-        attributes = _check_attributes(obj.attributes, self.path, name)
-        prepared = [(role,) + self._prepare(name, role, arr, obj)
-                    for role, arr in obj.components.items()]
-        if obj.format == "dense":
-            self._check_dense(name, obj, prepared)
+        attributes = _check_attributes(attributes, self.path, name)
+        prepared = [(role,) + self._prepare(name, role, arr, fmt, types.get(role))
+                    for role, arr in arrays.items()]
+        if fmt == "dense":
+            self._check_dense(name, shape, prepared)
         comps = {}
         for role, arr, storage, ltype in prepared:
             comps[role] = self._guard(components.write_component, self._blobs, role,
                                       components.little_endian_chunks(arr), storage=storage,
                                       ltype=ltype, compress=level, checksum=checksum)
-        self._objects[name] = ObjectSpec(name, obj.shape, obj.format, attributes, comps)
+        self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
 
-    def _prepare(self, name, role, arr, obj):
+    def _prepare(self, name, role, arr, fmt, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
         arr = np.asarray(arr)
         found = dtypes.spec_types_for(arr.dtype)
@@ -107,9 +122,8 @@ class Writer:
             raise UnsupportedError(f"cannot store numpy dtype {arr.dtype}", path=self.path,
                                    obj=name, component=role)
         storage, ltype = found
-        if role in SPARSE_INDEX_ROLES.get(obj.format, ()) and storage != "u64":
+        if role in SPARSE_INDEX_ROLES.get(fmt, ()) and storage != "u64":
             arr, storage = self._as_u64_index(name, role, arr), "u64"
-        explicit = obj.types.get(role)
         if explicit is not None:
             if ltype is not None and explicit != ltype:
                 raise FormatError(f"type {explicit!r} contradicts the array's {ltype!r}",
@@ -130,7 +144,7 @@ class Writer:
                               path=self.path, obj=name, component=role)
         return arr.astype("<u8")
 
-    def _check_dense(self, name, obj, prepared):
+    def _check_dense(self, name, shape, prepared):
         data = [p for p in prepared if p[0] == "data"]
         if not data:
             raise FormatError("a dense object needs a 'data' component", path=self.path,
@@ -138,8 +152,8 @@ class Writer:
         _, arr, storage, ltype = data[0]
         ratio = dtypes.element_ratio(storage, ltype)
         storage_elems = arr.size * (2 if arr.dtype.kind == "c" else 1)
-        if storage_elems != int(np.prod(obj.shape, dtype=object)) * ratio:
-            raise FormatError(f"'data' holds {arr.size} elements, shape {list(obj.shape)} "
+        if storage_elems != math.prod(shape) * ratio:
+            raise FormatError(f"'data' holds {arr.size} elements, shape {list(shape)} "
                               "needs a different count", path=self.path, obj=name)
 
     def _check_name(self, name):
@@ -156,7 +170,8 @@ class Writer:
         if self._state == "closed":
             return
         self._require_open()
-        manifest = encode_manifest(self._objects, self._attributes)
+        with gc_paused():  # ~5 containers per object, none of them cyclic
+            manifest = encode_manifest(self._objects, self._attributes)
         self._guard(self._blobs.write, manifest)
         self._guard(self._blobs.write, encode_footer(len(manifest)))
         self._guard(self._blobs.flush)

@@ -1,0 +1,229 @@
+"""Container throughput: write, read into owned arrays, zero-copy open+touch, open-only.
+
+    python bench/bench_container.py [--workloads a,b,c] [--repeat 5] [--size-mb 512]
+
+Workloads (issue 2):
+  a  512 MB in 8 float32 tensors
+  b  ~512 MB of LLM-shaped float16 tensors (embedding, attention, MLP, norms)
+  c  20,000 float32 tensors of 10 KB
+
+Every figure is printed next to baselines measured in the same run, because this
+machine is noisy: single-thread memcpy (into a pre-touched buffer, and into fresh
+np.empty memory as any reader of owned arrays must use), safetensors (numpy API),
+and the reference implementation (PyPI ztensor 1.2.3, run in a subprocess from its
+own folder because it is also called ``ztensor``).  Files live in the page cache
+(written, then read once before timing); destination buffers are NOT pre-touched
+for the readers, since returning fresh arrays is the job.  Times are medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+PAGE = 4096
+
+
+# ------------------------------------------------------------------ workloads
+def workload(name: str, size_mb: int):
+    rng = np.random.default_rng(0)
+    if name == "a":
+        n = size_mb * (1 << 20) // 8 // 4
+        return {f"tensor.{i}": rng.standard_normal(n, np.float32) for i in range(8)}
+    if name == "b":
+        scale = size_mb / 512
+        d, ff, vocab, layers = 2048, 5632, int(32000 * scale), 4
+        out = {"embed.weight": rng.standard_normal((vocab, d), np.float32).astype(np.float16)}
+        for i in range(layers):
+            for proj in ("q", "k", "v", "o"):
+                out[f"layers.{i}.attn.{proj}.weight"] = rng.standard_normal(
+                    (d, d), np.float32).astype(np.float16)
+            for proj, shape in (("gate", (ff, d)), ("up", (ff, d)), ("down", (d, ff))):
+                out[f"layers.{i}.mlp.{proj}.weight"] = rng.standard_normal(
+                    shape, np.float32).astype(np.float16)
+            out[f"layers.{i}.norm.weight"] = np.ones(d, np.float32)
+        return out
+    if name == "c":
+        return {f"t.{i:05d}": rng.standard_normal(2560, np.float32) for i in range(20000)}
+    raise ValueError(name)
+
+
+def nbytes(tensors) -> int:
+    return sum(a.nbytes for a in tensors.values())
+
+
+def median_time(fn, repeat: int, setup=None) -> float:
+    times = []
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def touch(arr) -> int:
+    """Read one byte of every page of an array (what 'zero-copy + touch' costs)."""
+    flat = arr.reshape(-1).view(np.uint8)
+    return int(flat[::PAGE].sum()) if flat.size else 0
+
+
+# ------------------------------------------------------------------ the three libraries
+def ztensor_ops(ztensor, path, tensors, reference: bool):
+    """write / read_copy / zero_copy_touch / open_only for ours or the reference."""
+    names = list(tensors)
+
+    def write():
+        with ztensor.Writer(str(path)) as w:
+            for n, a in tensors.items():
+                w.write_numpy(n, a)
+
+    def read_copy():
+        with ztensor.Reader(str(path)) as r:
+            return [r.read_numpy(n, copy=True) for n in names]
+
+    def zero_copy_touch():
+        r = ztensor.Reader(str(path))
+        total = sum(touch(r.read_numpy(n)) for n in names)
+        if not reference:
+            r.close()
+        return total
+
+    def open_only():
+        r = ztensor.Reader(str(path))
+        info = [(m.shape, m.dtype) for m in (r.metadata(n) for n in r.keys())]
+        if not reference:
+            r.close()
+        return info
+
+    return {"write": write, "read_copy": read_copy, "zero_copy_touch": zero_copy_touch,
+            "open_only": open_only}
+
+
+def safetensors_ops(path, tensors):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    def zero_copy_touch():
+        with safe_open(str(path), framework="np") as f:
+            return sum(touch(f.get_tensor(n)) for n in f.keys())
+
+    def open_only():
+        with safe_open(str(path), framework="np") as f:
+            return [(f.get_slice(n).get_shape(), f.get_slice(n).get_dtype()) for n in f.keys()]
+
+    return {"write": lambda: save_file(tensors, str(path)),
+            "read_copy": lambda: load_file(str(path)),
+            "zero_copy_touch": zero_copy_touch, "open_only": open_only}
+
+
+OPS = ("write", "read_copy", "zero_copy_touch", "open_only")
+
+
+def measure(ops, repeat, which, path):
+    """Median times.  Writes start with the target removed (untimed): replacing a
+    file makes the kernel free the old one's pages inside the timed call."""
+    def remove():
+        if os.path.exists(path):
+            os.unlink(path)
+    out = {"write": median_time(ops["write"], repeat, setup=remove)}
+    ops["read_copy"]()        # warm the page cache with the last written file
+    out.update({op: median_time(ops[op], repeat) for op in which if op != "write"})
+    return out
+
+
+# ------------------------------------------------------------------ baselines
+def memcpy_baselines(total: int, repeat: int):
+    src = np.ones(total, np.uint8)
+    dst = np.zeros(total, np.uint8)
+    touched = median_time(lambda: np.copyto(dst, src), repeat)
+    fresh = median_time(lambda: np.copyto(np.empty(total, np.uint8), src), repeat)
+    return {"memcpy (touched dst)": touched, "memcpy (fresh dst)": fresh}
+
+
+# ------------------------------------------------------------------ reference worker
+def run_reference(args, name, folder):
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import reference  # tests/reference.py installs PyPI ztensor==1.2.3 into a cache folder
+
+    env = dict(os.environ, PYTHONPATH=str(reference.install("1.2.3")))
+    cmd = [sys.executable, "-s", __file__, "--worker", name, "--dir", str(folder),
+           "--repeat", str(args.repeat), "--size-mb", str(args.size_mb)]
+    proc = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr)
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def worker(args):
+    import ztensor  # the reference: its folder is first on PYTHONPATH
+
+    assert "ztensor-1.2.3" in ztensor.__file__, ztensor.__file__
+    tensors = workload(args.worker, args.size_mb)
+    ops = ztensor_ops(ztensor, Path(args.dir) / "ref.zt", tensors, reference=True)
+    print(json.dumps(measure(ops, args.repeat, OPS, Path(args.dir) / "ref.zt")))
+
+
+# ------------------------------------------------------------------ main
+def report(title, total, results, baseline_names):
+    print(f"\n== {title}: {total / 1e6:.0f} MB")
+    for op in OPS:
+        row = {lib: r[op] for lib, r in results.items() if op in r}
+        if not row or "ztensor" not in row:
+            continue
+        ours = row["ztensor"]
+        cells = [f"ztensor {total / ours / 1e9:6.2f} GB/s ({ours * 1e3:7.1f} ms)"]
+        for lib, t in row.items():
+            if lib != "ztensor":
+                cells.append(f"{lib} {total / t / 1e9:6.2f} GB/s -> ours {t / ours:4.2f}x")
+        print(f"  {op:16s} " + " | ".join(cells))
+    for name in baseline_names:
+        t = results["baselines"][name]
+        print(f"  {name:22s} {total / t / 1e9:6.2f} GB/s")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workloads", default="a,b,c")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--size-mb", type=int, default=512)
+    parser.add_argument("--worker")
+    parser.add_argument("--dir")
+    parser.add_argument("--no-reference", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+
+    import ztensor
+
+    print(f"ztensor {ztensor.__version__} backend={ztensor.backend} numpy {np.__version__}; "
+          f"medians of {args.repeat}; ratios > 1 mean ztensor is faster")
+    for name in args.workloads.split(","):
+        tensors = workload(name, args.size_mb)
+        total = nbytes(tensors)
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+            folder = Path(tmp)
+            ours, st = folder / "ours.zt", folder / "st.safetensors"
+            results = {"ztensor": measure(ztensor_ops(ztensor, ours, tensors, False),
+                                          args.repeat, OPS, ours)}
+            results["safetensors"] = measure(safetensors_ops(st, tensors), args.repeat, OPS, st)
+            if not args.no_reference:
+                results["ref-1.2.3"] = run_reference(args, name, folder)
+            results["baselines"] = memcpy_baselines(total, args.repeat)
+        del tensors
+        titles = {"a": "8 tensors", "b": "LLM-shaped", "c": "20,000 x 10 KB"}
+        report(f"({name}) {titles[name]}", total, results, results["baselines"].keys())
+
+
+if __name__ == "__main__":
+    main()
