@@ -1,10 +1,12 @@
 /* Byte swap.  memcpy in and out keeps the loops alignment-safe; GCC and Clang turn
- * each loop into vector shuffles (pshufb / vperm) at -O3. */
+ * each loop into vector shuffles (pshufb / vperm) at -O3; on x86-64 the shuffle
+ * needs more than baseline SSE2, hence the AVX2 clones (zt_simd.h). */
 #include <stdint.h>
 #include <string.h>
 #include "byteswap.h"
+#include "zt_simd.h"
 
-static void swap16(const uint8_t *s, uint8_t *d, size_t n) {
+ZT_CLONES static void swap16(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint16_t v;
         memcpy(&v, s + 2 * i, 2);
@@ -13,7 +15,7 @@ static void swap16(const uint8_t *s, uint8_t *d, size_t n) {
     }
 }
 
-static void swap32(const uint8_t *s, uint8_t *d, size_t n) {
+ZT_CLONES static void swap32(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t v;
         memcpy(&v, s + 4 * i, 4);
@@ -22,7 +24,7 @@ static void swap32(const uint8_t *s, uint8_t *d, size_t n) {
     }
 }
 
-static void swap64(const uint8_t *s, uint8_t *d, size_t n) {
+ZT_CLONES static void swap64(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint64_t v;
         memcpy(&v, s + 8 * i, 8);

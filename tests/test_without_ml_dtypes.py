@@ -4,13 +4,9 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import _fallback, dtypes
+from ztensor import dtypes
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # the oracle for the decoded values
-
-FP8 = {"f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
-       "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
-
 
 @pytest.fixture
 def no_ml_dtypes(monkeypatch):
@@ -19,23 +15,6 @@ def no_ml_dtypes(monkeypatch):
     yield
     monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
     dtypes.ml_dtypes_module.cache_clear()
-
-
-@pytest.mark.parametrize("name", sorted(FP8))
-def test_fp8_table_matches_ml_dtypes_on_all_256_bytes(name):
-    oracle = np.arange(256, dtype=np.uint8).view(getattr(ml_dtypes, FP8[name])).astype(np.float32)
-    ours = _fallback.fp8_table(name)
-    np.testing.assert_array_equal(np.isnan(ours), np.isnan(oracle))
-    np.testing.assert_array_equal(ours[~np.isnan(ours)], oracle[~np.isnan(oracle)])
-    assert (np.signbit(ours) == np.signbit(oracle))[~np.isnan(oracle)].all()
-
-
-def test_bf16_decode_is_exact():
-    bits = np.arange(0, 65536, 7, dtype=np.uint16)
-    oracle = bits.view(ml_dtypes.bfloat16).astype(np.float32)
-    ours = _fallback.bf16_decode(bits)
-    np.testing.assert_array_equal(ours.view(np.uint32)[~np.isnan(oracle)],
-                                  oracle.view(np.uint32)[~np.isnan(oracle)])
 
 
 def test_fp8_reads_decode_to_float32(tmp_path, no_ml_dtypes):

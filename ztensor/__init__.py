@@ -11,6 +11,7 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 from ztensor._version import __version__
 from ztensor.errors import (ChecksumError, FormatError, LimitError, ObjectNotFoundError,
                             UnsupportedError, WriteError, ZTensorError)
+from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.reader import Reader
@@ -20,6 +21,7 @@ from ztensor.writer import Writer
 
 __all__ = [
     "__version__", "backend", "Reader", "Writer", "Tensor", "Limits", "DEFAULT_LIMITS",
+    "dequantize", "quantize", "from_gptq",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
 ]

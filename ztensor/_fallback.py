@@ -5,6 +5,7 @@ the tests as an oracle for the C code.  Same signatures, same errors.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -148,19 +149,25 @@ class BlobWriter:
             raise errors.ZTensorError("blob writer is closed", path=self._path)
 
 
-# ------------------------------------------------------------------- fp8 / bf16
-# (exponent bits, mantissa bits, bias, "fn" = no infinities, "uz" = only 0x80 is NaN)
+# ------------------------------------------------------------------- fp8 / bf16 / f16
+# codes shared with csrc/floatconv.h
+F32, F16, BF16 = 0, 1, 2
+FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
+_FLOAT_NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16)}
+
+# name: (exponent bits, mantissa bits, bias, no infinities, fnuz, max finite code, NaN code)
 FP8_FORMATS = {
-    "f8_e4m3fn": (4, 3, 7, True, False),
-    "f8_e5m2": (5, 2, 15, False, False),
-    "f8_e4m3fnuz": (4, 3, 8, True, True),
-    "f8_e5m2fnuz": (5, 2, 16, True, True),
+    "f8_e4m3fn": (4, 3, 7, True, False, 0x7E, 0x7F),
+    "f8_e5m2": (5, 2, 15, False, False, 0x7B, 0x7E),
+    "f8_e4m3fnuz": (4, 3, 8, True, True, 0x7F, 0x80),
+    "f8_e5m2fnuz": (5, 2, 16, True, True, 0x7F, 0x80),
 }
 
 
 def fp8_table(name: str) -> np.ndarray:
-    """float32 value of each of the 256 bytes of an FP8 format (conventions.md)."""
-    ebits, mbits, bias, finite, uz = FP8_FORMATS[name]
+    """float32 value of each of the 256 codes of an FP8 format, NaNs as ml_dtypes
+    gives them (quiet, with the code's sign; fnuz's 0x80 is -NaN)."""
+    ebits, mbits, bias, finite, uz = FP8_FORMATS[name][:5]
     out = np.empty(256, dtype=np.float32)
     emax = (1 << ebits) - 1
     for b in range(256):
@@ -168,11 +175,11 @@ def fp8_table(name: str) -> np.ndarray:
         e = (b >> mbits) & emax
         m = b & ((1 << mbits) - 1)
         if uz and b == 0x80:
-            value = float("nan")
+            value = math.copysign(math.nan, -1.0)
         elif e == emax and not finite:
-            value = sign * float("inf") if m == 0 else float("nan")
+            value = sign * math.inf if m == 0 else math.copysign(math.nan, sign)
         elif e == emax and not uz and m == (1 << mbits) - 1:
-            value = float("nan")  # e4m3fn: S.1111.111
+            value = math.copysign(math.nan, sign)  # e4m3fn: S.1111.111
         elif e == 0:
             value = sign * m / (1 << mbits) * 2.0 ** (1 - bias)
         else:
@@ -181,11 +188,133 @@ def fp8_table(name: str) -> np.ndarray:
     return out
 
 
-def fp8_decode(codes: np.ndarray, name: str) -> np.ndarray:
-    """Decode uint8 FP8 codes to float32."""
-    return fp8_table(name)[codes]
+_TABLES = {}
 
 
-def bf16_decode(bits: np.ndarray) -> np.ndarray:
+def _table(name):
+    if name not in _TABLES:
+        _TABLES[name] = fp8_table(name)
+    return _TABLES[name]
+
+
+def fp8_decode(src, dst, kind, dst_type):
+    """FP8 codes -> float32 (dst_type 0) or float16 (1), written into dst's bytes."""
+    codes = np.frombuffer(src, np.uint8)
+    values = _table(FP8_KINDS[kind])[codes]
+    out = np.frombuffer(dst, _FLOAT_NP[dst_type])
+    if out.size != codes.size:
+        raise ValueError("fp8_decode: dst must hold n float32 or float16 values")
+    out[...] = values if dst_type == F32 else _f32_to_f16(values)
+
+
+def _f32_to_f16(values):
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = values.astype(np.float16)
+    bits = half.view(np.uint16)
+    nan = np.isnan(values)
+    bits[nan] = 0x7E00 | ((values[nan].view(np.uint32) >> 16) & 0x8000).astype(np.uint16)
+    return half
+
+
+def fp8_encode(src, dst, kind, src_type):
+    """float32 (0) or float16 (1) values -> FP8 codes with ml_dtypes' rules."""
+    x = np.frombuffer(src, _FLOAT_NP[src_type]).astype(np.float32)
+    out = np.frombuffer(dst, np.uint8)
+    if out.size != x.size:
+        raise ValueError("fp8_encode: src must hold n float32 or float16 values")
+    _, mbits, bias, _, uz, max_code, nan_code = FP8_FORMATS[FP8_KINDS[kind]]
+    has_inf = FP8_KINDS[kind] == "f8_e5m2"
+    bits = x.view(np.uint32).astype(np.int64)
+    sign = (bits >> 24) & 0x80
+    a = bits & 0x7FFFFFFF
+    drop = 23 - mbits
+    r = a - ((127 - bias) << 23)
+    normal_code = (r + ((1 << (drop - 1)) - 1) + ((r >> drop) & 1)) >> drop
+    normal = (a >> 23) >= 128 - bias
+    tiny = np.where(normal, 0, a).astype(np.uint32).view(np.float32)  # FP8-subnormal lanes only
+    scaled = np.rint(tiny * np.float32(2.0 ** (bias - 1 + mbits))).astype(np.int64)
+    code = np.where(normal, normal_code, scaled)
+    nan = np.full_like(sign, 0x80) if uz else sign | nan_code
+    overflow = sign | 0x7C if has_inf else nan
+    result = np.where(code > max_code, overflow, code | sign)
+    if uz:
+        result = np.where(code == 0, 0, result)
+    result = np.where(a == 0x7F800000, overflow, result)
+    result = np.where(a > 0x7F800000, nan, result)
+    out[...] = result.astype(np.uint8)
+
+
+def bf16_decode(src, dst):
+    """bf16 bits (native uint16) -> float32 (native)."""
+    out = np.frombuffer(dst, np.float32)
+    out[...] = bf16_to_f32(np.frombuffer(src, np.uint16))
+
+
+def bf16_encode(src, dst):
+    """float32 -> bf16 bits, round to nearest even; NaN -> 0x7fc0 with its sign."""
+    np.frombuffer(dst, np.uint16)[...] = f32_to_bf16(np.frombuffer(src, np.float32))
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Decode bf16 bit patterns (any-endian uint16 array) to float32, exactly."""
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (x & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((x >> 16) & 0x8000).astype(np.uint16) | 0x7FC0, rounded)
+
+
+# ------------------------------------------------------------------- group dequantization
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+
+
+def unpack_codes(words, count, bits, out):
+    """Unpack count LSB-first codes from little-endian int32 words."""
+    per = 32 // bits
+    w = np.frombuffer(words, "<u4")
+    shifts = np.arange(per, dtype=np.uint32) * bits
+    codes = ((w[:, None] >> shifts[None, :]) & ((1 << bits) - 1)).reshape(-1)
+    np.frombuffer(out, np.uint8)[...] = codes[:count]
+
+
+def _floats(buf, ftype, shape):
+    if ftype == BF16:
+        return bf16_to_f32(np.frombuffer(buf, "<u2")).reshape(shape)
+    return np.frombuffer(buf, "<f4" if ftype == F32 else "<f2").astype(np.float32).reshape(shape)
+
+
+def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale_type,
+                 zero_type, out_type, out, row_begin, row_end):
+    """numpy twin of csrc/quant.c: W[n, k] = s[g, n] * (code(k, n) - z[g, n])."""
+    if K == 0 or row_begin == row_end:
+        return
+    per, rows = 32 // bits, slice(row_begin, row_end)
+    words = np.frombuffer(qweight, "<u4").reshape(K // per, N)[:, rows]
+    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :, None]
+    codes = ((words[:, None, :] >> shifts) & ((1 << bits) - 1)).reshape(K, -1)
+    s = _floats(scales, scale_type, (G, N))[:, rows]
+    if zero_type == ZERO_NONE:
+        z = np.full_like(s, 2.0 ** (bits - 1))
+    elif zero_type in (ZERO_PACKED_V1, ZERO_PACKED_V2):
+        packed = np.frombuffer(zeros, "<u4").reshape(G, N // per)
+        unpacked = ((packed[:, :, None] >> shifts[0, :, 0][None, None, :])
+                    & ((1 << bits) - 1)).reshape(G, N)
+        if zero_type == ZERO_PACKED_V1:  # stored zero - 1; AutoGPTQ: (stored + 1) & mask
+            unpacked = (unpacked + 1) & ((1 << bits) - 1)
+        z = unpacked[:, rows].astype(np.float32)
+    else:
+        z = _floats(zeros, zero_type, (G, N))[:, rows]
+    g = (np.frombuffer(g_idx, "<i4").astype(np.intp) if g_idx is not None
+         else np.arange(K) // group_size)
+    w = ((codes.astype(np.float32) - z[g]) * s[g]).T
+    target = np.frombuffer(out, {F32: np.float32, F16: np.float16, BF16: np.uint16}[out_type])
+    target = target.reshape(N, K)[rows]
+    if out_type == F32:
+        target[...] = w
+    elif out_type == F16:
+        target[...] = _f32_to_f16(np.ascontiguousarray(w))
+    else:
+        target[...] = f32_to_bf16(w)

@@ -1,5 +1,5 @@
 # cdef extern declarations of the plain-C kernels in csrc/.
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "zt_status.h":
     ctypedef enum zt_status:
@@ -43,3 +43,22 @@ cdef extern from "blobwrite.h":
     zt_status zt_bw_write(zt_blobwriter *bw, const void *data, size_t len) nogil
     zt_status zt_bw_flush(zt_blobwriter *bw) nogil
     void zt_bw_free(zt_blobwriter *bw)
+
+cdef extern from "floatconv.h":
+    void zt_floatconv_init()
+    zt_status zt_fp8_decode(const uint8_t *src, void *dst, size_t n, int kind, int dst_type) nogil
+    zt_status zt_fp8_encode(const void *src, uint8_t *dst, size_t n, int kind, int src_type) nogil
+    void zt_bf16_decode(const uint16_t *src, float *dst, size_t n) nogil
+    void zt_bf16_encode(const float *src, uint16_t *dst, size_t n) nogil
+
+cdef extern from "quant.h":
+    ctypedef struct zt_dequant_args:
+        const uint8_t *qweight
+        const uint8_t *scales
+        const uint8_t *zeros
+        const uint8_t *g_idx
+        size_t K, N, G, group_size
+        int bits, scale_type, zero_type, out_type
+        void *out
+    zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row_end) nogil
+    zt_status zt_unpack_codes(const uint8_t *words, size_t count, int bits, uint8_t *out) nogil

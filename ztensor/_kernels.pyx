@@ -4,11 +4,16 @@
 Nothing here decides anything about the file format; callers in ztensor/*.py check
 sizes, offsets and types before a pointer reaches C.
 """
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 from ztensor import _status, errors
 
 zt_crc32c_init()
+zt_floatconv_init()
+
+# element sizes of zt_float_type (csrc/floatconv.h): f32, f16, bf16
+cdef size_t _WIDTH[3]
+_WIDTH[:] = [4, 2, 2]
 
 cdef int _raise_for_status(zt_status status, str what, path=None) except -1:
     # the status -> exception table lives in _status.py, shared with _fallback.py
@@ -136,3 +141,125 @@ cdef class BlobWriter:
         if not self.ready:
             raise errors.ZTensorError("blob writer is closed", path=self.path)
         return 0
+
+
+# ------------------------------------------------------------------ conversions
+cdef int _check_float_type(int t) except -1:
+    if t < 0 or t > 2:
+        raise ValueError(f"unknown float type code {t}")
+    return 0
+
+
+def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, int kind, int dst_type):
+    """FP8 codes -> float32 (dst_type 0) or float16 bits (1); dst holds the bytes."""
+    cdef size_t n = src.shape[0]
+    cdef zt_status st
+    _check_float_type(dst_type)
+    if dst_type == 2 or dst.shape[0] != n * _WIDTH[dst_type]:
+        raise ValueError("fp8_decode: dst must hold n float32 or float16 values")
+    if n == 0:
+        return
+    with nogil:
+        st = zt_fp8_decode(&src[0], &dst[0], n, kind, dst_type)
+    _raise_for_status(st, "fp8 decode")
+
+
+def fp8_encode(const uint8_t[::1] src, uint8_t[::1] dst, int kind, int src_type):
+    """float32 (src_type 0) or float16 (1) bytes -> FP8 codes."""
+    cdef size_t n = dst.shape[0]
+    cdef zt_status st
+    _check_float_type(src_type)
+    if src_type == 2 or src.shape[0] != n * _WIDTH[src_type]:
+        raise ValueError("fp8_encode: src must hold n float32 or float16 values")
+    if n == 0:
+        return
+    with nogil:
+        st = zt_fp8_encode(&src[0], &dst[0], n, kind, src_type)
+    _raise_for_status(st, "fp8 encode")
+
+
+def bf16_decode(const uint8_t[::1] src, uint8_t[::1] dst):
+    """bf16 bits (native uint16) -> float32 (native)."""
+    cdef size_t n = src.shape[0] // 2
+    if src.shape[0] % 2 or dst.shape[0] != 4 * n:
+        raise ValueError("bf16_decode: dst must hold one float32 per bf16")
+    if n:
+        with nogil:
+            zt_bf16_decode(<const uint16_t *>&src[0], <float *>&dst[0], n)
+
+
+def bf16_encode(const uint8_t[::1] src, uint8_t[::1] dst):
+    """float32 (native) -> bf16 bits (native uint16), round to nearest even."""
+    cdef size_t n = src.shape[0] // 4
+    if src.shape[0] % 4 or dst.shape[0] != 2 * n:
+        raise ValueError("bf16_encode: dst must hold one bf16 per float32")
+    if n:
+        with nogil:
+            zt_bf16_encode(<const float *>&src[0], <uint16_t *>&dst[0], n)
+
+
+# ------------------------------------------------------------------ group dequantization
+def unpack_codes(const uint8_t[::1] words, size_t count, int bits, uint8_t[::1] out):
+    """Unpack count LSB-first codes from little-endian int32 words."""
+    cdef zt_status st
+    if bits not in (2, 4, 8) or out.shape[0] != count or \
+            words.shape[0] * 8 < count * <size_t>bits:
+        raise ValueError("unpack_codes: sizes do not match")
+    if count == 0:
+        return
+    with nogil:
+        st = zt_unpack_codes(&words[0], count, bits, &out[0])
+    _raise_for_status(st, "unpack codes")
+
+
+def dequant_rows(const uint8_t[::1] qweight, const uint8_t[::1] scales, zeros, g_idx,
+                 size_t K, size_t N, size_t G, size_t group_size, int bits, int scale_type,
+                 int zero_type, int out_type, uint8_t[::1] out, size_t row_begin,
+                 size_t row_end):
+    """Dequantize rows [row_begin, row_end); see csrc/quant.h.  Every size was checked
+    by ztensor/formats/quantized.py; the lengths are checked again here so that no
+    call can make C read past a buffer."""
+    cdef zt_dequant_args a
+    cdef const uint8_t[::1] zv
+    cdef const uint8_t[::1] gv
+    cdef zt_status st
+    cdef size_t per
+    if bits not in (2, 4, 8) or row_end > N or row_begin > row_end:
+        raise ValueError("dequant_rows: bad bits or row range")
+    _check_float_type(scale_type)
+    _check_float_type(out_type)
+    per = 32 // bits
+    if K % per or qweight.shape[0] != K // per * N * 4 or \
+            scales.shape[0] != G * N * _WIDTH[scale_type] or \
+            out.shape[0] != N * K * _WIDTH[out_type] or (K and (G == 0 or group_size == 0)):
+        raise ValueError("dequant_rows: buffer sizes do not match K, N, G")
+    a.zeros = NULL
+    a.g_idx = NULL
+    if zero_type == 16:
+        pass
+    elif zero_type in (17, 18):
+        zv = zeros
+        if N % per or zv.shape[0] != G * (N // per) * 4:
+            raise ValueError("dequant_rows: packed zeros do not match G, N")
+        a.zeros = &zv[0] if zv.shape[0] else NULL
+    else:
+        _check_float_type(zero_type)
+        zv = zeros
+        if zv.shape[0] != G * N * _WIDTH[zero_type]:
+            raise ValueError("dequant_rows: zeros do not match G, N")
+        a.zeros = &zv[0] if zv.shape[0] else NULL
+    if g_idx is not None:
+        gv = g_idx
+        if gv.shape[0] != K * 4:
+            raise ValueError("dequant_rows: g_idx must hold K int32 values")
+        a.g_idx = &gv[0] if K else NULL
+    if K == 0 or N == 0 or row_begin == row_end:
+        return
+    a.qweight = &qweight[0]
+    a.scales = &scales[0]
+    a.K, a.N, a.G, a.group_size = K, N, G, group_size
+    a.bits, a.scale_type, a.zero_type, a.out_type = bits, scale_type, zero_type, out_type
+    a.out = &out[0]
+    with nogil:
+        st = zt_dequant_rows(&a, row_begin, row_end)
+    _raise_for_status(st, "dequantize")

@@ -24,6 +24,18 @@ crc32c = _impl.crc32c
 crc32c_portable = _impl.crc32c_portable
 crc32c_hardware = _impl.crc32c_hardware
 BlobWriter = _impl.BlobWriter
+fp8_decode = _impl.fp8_decode
+fp8_encode = _impl.fp8_encode
+bf16_decode = _impl.bf16_decode
+bf16_encode = _impl.bf16_encode
+unpack_codes = _impl.unpack_codes
+dequant_rows = _impl.dequant_rows
+
+# codes shared with csrc/floatconv.h and csrc/quant.h
+F32, F16, BF16 = 0, 1, 2
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
-           "crc32c_hardware", "BlobWriter"]
+           "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
+           "bf16_encode", "unpack_codes", "dequant_rows"]

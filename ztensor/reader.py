@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from ztensor import components, formats, legacy, logical, spec
+from ztensor import components, convert, dtypes, formats, legacy, logical, spec
 from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.footer import read_footer
 from ztensor.manifest import decode_manifest
@@ -111,7 +111,7 @@ class Reader:
         return found
 
     # ------------------------------------------------------------ reading
-    def read_numpy(self, name, *, copy=False):
+    def read_numpy(self, name, *, copy=False, dtype=None):
         """A dense object as a numpy array of its logical shape and dtype.
 
         Parameters
@@ -123,12 +123,19 @@ class Reader:
             array in native byte order.  zstd components are always decoded into a
             new array.
 
+        dtype : numpy dtype, optional
+            Convert to this dtype.  bf16 and FP8 objects are decoded by the C kernels
+            straight to float32 or float16 (exact; no ml_dtypes needed); other
+            objects go through ``astype``.
+
         Returns
         -------
         numpy.ndarray
             bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
             when ml_dtypes is not installed; complex types as numpy complex.
         """
+        if dtype is not None:
+            return self._read_converted(name, np.dtype(dtype))
         obj = self.metadata(name)
         plan = obj.plan
         if plan is None:
@@ -145,6 +152,18 @@ class Reader:
         comp = obj.components["data"]
         arr = self._component(obj, comp, copy)
         return logical.as_values(arr, comp.dtype, comp.type).reshape(obj.shape)
+
+    def _read_converted(self, name, dtype):
+        obj = self.metadata(name)
+        comp = obj.components.get("data") if obj.format == "dense" else None
+        if comp is not None and dtype in (np.float32, np.float16):
+            raw = self._component(obj, comp, False)
+            if comp.dtype == "u8" and comp.type in dtypes.FP8_TYPES:
+                return convert.fp8_to_float(raw, comp.type, dtype).reshape(obj.shape)
+            if comp.dtype == "bf16":
+                values = convert.bf16_to_float32(raw).reshape(obj.shape)
+                return values if dtype == np.float32 else values.astype(dtype)
+        return self.read_numpy(name).astype(dtype)
 
     def read(self, name, *, copy=False):
         """Any object as a :class:`ztensor.Tensor` with every component as an array.

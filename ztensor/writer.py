@@ -14,7 +14,7 @@ import secrets
 import cbor2
 import numpy as np
 
-from ztensor import components, dtypes, kernels, spec
+from ztensor import components, convert, dtypes, kernels, spec
 from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
 from ztensor.footer import encode_footer
 from ztensor.manifest import gc_paused, encode_manifest
@@ -55,7 +55,8 @@ class Writer:
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
-    def write_numpy(self, name, array, *, compress=False, checksum=None, attributes=None):
+    def write_numpy(self, name, array, *, compress=False, checksum=None, attributes=None,
+                    type=None):
         """Write a dense object.
 
         Parameters
@@ -72,6 +73,10 @@ class Writer:
             Digest of the stored bytes, recorded in the manifest.
         attributes : dict, optional
             Per-object metadata.
+        type : str, optional
+            Store float values as ``"bf16"`` or an FP8 type (``"f8_e4m3fn"``,
+            ``"f8_e5m2"``, ``"f8_e4m3fnuz"``, ``"f8_e5m2fnuz"``), encoded by the C
+            kernels with round-to-nearest-even (ml_dtypes' rules; ml_dtypes not needed).
 
         Raises
         ------
@@ -82,8 +87,8 @@ class Writer:
         WriteError
             The file could not be written; the writer is then abandoned.
         """
-        arr = np.asarray(array)
-        self._write_object(name, "dense", arr.shape, {"data": arr}, {}, attributes, compress,
+        arr, types = _encode_as(np.asarray(array), type)
+        self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
                            checksum)
 
     def write(self, name, obj, *, compress=False, checksum=None):
@@ -124,6 +129,11 @@ class Writer:
         storage, ltype = found
         if role in SPARSE_INDEX_ROLES.get(fmt, ()) and storage != "u64":
             arr, storage = self._as_u64_index(name, role, arr), "u64"
+        if explicit == "bf16":  # bf16 bit patterns (uint16 when ml_dtypes is missing)
+            if storage not in ("u16", "bf16"):
+                raise FormatError(f"bf16 components need uint16 bits or ml_dtypes bfloat16, "
+                                  f"not {arr.dtype}", path=self.path, obj=name, component=role)
+            storage, explicit = "bf16", None
         if explicit is not None:
             if ltype is not None and explicit != ltype:
                 raise FormatError(f"type {explicit!r} contradicts the array's {ltype!r}",
@@ -231,6 +241,20 @@ class Writer:
 
     def __repr__(self):
         return f"<ztensor.Writer {self.path!r} ({self._state}, {len(self._objects)} objects)>"
+
+
+def _encode_as(arr, type_name):
+    """(array to store, types) for write_numpy's ``type=``."""
+    if type_name is None:
+        return arr, {}
+    if arr.dtype.kind not in "fiu":
+        raise UnsupportedError(f"type={type_name!r} needs real numbers, not {arr.dtype}")
+    if type_name in ("bf16", "bfloat16"):
+        return convert.float32_to_bf16(arr), {"data": "bf16"}
+    if type_name in dtypes.FP8_TYPES:
+        return convert.float_to_fp8(arr, type_name), {"data": type_name}
+    raise ValueError(f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, "
+                     f"not {type_name!r}")
 
 
 def _create_temp(path):

@@ -4,9 +4,9 @@ Every format reads into a :class:`ztensor.Tensor` holding its components;
 format-specific views (scipy sparse matrices, dequantized weights) build on it.
 Formats this version does not know are returned the same way, as the spec asks.
 """
-from ztensor.formats import dense
+from ztensor.formats import dense, quantized
 
-ASSEMBLERS = {"dense": dense.assemble}
+ASSEMBLERS = {"dense": dense.assemble, "quantized_group": quantized.assemble}
 
 
 def assemble(spec, arrays):
@@ -17,6 +17,12 @@ def assemble(spec, arrays):
 def generic(spec, arrays):
     from ztensor.tensor import Tensor
 
-    types = {role: c.type for role, c in spec.components.items() if c.type}
     return Tensor(arrays, shape=spec.shape, format=spec.format,
-                  attributes=spec.attributes, types=types)
+                  attributes=spec.attributes, types=types_of(spec))
+
+
+def types_of(spec) -> dict:
+    """Role -> logical type, plus "bf16" for bf16 storage (whose bits come back as
+    uint16 without ml_dtypes): writing the Tensor back then gives the same bytes."""
+    return {role: c.type or "bf16" for role, c in spec.components.items()
+            if c.type or c.dtype == "bf16"}

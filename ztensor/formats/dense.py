@@ -4,7 +4,7 @@ from ztensor.tensor import Tensor
 
 def assemble(spec, arrays):
     data = arrays["data"].reshape(spec.shape)
-    comp = spec.components["data"]
-    types = {"data": comp.type} if comp.type else {}
+    from ztensor.formats import types_of
+
     return Tensor({**arrays, "data": data}, shape=spec.shape, format="dense",
-                  attributes=spec.attributes, types=types)
+                  attributes=spec.attributes, types=types_of(spec))

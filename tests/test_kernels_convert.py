@@ -1,0 +1,128 @@
+"""FP8 and bf16 conversions: exhaustive against ml_dtypes (the oracle), for the C
+kernels and for the numpy fallback, bit for bit (NaN patterns included)."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ztensor import _fallback, kernels
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+FP8 = {"f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
+       "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
+IMPLS = [pytest.param(_fallback, id="fallback")]
+if kernels.backend == "c":
+    from ztensor import _kernels
+    IMPLS.insert(0, pytest.param(_kernels, id="c"))
+
+
+def ml(name):
+    return getattr(ml_dtypes, FP8[name])
+
+
+def decode(impl, codes, name, out_dtype):
+    out = np.empty(codes.size, out_dtype)
+    impl.fp8_decode(codes, out.view(np.uint8), kernels.FP8_KINDS.index(name),
+                    0 if out_dtype == np.float32 else 1)
+    return out
+
+
+def encode(impl, values, name):
+    out = np.empty(values.size, np.uint8)
+    impl.fp8_encode(np.ascontiguousarray(values).view(np.uint8), out,
+                    kernels.FP8_KINDS.index(name), 0 if values.dtype == np.float32 else 1)
+    return out
+
+
+ALL_CODES = np.arange(256, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", sorted(FP8))
+@pytest.mark.parametrize("out_dtype,bits", [(np.float32, np.uint32), (np.float16, np.uint16)])
+def test_fp8_decode_all_256_codes_bit_exact(impl, name, out_dtype, bits):
+    oracle = ALL_CODES.view(ml(name)).astype(out_dtype)
+    got = decode(impl, ALL_CODES, name, out_dtype)
+    np.testing.assert_array_equal(got.view(bits), oracle.view(bits))
+
+
+def edge_floats():
+    """float32 values around every FP8 rounding boundary, max, subnormals, specials."""
+    out = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e30, 3.4e38]
+    for name in FP8:
+        values = np.unique(ALL_CODES.view(ml(name)).astype(np.float32))
+        values = values[np.isfinite(values)]
+        mids = (values[:-1].astype(np.float64) + values[1:]) / 2
+        for v in np.concatenate([values, mids.astype(np.float32)]):
+            out += [v, np.nextafter(v, np.float32(np.inf)), np.nextafter(v, np.float32(-np.inf))]
+    payload_nans = np.array([0x7FC00001, 0x7F800001, 0xFFC00000, 0xFFA00000],
+                            np.uint32).view(np.float32)
+    return np.concatenate([np.array(out, np.float32), payload_nans, -np.array(out, np.float32)])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_encode_float32_edges_bit_exact(impl, name):
+    values = edge_floats()
+    with np.errstate(invalid="ignore", over="ignore"):
+        oracle = values.astype(ml(name)).view(np.uint8)
+    np.testing.assert_array_equal(encode(impl, values, name), oracle)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", sorted(FP8))
+def test_fp8_encode_every_float16_bit_exact(impl, name):
+    values = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        oracle = values.astype(ml(name)).view(np.uint8)
+    np.testing.assert_array_equal(encode(impl, values, name), oracle)
+
+
+@given(hnp.arrays(np.uint32, st.integers(0, 300)), st.sampled_from(sorted(FP8)))
+def test_fp8_encode_random_float32_bit_exact(bits, name):
+    values = bits.view(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        oracle = values.astype(ml(name)).view(np.uint8)
+    np.testing.assert_array_equal(encode(kernels, values, name), oracle)
+    np.testing.assert_array_equal(encode(_fallback, values, name), oracle)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bf16_decode_every_pattern(impl):
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    out = np.empty(65536, np.float32)
+    impl.bf16_decode(bits.view(np.uint8), out.view(np.uint8))
+    np.testing.assert_array_equal(out.view(np.uint32),
+                                  bits.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bf16_encode_edges_and_random(impl):
+    rng = np.random.default_rng(7)
+    values = np.concatenate([edge_floats(), rng.integers(0, 2**32, 100000, dtype=np.uint64)
+                             .astype(np.uint32).view(np.float32)])
+    # every bf16 rounding boundary: halfway points and their neighbours
+    halves = (np.arange(0, 65536, 3, dtype=np.uint32) << 16) | 0x8000
+    values = np.concatenate([values, halves.view(np.float32), (halves + 1).view(np.float32),
+                             (halves - 1).view(np.float32)])
+    out = np.empty(values.size, np.uint16)
+    impl.bf16_encode(values.view(np.uint8), out.view(np.uint8))
+    with np.errstate(invalid="ignore", over="ignore"):
+        oracle = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    np.testing.assert_array_equal(out, oracle)
+
+
+def test_convert_module_round_trips_shapes():
+    from ztensor import convert
+    values = np.linspace(-500, 500, 24, dtype=np.float32).reshape(2, 3, 4)
+    codes = convert.float_to_fp8(values, "f8_e4m3fn")
+    assert codes.shape == values.shape and codes.dtype == np.uint8
+    back = convert.fp8_to_float(codes, "f8_e4m3fn")
+    np.testing.assert_array_equal(back, values.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    big_endian = values.astype(">f4")
+    np.testing.assert_array_equal(convert.float_to_fp8(big_endian, "f8_e5m2"),
+                                  values.astype(ml_dtypes.float8_e5m2).view(np.uint8))
+    with pytest.raises(ValueError, match="unknown FP8 type"):
+        convert.fp8_to_float(codes, "f8_e3m4")

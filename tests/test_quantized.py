@@ -1,0 +1,247 @@
+"""quantized_group / GPTQ: the kernels against an independent oracle (AutoGPTQ's
+dequantization formula, transcribed below in numpy), C against the fallback,
+file round trips, and lying sizes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ztensor
+from ztensor import _fallback, kernels
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+# ------------------------------------------------------------------ an independent oracle
+def autogptq_dequant(qweight, qzeros, scales, g_idx, bits, v1=True):
+    """AutoGPTQ's torch fallback (qlinear_cuda_old / dequantize), step by step:
+    shift each packed word by [0, bits, 2*bits, ...], mask, add 1 to v1 zeros then
+    mask, weight = scales[g_idx] * (weight - zeros[g_idx]), returned as [N, K]."""
+    wf = np.arange(0, 32, bits, dtype=np.int64)
+    qz = qzeros.astype(np.int64) & 0xFFFFFFFF
+    zeros = (qz[:, :, None] >> wf[None, None, :])
+    if v1:
+        zeros = zeros + 1
+    zeros = (zeros & (2 ** bits - 1)).reshape(scales.shape)
+    qw = qweight.astype(np.int64) & 0xFFFFFFFF
+    weight = (qw[:, None, :] >> wf[None, :, None]) & (2 ** bits - 1)
+    weight = weight.reshape(weight.shape[0] * weight.shape[1], weight.shape[2])
+    w = scales[g_idx].astype(np.float32) * (weight - zeros[g_idx]).astype(np.float32)
+    return w.T
+
+
+def random_gptq(rng, N, K, bits, group_size, act_order):
+    per = 32 // bits
+    G = -(-K // group_size)
+    qweight = rng.integers(0, 2**32, (K // per, N), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    qzeros = rng.integers(0, 2**32, (G, N // per), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    scales = (rng.random((G, N)) * 0.02 + 1e-3).astype(np.float16)
+    g_idx = (rng.permutation(K) // group_size).astype(np.int32) if act_order else \
+        (np.arange(K) // group_size).astype(np.int32)
+    return qweight, qzeros, scales, g_idx
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("act_order", [False, True])
+@pytest.mark.parametrize("fmt", ["gptq", "gptq_v2"])
+def test_dequantize_matches_autogptq_formula(bits, act_order, fmt):
+    rng = np.random.default_rng(bits * 10 + act_order)
+    N, K, gs = 64, 256, 64
+    qweight, qzeros, scales, g_idx = random_gptq(rng, N, K, bits, gs, act_order)
+    tensors = {"qweight": qweight, "qzeros": qzeros, "scales": scales}
+    if act_order:
+        tensors["g_idx"] = g_idx
+    oracle = autogptq_dequant(qweight, qzeros, scales, g_idx, bits, v1=fmt == "gptq")
+    got = ztensor.dequantize(tensors, bits=bits, group_size=gs, checkpoint_format=fmt,
+                             dtype=np.float32)
+    np.testing.assert_array_equal(got, oracle)
+    got16 = ztensor.dequantize(tensors, bits=bits, group_size=gs, checkpoint_format=fmt)
+    np.testing.assert_array_equal(got16, oracle.astype(np.float16))
+    gotbf = ztensor.dequantize(tensors, bits=bits, group_size=gs, checkpoint_format=fmt,
+                               dtype=ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(gotbf.view(np.uint16),
+                                  oracle.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+IMPLS = [_fallback]
+if kernels.backend == "c":
+    from ztensor import _kernels
+    IMPLS.append(_kernels)
+
+
+@settings(max_examples=60)
+@given(st.sampled_from([2, 4, 8]), st.integers(1, 9), st.integers(1, 6), st.sampled_from([1, 3, 8, 32, 128]),
+       st.sampled_from(["none", "f16", "f32", "bf16", "v1", "v2"]),
+       st.sampled_from([0, 1, 2]), st.sampled_from([0, 1, 2]), st.booleans(), st.integers(0, 2**31))
+def test_c_kernel_matches_fallback(bits, nw, nk, group_size, zero_kind, scale_type, out_type,
+                                   act_order, seed):
+    rng = np.random.default_rng(seed)
+    per = 32 // bits
+    N, K = per * nw, per * nk
+    G = -(-K // group_size)
+    qweight = rng.integers(0, 2**32, (K // per) * N, dtype=np.uint64).astype("<u4")
+    scales = {0: (rng.random(G * N) - 0.5).astype("<f4"),
+              1: (rng.random(G * N) - 0.5).astype("<f2"),
+              2: ((rng.random(G * N) - 0.5).astype(np.float32).view(np.uint32) >> 16)
+              .astype("<u2")}[scale_type]
+    zero_type, zeros = {
+        "none": (kernels.ZERO_NONE, None),
+        "f16": (kernels.F16, (rng.random(G * N) * 15).astype("<f2")),
+        "f32": (kernels.F32, (rng.random(G * N) * 15).astype("<f4")),
+        "bf16": (kernels.BF16, (rng.integers(0, 15, G * N).astype(np.float32).view(np.uint32)
+                                >> 16).astype("<u2")),
+        "v1": (kernels.ZERO_PACKED_V1, rng.integers(0, 2**32, G * N // per, dtype=np.uint64)
+               .astype("<u4")),
+        "v2": (kernels.ZERO_PACKED_V2, rng.integers(0, 2**32, G * N // per, dtype=np.uint64)
+               .astype("<u4")),
+    }[zero_kind]
+    g_idx = rng.integers(0, G, K).astype("<i4") if act_order else None
+    outs = []
+    for impl in IMPLS:
+        out = np.zeros(N * K * (4 if out_type == 0 else 2), np.uint8)
+        rows = sorted({0, N // 2, N})
+        for lo, hi in zip(rows, rows[1:]):  # split rows like the thread pool does
+            impl.dequant_rows(qweight.view(np.uint8), scales.view(np.uint8),
+                              None if zeros is None else zeros.view(np.uint8),
+                              None if g_idx is None else g_idx.view(np.uint8),
+                              K, N, G, group_size, bits, scale_type, zero_type, out_type, out,
+                              lo, hi)
+        outs.append(out)
+    if len(outs) == 2:
+        a, b = (o.view(np.float32 if out_type == 0 else np.uint16) for o in outs)
+        if out_type == 0:
+            np.testing.assert_array_equal(a, b)
+        else:  # compare as values so NaN payloads do not matter
+            assert ((a == b) | ((a & 0x7FFF) > (0x7C00 if out_type == 1 else 0x7F80))).all()
+
+
+def test_quantize_write_read_dequantize(tmp_path):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((96, 384)).astype(np.float32)
+    for sym in (False, True):
+        q = ztensor.quantize(w, bits=4, group_size=128, sym=sym)
+        assert ("zeros" in q.components) != sym
+        dense = ztensor.dequantize(q, dtype=np.float32)
+        scale = q.components["scales"].astype(np.float32).T.repeat(128, axis=1)
+        err = np.abs(dense - w)
+        # rounding costs at most half a step; clipping at a group's ends at most one
+        assert (err <= scale + 1e-6).all() and err.mean() < 0.3 * scale.mean()
+        with ztensor.Writer(tmp_path / "q.zt") as wr:
+            wr.write("layer.q", q, checksum="crc32c")
+        with ztensor.Reader(tmp_path / "q.zt", verify=True) as r:
+            obj = r.read("layer.q")
+            meta = r.metadata("layer.q")
+        assert meta.format == "quantized_group" and meta.shape == (96, 384)
+        assert obj.attributes["pack_order"] == "lsb_first" and obj.attributes["bits"] == 4
+        assert obj.components["packed_weight"].shape == (48, 96)
+        assert obj.components["scales"].shape == (3, 96)
+        np.testing.assert_array_equal(ztensor.dequantize(obj, dtype=np.float32), dense)
+
+
+def test_gptq_checkpoint_stored_without_dequantizing(tmp_path):
+    rng = np.random.default_rng(5)
+    qweight, qzeros, scales, g_idx = random_gptq(rng, 64, 256, 4, 64, act_order=True)
+    tensors = {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+    expected = ztensor.dequantize(tensors, bits=4, group_size=64, checkpoint_format="gptq")
+    obj = ztensor.from_gptq(qweight, qzeros, scales, g_idx, bits=4, group_size=64)
+    np.testing.assert_array_equal(obj.components["packed_weight"], qweight)
+    with ztensor.Writer(tmp_path / "g.zt") as wr:
+        wr.write("proj", obj)
+    with ztensor.Reader(tmp_path / "g.zt") as r:
+        back = r.read("proj")
+    np.testing.assert_array_equal(ztensor.dequantize(back), expected)
+
+
+def test_threads_give_the_same_result():
+    rng = np.random.default_rng(9)
+    q = ztensor.quantize(rng.standard_normal((257, 512)).astype(np.float32), group_size=32)
+    one = ztensor.dequantize(q, threads=1)
+    for threads in (2, 3, 16, 1000):
+        np.testing.assert_array_equal(ztensor.dequantize(q, threads=threads), one)
+
+
+def lying(q, **changes):
+    comps = dict(q.components)
+    attrs = dict(q.attributes)
+    shape = changes.pop("shape", q.shape)
+    for key, value in changes.items():
+        if key in ("bits", "group_size"):
+            attrs[key] = value
+        elif value is None:
+            comps.pop(key)
+        else:
+            comps[key] = value
+    return ztensor.Tensor(comps, shape=shape, format="quantized_group", attributes=attrs)
+
+
+@pytest.mark.parametrize("change,error,words", [
+    ({"packed_weight": np.zeros(5, np.int32)}, ztensor.FormatError, "packed_weight holds 5"),
+    ({"scales": np.zeros(7, np.float16)}, ztensor.FormatError, "scales holds 7"),
+    ({"zeros": np.zeros((9, 9), np.float16)}, ztensor.FormatError, "zeros holds 81"),
+    ({"g_idx": np.full(256, 9, np.int32)}, ztensor.FormatError, "g_idx values"),
+    ({"g_idx": np.zeros(3, np.int32)}, ztensor.FormatError, "g_idx holds 3"),
+    ({"bits": 3}, ztensor.UnsupportedError, "bits=3"),
+    ({"group_size": 0}, ztensor.FormatError, "group_size"),
+    ({"group_size": True}, ztensor.FormatError, "group_size"),
+    ({"shape": (32, 250)}, ztensor.FormatError, "multiple of 8"),
+    ({"shape": (32,)}, ztensor.FormatError, "2-D"),
+    ({"packed_weight": np.zeros((32, 32), np.float32)}, ztensor.FormatError, "int32 words"),
+    ({"scales": np.zeros((2, 32), np.int8)}, ztensor.UnsupportedError, "scales must be"),
+    ({"scales": None}, ztensor.FormatError, "no 'scales'"),
+])
+def test_lying_sizes_are_refused_before_any_kernel(change, error, words):
+    q = ztensor.quantize(np.ones((32, 256), np.float32), group_size=128)
+    with pytest.raises(error, match=words):
+        ztensor.dequantize(lying(q, **change))
+
+
+def test_gptq_mapping_checks():
+    rng = np.random.default_rng(1)
+    qweight, qzeros, scales, _ = random_gptq(rng, 64, 256, 4, 64, False)
+    base = {"qweight": qweight, "qzeros": qzeros, "scales": scales}
+    with pytest.raises(ValueError, match="checkpoint_format"):
+        ztensor.dequantize(base, bits=4, group_size=64)
+    with pytest.raises(ztensor.FormatError, match="qzeros holds"):
+        ztensor.dequantize({**base, "qzeros": qzeros[:1]}, bits=4, group_size=64,
+                           checkpoint_format="gptq")
+    with pytest.raises(ztensor.FormatError, match="need 'qzeros'"):
+        ztensor.dequantize({"qweight": qweight, "scales": scales}, bits=4, group_size=64,
+                           checkpoint_format="gptq")
+
+
+def test_fp8_and_bf16_via_type_and_dtype(tmp_path, monkeypatch):
+    values = np.linspace(-300, 300, 50, dtype=np.float32).reshape(5, 10)
+    with ztensor.Writer(tmp_path / "t.zt") as w:
+        for t in ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz", "bf16"):
+            w.write_numpy(t, values, type=t, compress=t.endswith("uz"))
+        with pytest.raises(ValueError, match="type must be"):
+            w.write_numpy("bad", values, type="f4_e2m1")
+    ml = {"f8_e4m3fn": ml_dtypes.float8_e4m3fn, "f8_e5m2": ml_dtypes.float8_e5m2,
+          "f8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "f8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+          "bf16": ml_dtypes.bfloat16}
+    with ztensor.Reader(tmp_path / "t.zt") as r:
+        for t, ml_type in ml.items():
+            expect = values.astype(ml_type).astype(np.float32)
+            np.testing.assert_array_equal(r.read_numpy(t, dtype=np.float32), expect)
+            np.testing.assert_array_equal(r.read_numpy(t, dtype=np.float16),
+                                          expect.astype(np.float16))
+            assert r[t].dtype == np.dtype(ml_type)
+        assert r.metadata("bf16").dtype == "bf16" and r.metadata("f8_e5m2").type == "f8_e5m2"
+    monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
+    from ztensor import dtypes
+    dtypes.ml_dtypes_module.cache_clear()
+    try:
+        with ztensor.Writer(tmp_path / "u.zt") as w:
+            w.write_numpy("bf", values, type="bf16")
+        with ztensor.Reader(tmp_path / "u.zt") as r:
+            np.testing.assert_array_equal(r["bf"], values.astype(ml_dtypes.bfloat16)
+                                          .astype(np.float32))
+            t = r.read("bf")
+            assert t.components["data"].dtype == np.uint16 and t.types == {"data": "bf16"}
+            with ztensor.Writer(tmp_path / "v.zt") as w:
+                w.write("bf", t)
+        a, b = (tmp_path / "u.zt").read_bytes(), (tmp_path / "v.zt").read_bytes()
+        assert a == b
+    finally:
+        monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
+        dtypes.ml_dtypes_module.cache_clear()

@@ -1,0 +1,318 @@
+"""``quantized_group``: GPTQ-style group quantization (docs/quantized_group.md).
+
+Our convention, which is the layout AutoGPTQ / GPTQModel checkpoints use, so their
+tensors drop in unchanged:
+
+* object ``shape`` = ``[N_out, K_in]`` (``nn.Linear.weight``)
+* ``packed_weight``: int32 ``[K * bits / 32, N]``, codes packed along K, LSB first
+* ``scales``: f16/bf16/f32 ``[G, N]``, ``G = ceil(K / group_size)``
+* ``zeros``: f16/bf16/f32 ``[G, N]``, the true zero point; absent when symmetric
+  (zero point ``2**(bits-1)``)
+* ``g_idx``: optional int32 ``[K]``, the group of each input column (act-order)
+* attributes ``bits``, ``group_size``, ``packing: "{32/bits}_per_i32"``,
+  ``pack_axis: 0``, ``pack_order: "lsb_first"``
+
+``W[n, k] = scales[g, n] * (code(k, n) - zeros[g, n])`` with ``g = g_idx[k]``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ztensor import kernels
+from ztensor.errors import FormatError, UnsupportedError
+from ztensor.tensor import Tensor
+
+BITS = (2, 4, 8)
+_OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
+
+
+def assemble(spec, arrays):
+    """Read side: components in their 2-D layout when the sizes fit the convention,
+    else left 1-D (a file from another convention still reads)."""
+    from ztensor.formats import types_of
+
+    tensor = Tensor(arrays, shape=spec.shape, format="quantized_group",
+                    attributes=spec.attributes, types=types_of(spec))
+    try:
+        layout = _Layout.from_tensor(tensor)
+    except (FormatError, UnsupportedError):
+        return tensor
+    tensor.components = {role: layout.shaped(role, arr) for role, arr in arrays.items()}
+    return tensor
+
+
+class _Layout:
+    """Sizes of one quantized weight, checked against each other before any kernel runs."""
+
+    def __init__(self, N, K, bits, group_size, where):
+        if bits not in BITS:
+            raise UnsupportedError(f"bits={bits!r}: only 2, 4 and 8-bit codes are supported",
+                                   **where)
+        if type(group_size) is not int or group_size <= 0:
+            raise FormatError(f"group_size must be a positive integer, got {group_size!r}",
+                              **where)
+        self.N, self.K, self.bits, self.group_size = N, K, bits, group_size
+        self.per = 32 // bits
+        if K % self.per:
+            raise FormatError(f"K={K} is not a multiple of {self.per} ({bits}-bit codes per "
+                              "int32)", **where)
+        self.G = math.ceil(K / group_size) if K else 0
+        self.where = where
+
+    @classmethod
+    def from_tensor(cls, t, where=None):
+        where = where or {}
+        if len(t.shape) != 2:
+            raise FormatError(f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}",
+                              **where)
+        attrs = t.attributes
+        return cls(t.shape[0], t.shape[1], attrs.get("bits"), attrs.get("group_size"), where)
+
+    def shaped(self, role, arr):
+        shapes = {"packed_weight": (self.K // self.per, self.N), "scales": (self.G, self.N),
+                  "zeros": (self.G, self.N), "g_idx": (self.K,)}
+        want = shapes.get(role)
+        if want is None:
+            return arr
+        if arr.size != math.prod(want):
+            raise FormatError(f"{role} holds {arr.size} values, [N={self.N}, K={self.K}] with "
+                              f"bits={self.bits}, group_size={self.group_size} needs "
+                              f"{math.prod(want)}", component=role, **self.where)
+        return arr.reshape(want)
+
+    def check_g_idx(self, g_idx):
+        g = np.asarray(g_idx)
+        if g.dtype.kind not in "iu":
+            raise FormatError("g_idx must hold integers", component="g_idx", **self.where)
+        g = self.shaped("g_idx", g)
+        if g.size and (g.min() < 0 or g.max() >= self.G):
+            raise FormatError(f"g_idx values must lie in [0, {self.G})", component="g_idx",
+                              **self.where)
+        return np.ascontiguousarray(g, "<i4")
+
+
+def _float_bytes(arr, role, where):
+    """(little-endian array, kernel type code) of a scale or zero array.  uint16
+    arrays are bf16 bit patterns: that is how bf16 reads without ml_dtypes."""
+    arr = np.asarray(arr)
+    if arr.dtype.name == "bfloat16":
+        arr = np.ascontiguousarray(arr).view(np.uint16)  # ml_dtypes: native order
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
+        return np.ascontiguousarray(arr, "<u2"), kernels.BF16
+    if arr.dtype.kind == "f" and arr.dtype.itemsize in (2, 4):
+        le = np.ascontiguousarray(arr, arr.dtype.newbyteorder("<"))
+        return le, kernels.F16 if arr.dtype.itemsize == 2 else kernels.F32
+    raise UnsupportedError(f"{role} must be float16, bfloat16 or float32, not {arr.dtype}",
+                           component=role, **where)
+
+
+def _int32_words(arr, role, where):
+    """Little-endian 32-bit words of an int32/uint32 array (any byte order)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 4:
+        raise FormatError(f"{role} must be int32 words, got {arr.dtype}", component=role,
+                          **where)
+    unsigned = arr.view(arr.dtype.newbyteorder("=").str.replace("i", "u"))
+    return np.ascontiguousarray(unsigned, "<u4")
+
+
+class _Inputs:
+    """Everything the kernel reads, as little-endian arrays, sizes checked."""
+
+    def __init__(self, layout, qweight, scales, scale_type, zeros, zero_type, g_idx):
+        self.layout, self.qweight, self.g_idx = layout, qweight, g_idx
+        self.scales, self.scale_type = scales, scale_type
+        self.zeros, self.zero_type = zeros, zero_type
+
+
+def dequantize(obj, *, dtype=np.float16, threads=None, bits=None, group_size=None,
+               checkpoint_format=None, out=None):
+    """Dense weight ``[N_out, K_in]`` of a group-quantized (GPTQ) weight.
+
+    Parameters
+    ----------
+    obj : ztensor.Tensor or mapping
+        A ``quantized_group`` object (``reader.read(name)``), or a GPTQ checkpoint's
+        tensors: ``qweight`` int32 ``[K*bits/32, N]``, ``qzeros`` int32
+        ``[G, N*bits/32]``, ``scales`` ``[G, N]``, optional ``g_idx`` ``[K]``.
+    dtype : numpy dtype or "bfloat16"
+        float32, float16 or bfloat16 (ml_dtypes' type; without ml_dtypes, bfloat16
+        output comes back as uint16 bit patterns).
+    threads : int, optional
+        Rows are split across this many threads (default: all cores); the GIL is
+        released while the kernel runs.
+    bits, group_size, checkpoint_format : for a GPTQ mapping
+        ``checkpoint_format`` is ``"gptq"`` (qzeros hold ``zero - 1``, AutoGPTQ's
+        default) or ``"gptq_v2"`` (they hold the zero itself).
+    out : numpy.ndarray, optional
+        A C-contiguous ``[N, K]`` array of the output dtype to write into (reusing a
+        buffer saves the page faults of a fresh one).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``W[n, k] = scales[g, n] * (code(k, n) - zeros[g, n])``, ``g = g_idx[k]``.
+
+    Raises
+    ------
+    FormatError
+        Sizes that do not fit each other (checked before any kernel runs).
+    UnsupportedError
+        An unsupported bit width or dtype.
+    """
+    out_type, out_dtype = _output_type(dtype)
+    if isinstance(obj, Tensor):
+        inputs = _from_tensor(obj)
+    else:
+        inputs = _from_gptq(obj, bits, group_size, checkpoint_format)
+    layout = inputs.layout
+    if out is None:
+        out = np.empty((layout.N, layout.K), out_dtype)
+    elif (not isinstance(out, np.ndarray) or out.shape != (layout.N, layout.K)
+          or out.dtype != out_dtype or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out must be a writable C-contiguous {out_dtype} array of shape "
+                         f"{(layout.N, layout.K)}")
+    flat = out.view(np.uint8).reshape(-1)
+    zeros = None if inputs.zeros is None else inputs.zeros.view(np.uint8).reshape(-1)
+    g_idx = None if inputs.g_idx is None else inputs.g_idx.view(np.uint8).reshape(-1)
+    args = (inputs.qweight.view(np.uint8).reshape(-1), inputs.scales.view(np.uint8).reshape(-1),
+            zeros, g_idx, layout.K, layout.N, layout.G, layout.group_size, layout.bits,
+            inputs.scale_type, inputs.zero_type, out_type, flat)
+    threads = max(1, min(threads or os.cpu_count() or 1, layout.N or 1))
+    bounds = [layout.N * i // threads for i in range(threads + 1)]
+    if threads == 1:
+        kernels.dequant_rows(*args, 0, layout.N)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda i: kernels.dequant_rows(*args, bounds[i], bounds[i + 1]),
+                          range(threads)))
+    return out
+
+
+def _output_type(dtype):
+    from ztensor import dtypes
+
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
+        return kernels.BF16, dtypes.ml_dtype("bfloat16") or np.dtype(np.uint16)
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16":
+        return kernels.BF16, dt
+    if dt not in _OUT:
+        raise UnsupportedError(f"dequantize outputs float32, float16 or bfloat16, not {dt}")
+    return _OUT[dt], dt
+
+
+def _from_tensor(t) -> _Inputs:
+    if t.format != "quantized_group":
+        raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}")
+    for role in ("packed_weight", "scales"):
+        if role not in t.components:
+            raise FormatError(f"quantized_group object has no {role!r} component")
+    layout = _Layout.from_tensor(t)
+    comps = t.components
+    qweight = _int32_words(layout.shaped("packed_weight", np.asarray(comps["packed_weight"])),
+                           "packed_weight", {})
+    scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(comps["scales"])),
+                                      "scales", {})
+    zeros, zero_type = None, kernels.ZERO_NONE
+    if "zeros" in comps:
+        zeros, zero_type = _float_bytes(layout.shaped("zeros", np.asarray(comps["zeros"])),
+                                        "zeros", {})
+    g_idx = layout.check_g_idx(comps["g_idx"]) if "g_idx" in comps else None
+    return _Inputs(layout, qweight, scales, scale_type, zeros, zero_type, g_idx)
+
+
+def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
+    if checkpoint_format not in ("gptq", "gptq_v2"):
+        raise ValueError("checkpoint_format must be 'gptq' or 'gptq_v2' for a GPTQ mapping")
+    for role in ("qweight", "qzeros", "scales"):
+        if role not in tensors:
+            raise FormatError(f"GPTQ tensors need {role!r}")
+    qweight = np.asarray(tensors["qweight"])
+    if qweight.ndim != 2:
+        raise FormatError(f"qweight must be 2-D [K*bits/32, N], got shape {qweight.shape}")
+    if bits not in BITS:
+        raise UnsupportedError(f"bits={bits!r}: only 2, 4 and 8-bit codes are supported")
+    layout = _Layout(qweight.shape[1], qweight.shape[0] * (32 // bits), bits, group_size, {})
+    scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(tensors["scales"])),
+                                      "scales", {})
+    qzeros = _int32_words(tensors["qzeros"], "qzeros", {})
+    if layout.N % layout.per or qzeros.size != layout.G * (layout.N // layout.per):
+        raise FormatError(f"qzeros holds {qzeros.size} words, [N={layout.N}, K={layout.K}] "
+                          f"needs {layout.G} x {layout.N // layout.per}", component="qzeros")
+    g_idx = tensors.get("g_idx")
+    g_idx = None if g_idx is None else layout.check_g_idx(g_idx)
+    zero_type = kernels.ZERO_PACKED_V1 if checkpoint_format == "gptq" else kernels.ZERO_PACKED_V2
+    return _Inputs(layout, _int32_words(qweight, "qweight", {}), scales, scale_type,
+                   qzeros.reshape(-1), zero_type, g_idx)
+
+
+# ------------------------------------------------------------------ writing side
+def from_gptq(qweight, qzeros, scales, g_idx=None, *, bits, group_size,
+              checkpoint_format="gptq", attributes=None) -> Tensor:
+    """A GPTQ checkpoint's tensors as a quantized_group object in our convention,
+    without dequantizing: qweight and scales are kept as they are; packed qzeros
+    become the true zero points (f16, or the scales' float type)."""
+    inputs = _from_gptq({"qweight": qweight, "qzeros": qzeros, "scales": scales,
+                         **({"g_idx": g_idx} if g_idx is not None else {})},
+                        bits, group_size, checkpoint_format)
+    layout = inputs.layout
+    codes = np.empty(layout.G * layout.N, np.uint8)
+    kernels.unpack_codes(inputs.zeros.view(np.uint8), codes.size, bits, codes)
+    zero = codes.reshape(layout.G, layout.N)
+    if inputs.zero_type == kernels.ZERO_PACKED_V1:  # as AutoGPTQ: (stored + 1) & mask
+        zero = (zero + 1) & ((1 << bits) - 1)
+    scales = np.asarray(scales)
+    zeros = zero.astype(scales.dtype if scales.dtype.kind == "f" else np.float16)  # exact
+    comps = {"packed_weight": np.asarray(qweight).view(np.int32), "scales": scales,
+             "zeros": zeros}
+    if inputs.g_idx is not None:
+        comps["g_idx"] = inputs.g_idx
+    return Tensor(comps, shape=(layout.N, layout.K), format="quantized_group",
+                  attributes={**_attributes(bits, group_size), **(attributes or {})})
+
+
+def _attributes(bits, group_size):
+    return {"bits": bits, "group_size": group_size, "packing": f"{32 // bits}_per_i32",
+            "pack_axis": 0, "pack_order": "lsb_first"}
+
+
+def quantize(weight, *, bits=4, group_size=128, sym=False) -> Tensor:
+    """Round-to-nearest group quantization of a ``[N_out, K_in]`` weight, as a
+    quantized_group object (for users without a GPTQ toolchain, and for tests).
+
+    Asymmetric: per (group, output row) ``scale = (max - min) / (2**bits - 1)`` and
+    ``zero = round(-min / scale)``; symmetric: zero ``2**(bits-1)`` and ``scale =
+    2 * max|w| / (2**bits - 1)`` (GPTQ's choice).  Scales and zeros are float16."""
+    w = np.asarray(weight, np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"quantize needs a 2-D [N_out, K_in] weight, got shape {w.shape}")
+    layout = _Layout(w.shape[0], w.shape[1], bits, group_size, {})
+    N, K, G, qmax = layout.N, layout.K, layout.G, (1 << bits) - 1
+    pad = G * group_size - K
+    wg = np.pad(w, ((0, 0), (0, pad)), constant_values=np.nan).reshape(N, G, group_size)
+    if sym:
+        amax = np.nanmax(np.abs(wg), axis=2)
+        scale = np.where(amax > 0, 2 * amax / qmax, 1.0)
+        zero = np.full_like(scale, 1 << (bits - 1))
+    else:
+        lo, hi = np.minimum(np.nanmin(wg, axis=2), 0), np.maximum(np.nanmax(wg, axis=2), 0)
+        scale = np.where(hi > lo, (hi - lo) / qmax, 1.0)
+        zero = np.clip(np.round(-lo / scale), 0, qmax)
+    scale16 = scale.astype(np.float16)
+    scale16[scale16 == 0] = np.float16(1)
+    s = scale16.astype(np.float32)
+    codes = np.clip(np.round(wg / s[:, :, None] + zero[:, :, None]), 0, qmax)
+    codes = np.nan_to_num(codes).reshape(N, G * group_size)[:, :K].astype(np.uint32)
+    per = layout.per
+    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :, None]
+    packed = np.bitwise_or.reduce(codes.T.reshape(K // per, per, N) << shifts, axis=1)
+    comps = {"packed_weight": packed.astype(np.uint32).view(np.int32), "scales": scale16.T.copy()}
+    if not sym:
+        comps["zeros"] = zero.T.astype(np.float16)
+    return Tensor(comps, shape=(N, K), format="quantized_group",
+                  attributes=_attributes(bits, group_size))
