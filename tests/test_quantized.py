@@ -245,3 +245,15 @@ def test_fp8_and_bf16_via_type_and_dtype(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
         dtypes.ml_dtypes_module.cache_clear()
+
+
+def test_worked_example_in_docs():
+    """docs/quantized_group.md, computed by hand there."""
+    t = ztensor.Tensor(
+        {"packed_weight": np.array([[0x87654321, 0x0F0F0F0F]], np.uint32).view(np.int32),
+         "scales": np.array([[0.5, 2.0]], np.float16),
+         "zeros": np.array([[8, 7.5]], np.float16)},
+        shape=(2, 8), format="quantized_group",
+        attributes={"bits": 4, "group_size": 8, "packing": "8_per_i32"})
+    np.testing.assert_array_equal(ztensor.dequantize(t, dtype=np.float32), [
+        [-3.5, -3, -2.5, -2, -1.5, -1, -0.5, 0], [15, -15, 15, -15, 15, -15, 15, -15]])
