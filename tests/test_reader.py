@@ -158,3 +158,19 @@ def test_empty_file_has_no_objects(tmp_path):
     assert (tmp_path / "e.zt").stat().st_size == 48   # as the reference writes it
     with ztensor.Reader(tmp_path / "e.zt") as r:
         assert len(r) == 0 and r.keys() == [] and r.verify() == 0
+
+
+def test_reference_style_calls(model, tmp_path):
+    path, arrays = model
+    with ztensor.Reader(path) as r:
+        many = r.read_numpy(["a.weight", "b.bias"], copy=True)
+        assert set(many) == {"a.weight", "b.bias"}
+        np.testing.assert_array_equal(many["b.bias"], arrays["b.bias"])
+        assert set(r.read(["c.scalar"])) == {"c.scalar"}
+    t = ztensor.Tensor({"data": np.array([0x38, 0x40], np.uint8)}, type="f8_e4m3fn")
+    assert t.types == {"data": "f8_e4m3fn"}
+    w = ztensor.Writer(tmp_path / "f.zt")
+    w.write("f8", t)
+    w.finish()
+    with ztensor.Reader(tmp_path / "f.zt") as r:
+        assert r.read_numpy("f8", dtype=np.float32).tolist() == [1.0, 2.0]

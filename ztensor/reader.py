@@ -116,7 +116,8 @@ class Reader:
 
         Parameters
         ----------
-        name : str
+        name : str or list of str
+            One object, or several (a dict name -> array comes back).
         copy : bool
             False: raw components are a zero-copy, read-only view of the file
             (little-endian dtype; see docs/byte-order.md).  True: an owned, writable
@@ -134,6 +135,8 @@ class Reader:
             bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
             when ml_dtypes is not installed; complex types as numpy complex.
         """
+        if isinstance(name, list):  # as the reference: several names -> dict
+            return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
             return self._read_converted(name, np.dtype(dtype))
         obj = self.metadata(name)
@@ -168,8 +171,11 @@ class Reader:
     def read(self, name, *, copy=False):
         """Any object as a :class:`ztensor.Tensor` with every component as an array.
 
-        Dense ``data`` has the object's shape; other components are 1-D, holding the
-        stored elements exactly (see :class:`ztensor.Tensor`)."""
+        Dense ``data`` has the object's shape; quantized_group components have their
+        convention's shapes; other components are 1-D, holding the stored elements
+        exactly (see :class:`ztensor.Tensor`).  A list of names gives a dict."""
+        if isinstance(name, list):
+            return {n: self.read(n, copy=copy) for n in name}
         obj = self.metadata(name)
         if obj.legacy is not None:
             blob = self._component(obj, obj.components["data"], copy)

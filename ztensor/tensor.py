@@ -24,6 +24,9 @@ class Tensor:
         Logical type per component where the array's dtype does not say it
         (e.g. ``{"data": "f8_e4m3fn"}`` for uint8 codes).  ml_dtypes bf16/FP8 arrays
         and complex arrays carry their type themselves.
+    type : str, optional
+        Shorthand for the primary component's logical type (``data`` for dense,
+        ``values`` for sparse), as the reference implementation's ``Tensor`` takes it.
 
     Notes
     -----
@@ -35,8 +38,11 @@ class Tensor:
 
     __slots__ = ("components", "shape", "format", "attributes", "types")
 
+    PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
+               "quantized_group": "packed_weight"}
+
     def __init__(self, components, *, shape=None, format="dense", attributes=None,
-                 types=None):
+                 types=None, type=None):
         if not isinstance(components, dict):
             raise TypeError("components must be a dict of role name -> array")
         self.components = dict(components)
@@ -48,6 +54,8 @@ class Tensor:
         self.format = format
         self.attributes = dict(attributes) if attributes else {}
         self.types = dict(types) if types else {}
+        if type is not None:
+            self.types[self.PRIMARY.get(format, next(iter(self.components), "data"))] = type
 
     def numpy(self) -> np.ndarray:
         """The dense array (dense objects only)."""

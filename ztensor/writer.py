@@ -198,6 +198,10 @@ class Writer:
         self._blobs.close()
         self._state = "closed"
 
+    def finish(self) -> None:
+        """Same as :meth:`close` (the reference implementation's name)."""
+        self.close()
+
     def abort(self) -> None:
         """Drop everything written so far; the final name is left untouched."""
         if self._state == "closed":
