@@ -313,3 +313,22 @@ def test_v01_csr_with_lying_indptr():
              "encoding": "raw", "layout": "sparsecsr"}
     err = outcome(v01([entry], blob))
     assert isinstance(err, ztensor.FormatError) and "indptr" in str(err)
+
+
+def test_v11_sparse_zstd_without_size_is_bounded_by_the_limit():
+    """v1.1 files need no uncompressed_length; for non-dense objects the size is
+    unknown, so the stream may only grow to the per-component limit."""
+    values = np.arange(300, dtype="<f4")
+    payload = streamed(values.tobytes())
+    indices = np.arange(300, dtype="<u8").tobytes()
+    blob = payload + bytes(-len(payload) % 64)
+    m = {"version": "1.1.0", "objects": {"s": {"shape": [1, 300], "format": "sparse_csr",
+         "components": {
+             "values": {"dtype": "f32", "offset": 64, "length": len(payload), "encoding": "zstd"},
+             "indices": {"dtype": "u64", "offset": 64 + len(blob), "length": len(indices)},
+             "indptr": {"dtype": "u64", "offset": 64 + len(blob), "length": 16}}}}}
+    data = v1_file(m, bytes(56) + blob + indices)
+    with ztensor.Reader(data) as r:
+        np.testing.assert_array_equal(r.read("s").components["values"], values)
+    err = outcome(data, limits=ztensor.Limits(max_component_size=1000))
+    assert isinstance(err, ztensor.LimitError) and "per-component limit of 1000" in str(err)
