@@ -123,7 +123,6 @@ class Reader:
             (little-endian dtype; see docs/byte-order.md).  True: an owned, writable
             array in native byte order.  zstd components are always decoded into a
             new array.
-
         dtype : numpy dtype, optional
             Convert to this dtype.  bf16 and FP8 objects are decoded by the C kernels
             straight to float32 or float16 (exact; no ml_dtypes needed); other
@@ -146,8 +145,8 @@ class Reader:
         if plan and not self._verify:
             # the common case, kept short: one view at an offset checked at open
             self._require_open()
-            dtype, count, offset = plan
-            arr = np.frombuffer(self._source.buffer, dtype, count, offset)
+            storage, count, offset = plan
+            arr = np.frombuffer(self._source.buffer, storage, count, offset)
             return (components.copy_array(arr) if copy else arr).reshape(obj.shape)
         if obj.format != "dense":
             raise UnsupportedError(f"read_numpy reads dense objects; this one is "
