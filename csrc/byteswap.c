@@ -6,6 +6,15 @@
 #include "byteswap.h"
 #include "zt_simd.h"
 
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <stdlib.h>
+#define zt_bswap32_one(v) _byteswap_ulong(v)
+#define zt_bswap64_one(v) _byteswap_uint64(v)
+#else
+#define zt_bswap32_one(v) __builtin_bswap32(v)
+#define zt_bswap64_one(v) __builtin_bswap64(v)
+#endif
+
 ZT_CLONES static void swap16(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint16_t v;
@@ -19,7 +28,7 @@ ZT_CLONES static void swap32(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t v;
         memcpy(&v, s + 4 * i, 4);
-        v = __builtin_bswap32(v);
+        v = zt_bswap32_one(v);
         memcpy(d + 4 * i, &v, 4);
     }
 }
@@ -28,7 +37,7 @@ ZT_CLONES static void swap64(const uint8_t *s, uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint64_t v;
         memcpy(&v, s + 8 * i, 8);
-        v = __builtin_bswap64(v);
+        v = zt_bswap64_one(v);
         memcpy(d + 8 * i, &v, 8);
     }
 }

@@ -32,6 +32,8 @@ static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t len) {
     return zt_crc32c_update_sw(crc, p, len);
 }
 
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define ZT_HAVE_SSE42_PATH 1
 /* Raw CRC state (no inversions) advanced over n zero bytes, 8 at a time. */
 static uint32_t shift_zeros_sw(uint32_t c, size_t n) {
     for (; n >= 8; n -= 8)
@@ -62,8 +64,6 @@ static inline uint32_t shift_apply(const shift_table *st, uint32_t c) {
            st->t[3][c >> 24];
 }
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-#define ZT_HAVE_SSE42_PATH 1
 #define STRIPE 4096 /* bytes per stream and round; 3 streams hide the 3-cycle latency */
 static shift_table shift_one, shift_two; /* over STRIPE and 2 * STRIPE zero bytes */
 

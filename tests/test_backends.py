@@ -31,7 +31,10 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(mode, tmp_path, env_extra):
-    env = dict(os.environ, **env_extra)
+    # the package this process imported: installed, or built in place (s390x root)
+    package_parent = os.path.dirname(os.path.dirname(ztensor.__file__))
+    path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, **env_extra)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(tmp_path / f"{mode}.zt")],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

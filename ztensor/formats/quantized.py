@@ -116,8 +116,8 @@ def _int32_words(arr, role, where):
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 4:
         raise FormatError(f"{role} must be int32 words, got {arr.dtype}", component=role,
                           **where)
-    unsigned = arr.view(arr.dtype.newbyteorder("=").str.replace("i", "u"))
-    return np.ascontiguousarray(unsigned, "<u4")
+    unsigned = arr.view(arr.dtype.str.replace("i", "u"))  # same byte order, unsigned
+    return np.ascontiguousarray(unsigned, "<u4")          # values to little-endian words
 
 
 class _Inputs:
@@ -268,8 +268,7 @@ def from_gptq(qweight, qzeros, scales, g_idx=None, *, bits, group_size,
         zero = (zero + 1) & ((1 << bits) - 1)
     scales = np.asarray(scales)
     zeros = zero.astype(scales.dtype if scales.dtype.kind == "f" else np.float16)  # exact
-    comps = {"packed_weight": np.asarray(qweight).view(np.int32), "scales": scales,
-             "zeros": zeros}
+    comps = {"packed_weight": inputs.qweight.view("<i4"), "scales": scales, "zeros": zeros}
     if inputs.g_idx is not None:
         comps["g_idx"] = inputs.g_idx
     return Tensor(comps, shape=(layout.N, layout.K), format="quantized_group",

@@ -1,0 +1,149 @@
+/* Plain C tests of csrc/, with known answers.  Built natively and, by
+ * tools/c-kernel-tests.sh, for s390x (big-endian) and run under qemu-user: every
+ * input below is written as the little-endian BYTES a file holds, so a missing
+ * byte swap on a big-endian host shows as a wrong value.
+ * Prints "N passed, M failed" and exits non-zero on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "blobwrite.h"
+#include "byteswap.h"
+#include "crc32c.h"
+#include "floatconv.h"
+#include "footer.h"
+#include "quant.h"
+#include "zt_endian.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) { passed++; } else {                                     \
+            failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
+            printf(__VA_ARGS__); printf("\n");                             \
+        }                                                                  \
+    } while (0)
+
+static void test_endian(void) {
+    const uint8_t le[8] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+    CHECK(zt_load_le64(le) == 0x0102030405060708ull, "load_le64");
+    CHECK(zt_load_le32(le) == 0x05060708u, "load_le32");
+    uint8_t out[8];
+    zt_store_le64(out, 0x0102030405060708ull);
+    CHECK(memcmp(out, le, 8) == 0, "store_le64");
+    printf("host is %s-endian\n", zt_host_is_big_endian() ? "big" : "little");
+}
+
+static void test_footer(void) {
+    /* v1 file: magic, 24-byte manifest at 8, size 24 (LE), magic */
+    uint8_t file[48] = "ZTEN1000";
+    memset(file + 8, 0xA0, 24);
+    const uint8_t tail[16] = {24, 0, 0, 0, 0, 0, 0, 0, 'Z', 'T', 'E', 'N', '1', '0', '0', '0'};
+    memcpy(file + 32, tail, 16);
+    zt_footer f;
+    CHECK(zt_footer_parse(file, 8, file + 32, 16, 48, 1u << 30, &f) == ZT_OK, "footer ok");
+    CHECK(f.family == ZT_FAMILY_V1 && f.manifest_offset == 8 && f.manifest_size == 24,
+          "footer fields %llu %llu", (unsigned long long)f.manifest_offset,
+          (unsigned long long)f.manifest_size);
+    file[32] = 25; /* one byte too large */
+    CHECK(zt_footer_parse(file, 8, file + 32, 16, 48, 1u << 30, &f) ==
+          ZT_E_MANIFEST_OUT_OF_BOUNDS, "footer bounds");
+    file[32] = 24;
+    CHECK(zt_footer_parse(file, 8, file + 32, 16, 48, 10, &f) == ZT_E_MANIFEST_TOO_LARGE,
+          "footer limit");
+    file[47] = '1';
+    CHECK(zt_footer_parse(file, 8, file + 32, 16, 48, 1u << 30, &f) == ZT_E_BAD_FOOTER_MAGIC,
+          "footer magic");
+}
+
+static void test_crc32c(void) {
+    CHECK(zt_crc32c_update(0, "123456789", 9) == 0xE3069283u, "crc check value");
+    uint8_t buf[40000];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint32_t whole = zt_crc32c_update(0, buf, sizeof buf);
+    uint32_t parts = zt_crc32c_update(zt_crc32c_update(0, buf, 1001), buf + 1001, sizeof buf - 1001);
+    CHECK(whole == parts && whole == zt_crc32c_update_sw(0, buf, sizeof buf), "crc chaining");
+}
+
+static void test_bswap(void) {
+    const uint8_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t dst[8];
+    zt_bswap(src, dst, 4, 2);
+    CHECK(memcmp(dst, (const uint8_t[]){2, 1, 4, 3, 6, 5, 8, 7}, 8) == 0, "bswap16");
+    zt_bswap(src, dst, 2, 4);
+    CHECK(memcmp(dst, (const uint8_t[]){4, 3, 2, 1, 8, 7, 6, 5}, 8) == 0, "bswap32");
+    zt_bswap(src, dst, 1, 8);
+    CHECK(memcmp(dst, (const uint8_t[]){8, 7, 6, 5, 4, 3, 2, 1}, 8) == 0, "bswap64");
+}
+
+static void test_floatconv(void) {
+    const uint8_t codes[6] = {0x00, 0x01, 0x38, 0x7E, 0x7F, 0xB8};
+    float f[6];
+    zt_fp8_decode(codes, f, 6, ZT_FP8_E4M3FN, ZT_F32);
+    CHECK(f[0] == 0.0f && f[1] == ldexpf(1, -9) && f[2] == 1.0f && f[3] == 448.0f &&
+          isnan(f[4]) && f[5] == -1.0f, "fp8 decode %g %g %g %g %g", f[0], f[1], f[2], f[3], f[5]);
+    const float in[5] = {1.0f, 464.0f, 465.0f, -0.0f, 1e-3f};
+    uint8_t enc[5];
+    zt_fp8_encode(in, enc, 5, ZT_FP8_E4M3FN, ZT_F32);
+    CHECK(enc[0] == 0x38 && enc[1] == 0x7E && enc[2] == 0x7F && enc[3] == 0x80 && enc[4] == 0x01,
+          "fp8 encode %x %x %x %x %x", enc[0], enc[1], enc[2], enc[3], enc[4]);
+    CHECK(zt_f32_to_f16(1.0f) == 0x3C00 && zt_f32_to_f16(65520.0f) == 0x7C00 &&
+          zt_f32_to_f16(ldexpf(1, -24)) == 0x0001, "f32 -> f16");
+    CHECK(zt_f16_to_f32(0xC000) == -2.0f && zt_f16_to_f32(0x0001) == ldexpf(1, -24), "f16 -> f32");
+    CHECK(zt_f32_to_bf16(1.01171875f) == 0x3F82 && zt_f32_to_bf16(3.4028235e38f) == 0x7F80,
+          "f32 -> bf16");
+}
+
+static void test_dequant(void) {
+    /* docs/quantized_group.md's worked example, as the bytes a file holds */
+    const uint8_t qweight[8] = {0x21, 0x43, 0x65, 0x87, 0x0F, 0x0F, 0x0F, 0x0F};
+    const uint8_t scales[4] = {0x00, 0x38, 0x00, 0x40};   /* f16 LE: 0.5, 2.0 */
+    const uint8_t zeros[4] = {0x00, 0x48, 0x80, 0x47};    /* f16 LE: 8.0, 7.5 */
+    float out[16];
+    zt_dequant_args a = {qweight, scales, zeros, NULL, 8, 2, 1, 8, 4, ZT_F16, ZT_F16, ZT_F32, out};
+    CHECK(zt_dequant_rows(&a, 0, 2) == ZT_OK, "dequant status");
+    const float want[16] = {-3.5f, -3, -2.5f, -2, -1.5f, -1, -0.5f, 0,
+                            15, -15, 15, -15, 15, -15, 15, -15};
+    CHECK(memcmp(out, want, sizeof want) == 0, "dequant values %g %g %g %g", out[0], out[7],
+          out[8], out[9]);
+    /* GPTQ v1 packed zeros: stored zero-1, LE word; row 0 zero 8 (stored 7), row 1 zero 0
+     * (stored 0xF after the wrap); 8 codes per word along N, so pad N to 8 columns */
+    uint8_t q8[32], s8[16], z8[4] = {0xF7, 0, 0, 0};
+    for (int n = 0; n < 8; n++) {
+        memcpy(q8 + 4 * n, n == 1 ? qweight + 4 : qweight, 4);
+        s8[2 * n] = 0x00;
+        s8[2 * n + 1] = 0x3C;   /* scale 1.0 */
+    }
+    float o8[64];
+    zt_dequant_args b = {q8, s8, z8, NULL, 8, 8, 1, 8, 4, ZT_F16, ZT_ZERO_PACKED_V1, ZT_F32, o8};
+    CHECK(zt_dequant_rows(&b, 0, 8) == ZT_OK, "dequant v1 status");
+    CHECK(o8[0] == 1 - 8 && o8[7] == 0 && o8[8] == 15 && o8[9] == 0,
+          "dequant v1 zeros %g %g %g %g", o8[0], o8[7], o8[8], o8[9]);
+}
+
+static void test_blobwriter(void) {
+    FILE *tmp = tmpfile();
+    if (tmp == NULL) { CHECK(0, "tmpfile"); return; }
+    zt_blobwriter bw;
+    CHECK(zt_bw_init(&bw, fileno(tmp), 0, 64) == ZT_OK, "bw init");
+    zt_bw_write(&bw, "ZTEN1000", 8);
+    zt_bw_pad(&bw, 64);
+    zt_bw_write(&bw, "\x01\x02", 2);
+    zt_bw_pad(&bw, 64);
+    CHECK(bw.pos == 128 && zt_bw_flush(&bw) == ZT_OK, "bw pos %llu", (unsigned long long)bw.pos);
+    zt_bw_free(&bw);
+    fclose(tmp);
+}
+
+int main(void) {
+    zt_crc32c_init();
+    zt_floatconv_init();
+    test_endian();
+    test_footer();
+    test_crc32c();
+    test_bswap();
+    test_floatconv();
+    test_dequant();
+    test_blobwriter();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,108 @@
+#!/bin/bash
+# Build ztensor and run its test suite on an emulated big-endian host (IBM s390x).
+#
+#   tools/s390x-test.sh                 # build + full suite, compiled and fallback
+#   tools/s390x-test.sh -- CMD...       # run CMD in the project copy inside the root
+#
+# Works on a Debian x86-64 machine with root and no Docker: debootstrap builds a
+# Debian s390x root filesystem once (qemu-user-static runs it, through binfmt_misc
+# when that can be registered, else through proot), cached OUTSIDE the checkout in
+# $ZTENSOR_S390X_CACHE (default /var/tmp/ztensor-s390x), so later runs reuse it.
+# The project is copied in, the extension is built there at -O1 (emulated compiles
+# are slow), and pytest runs twice: on the C kernels and with ZTENSOR_PUREPYTHON=1.
+# Tests driving the x86-only reference implementation are deselected.
+#
+# Adapted from shared/recipes/s390x-chroot.sh, which documents the pitfalls solved
+# here: the cffi backend package, debootstrap's /proc symlink under Docker-like
+# hosts, proot's syscall gaps, and the mirror read from this machine's apt config.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${ZTENSOR_S390X_CACHE:-/var/tmp/ztensor-s390x}
+SUITE=${SUITE:-trixie}                 # trixie: numpy 2.2, Cython 3.0
+ROOT=$CACHE/root-$SUITE
+MODE=${MODE:-auto}
+PKGS=python3,python3-dev,python3-numpy,python3-setuptools,cython3,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-hypothesis,gcc,libc6-dev
+
+if [ "${1:-}" = "--" ]; then shift; INNER="$*"; else
+  INNER='ZTENSOR_OPT=-O1 python3 setup.py -q build_ext --inplace 2>&1 | grep -v "^warning\|Warning" || true
+         export HYPOTHESIS_PROFILE=qemu
+         python3 -m pytest -q -p no:cacheprovider -m "not reference" &&
+         ZTENSOR_PUREPYTHON=1 python3 -m pytest -q -p no:cacheprovider -m "not reference"'
+fi
+
+log() { printf '[s390x %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+mkdir -p "$CACHE"
+exec 9>"$CACHE/lock"; flock 9                # one run at a time per cache
+
+need=()
+command -v qemu-s390x-static >/dev/null || need+=(qemu-user-static)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v proot >/dev/null || need+=(proot)
+command -v update-binfmts >/dev/null || need+=(binfmt-support)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# the Debian mirror this machine already uses (deb822 .sources files, then one-line lists)
+mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -e "$f" ] && awk '/^URIs:/ && $2 ~ /debian/ { print $2; exit }' "$f" || true
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -e "$f" ] && awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^http.*debian/) { print $i; exit } }' "$f" || true
+  done
+  return 0
+}
+MIRROR=$(mirror | head -n1) || true
+[ -n "$MIRROR" ] || { echo "no Debian mirror found in /etc/apt" >&2; exit 1; }
+
+binfmt_ok() {
+  [ -e /proc/sys/fs/binfmt_misc/register ] ||
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || return 1
+  grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-s390x 2>/dev/null ||
+    update-binfmts --enable qemu-s390x >/dev/null 2>&1 || return 1
+  grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-s390x 2>/dev/null &&
+    grep -q 'flags:.*F' /proc/sys/fs/binfmt_misc/qemu-s390x    # F: usable inside a chroot
+}
+if [ "$MODE" = auto ]; then if binfmt_ok; then MODE=chroot; else MODE=proot; fi; fi
+
+in_root() {
+  local env=(HOME=/root LANG=C.UTF-8 PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+             DEBOOTSTRAP_DIR=/debootstrap PYTHONDONTWRITEBYTECODE=1)
+  if [ "$MODE" = chroot ]; then
+    unshare --mount --propagation private -- /bin/sh -c '
+      R=$1; shift
+      mount -t proc proc "$R/proc"; mount --rbind /dev "$R/dev"; mount --rbind /sys "$R/sys"
+      exec chroot "$R" "$@"' sh "$ROOT" /usr/bin/env -i "${env[@]}" /bin/sh -c "$1"
+  else
+    proot -q qemu-s390x-static -0 -r "$ROOT" -b /proc -b /dev -b /sys -w / \
+      /usr/bin/env -i "${env[@]}" /bin/sh -c "$1"
+  fi
+}
+
+if [ ! -e "$ROOT/.complete" ]; then
+  log "building the $SUITE s390x root in $ROOT (first run only, ~5 min) from $MIRROR"
+  rm -rf "$ROOT"
+  debootstrap --foreign --arch=s390x --variant=minbase --include="$PKGS" \
+    "$SUITE" "$ROOT" "$MIRROR" >"$CACHE/stage1.log" 2>&1 || { tail -n 30 "$CACHE/stage1.log"; exit 1; }
+  if [ -L "$ROOT/proc" ]; then rm -f "$ROOT/proc"; mkdir "$ROOT/proc"; fi
+  in_root '/debootstrap/debootstrap --second-stage' >"$CACHE/stage2.log" 2>&1 ||
+    { tail -n 30 "$CACHE/stage2.log"; exit 1; }
+  rm -rf "$ROOT"/var/cache/apt/archives/*.deb
+  touch "$ROOT/.complete"
+fi
+
+log "mode=$MODE root=$ROOT"
+rm -rf "$ROOT/srv/ztensor" && mkdir -p "$ROOT/srv/ztensor"
+git -C "$HERE" ls-files -z --cached --others --exclude-standard |
+  (cd "$HERE" && tar --null -T - -cf -) | tar -C "$ROOT/srv/ztensor" -xf -
+t0=$SECONDS
+set +e
+in_root "cd /srv/ztensor && python3 -c 'import sys, platform; print(\"host:\", platform.machine(), sys.byteorder)' && $INNER"
+rc=$?
+set -e
+log "rc=$rc after $((SECONDS - t0)) s"
+exit $rc
