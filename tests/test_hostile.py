@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import ztensor
 
 DATA = Path(__file__).parent / "data"
-GOLDEN = sorted(DATA.glob("*/*.zt"))
+GOLDEN = sorted(p for p in DATA.glob("*/*.zt") if p.parent.name != "fuzz-regressions")  # valid files
 
 
 def read_everything(source, **kw):
@@ -321,13 +321,14 @@ def test_v11_sparse_zstd_without_size_is_bounded_by_the_limit():
     values = np.arange(300, dtype="<f4")
     payload = streamed(values.tobytes())
     indices = np.arange(300, dtype="<u8").tobytes()
+    indptr = np.array([0, 300], dtype="<u8").tobytes()
     blob = payload + bytes(-len(payload) % 64)
     m = {"version": "1.1.0", "objects": {"s": {"shape": [1, 300], "format": "sparse_csr",
          "components": {
              "values": {"dtype": "f32", "offset": 64, "length": len(payload), "encoding": "zstd"},
              "indices": {"dtype": "u64", "offset": 64 + len(blob), "length": len(indices)},
-             "indptr": {"dtype": "u64", "offset": 64 + len(blob), "length": 16}}}}}
-    data = v1_file(m, bytes(56) + blob + indices)
+             "indptr": {"dtype": "u64", "offset": 64 + len(blob) + 2432, "length": 16}}}}}
+    data = v1_file(m, bytes(56) + blob + indices + bytes(2432 - len(indices)) + indptr)
     with ztensor.Reader(data) as r:
         np.testing.assert_array_equal(r.read("s").components["values"], values)
     err = outcome(data, limits=ztensor.Limits(max_component_size=1000))

@@ -20,12 +20,14 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ZTENSOR_S390X_CACHE:-/var/tmp/ztensor-s390x}
 SUITE=${SUITE:-trixie}                 # trixie: numpy 2.2, Cython 3.0
-ROOT=$CACHE/root-$SUITE
 MODE=${MODE:-auto}
-PKGS=python3,python3-dev,python3-numpy,python3-setuptools,cython3,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-hypothesis,gcc,libc6-dev
+PKGS=python3,python3-dev,python3-numpy,python3-setuptools,cython3,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-hypothesis,python3-scipy,gcc,libc6-dev
+# one cached root per suite and package list: changing either builds a new one
+ROOT=$CACHE/root-$SUITE-$(printf %s "$PKGS" | md5sum | cut -c1-8)
 
 if [ "${1:-}" = "--" ]; then shift; INNER="$*"; else
-  INNER='ZTENSOR_OPT=-O1 python3 setup.py -q build_ext --inplace 2>&1 | grep -v "^warning\|Warning" || true
+  INNER='ZTENSOR_OPT=-O1 python3 setup.py -q build_ext --inplace >/tmp/build.log 2>&1 ||
+           { tail -n 60 /tmp/build.log; exit 1; }
          export HYPOTHESIS_PROFILE=qemu
          python3 -m pytest -q -p no:cacheprovider -m "not reference" &&
          ZTENSOR_PUREPYTHON=1 python3 -m pytest -q -p no:cacheprovider -m "not reference"'

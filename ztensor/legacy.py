@@ -70,5 +70,8 @@ def assemble(spec, blob: np.ndarray, **where):
         recs = blob.view(record)
         comps = {"values": np.ascontiguousarray(recs["value"]),
                  "coords": np.ascontiguousarray(recs["coords"].T).reshape(-1)}
-    return Tensor(comps, shape=spec.shape, format=LAYOUTS[layout],
-                  attributes=spec.attributes)
+    from ztensor.formats import sparse
+
+    t = Tensor(comps, shape=spec.shape, format=LAYOUTS[layout], attributes=spec.attributes)
+    sparse.validate(t, **where)
+    return t

@@ -18,7 +18,9 @@ from ztensor import components, convert, dtypes, kernels, spec
 from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
 from ztensor.footer import encode_footer
 from ztensor.manifest import gc_paused, encode_manifest
+from ztensor.formats import sparse
 from ztensor.objects import ObjectSpec
+from ztensor.tensor import Tensor
 
 SPARSE_INDEX_ROLES = {"sparse_csr": ("indices", "indptr"), "sparse_coo": ("coords",)}
 
@@ -112,6 +114,9 @@ class Writer:
                     for role, arr in arrays.items()]
         if fmt == "dense":
             self._check_dense(name, shape, prepared)
+        elif fmt in sparse.FORMATS:
+            sparse.validate(Tensor({role: arr for role, arr, _, _ in prepared}, shape=shape,
+                                   format=fmt), path=self.path, obj=name)
         comps = {}
         for role, arr, storage, ltype in prepared:
             comps[role] = self._guard(components.write_component, self._blobs, role,

@@ -4,9 +4,10 @@ Every format reads into a :class:`ztensor.Tensor` holding its components;
 format-specific views (scipy sparse matrices, dequantized weights) build on it.
 Formats this version does not know are returned the same way, as the spec asks.
 """
-from ztensor.formats import dense, quantized
+from ztensor.formats import dense, quantized, sparse
 
-ASSEMBLERS = {"dense": dense.assemble, "quantized_group": quantized.assemble}
+ASSEMBLERS = {"dense": dense.assemble, "quantized_group": quantized.assemble,
+              "sparse_csr": sparse.assemble, "sparse_coo": sparse.assemble}
 
 
 def assemble(spec, arrays):

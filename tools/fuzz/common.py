@@ -1,0 +1,30 @@
+"""Shared set-up of the fuzz targets: atheris, the instrumented package, and the one
+rule every target checks: an input gives a result or a ZTensorError, nothing else."""
+import contextlib
+import os
+import sys
+
+import atheris
+
+with atheris.instrument_imports(include=["ztensor"]):
+    import ztensor
+
+# a fuzzed file may declare large sizes legitimately; keep them small enough that the
+# run measures bugs, not RAM (allocations beyond these are bugs)
+LIMITS = ztensor.Limits(max_component_size=1 << 24, max_total_decompressed=1 << 26,
+                        max_manifest_size=1 << 22)
+
+
+@contextlib.contextmanager
+def only_ztensor_errors():
+    try:
+        yield
+    except ztensor.ZTensorError:
+        pass
+
+
+def run(test_one_input):
+    assert "build/fuzz" in ztensor.__file__ or os.environ.get("ZTENSOR_FUZZ_UNSANITIZED"), (
+        "run with PYTHONPATH=build/fuzz (tools/fuzz/build.sh) so C code is sanitized")
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()

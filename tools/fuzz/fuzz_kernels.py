@@ -1,0 +1,48 @@
+"""Fuzz target 2: dequantize and the FP8/bf16 conversions driven with arbitrary
+metadata (bits, group size, shape, component sizes and dtypes) and buffers."""
+import numpy as np
+
+from common import only_ztensor_errors, run, ztensor
+from ztensor import convert
+
+FLOATS = [np.float16, np.float32, np.uint16]          # uint16: bf16 bit patterns
+
+
+def array(fdp, dtype, max_items=512):
+    n = fdp.ConsumeIntInRange(0, max_items)
+    raw = fdp.ConsumeBytes(n * np.dtype(dtype).itemsize)
+    return np.frombuffer(raw[:len(raw) // np.dtype(dtype).itemsize * np.dtype(dtype).itemsize],
+                         dtype)
+
+
+def test_one_input(data: bytes):
+    import atheris
+    fdp = atheris.FuzzedDataProvider(data)
+    which = fdp.ConsumeIntInRange(0, 2)
+    if which == 0:
+        shape = (fdp.ConsumeIntInRange(0, 40), fdp.ConsumeIntInRange(0, 300))
+        comps = {"packed_weight": array(fdp, np.int32).reshape(-1)}
+        comps["scales"] = array(fdp, FLOATS[fdp.ConsumeIntInRange(0, 2)])
+        if fdp.ConsumeBool():
+            comps["zeros"] = array(fdp, FLOATS[fdp.ConsumeIntInRange(0, 2)])
+        if fdp.ConsumeBool():
+            comps["g_idx"] = array(fdp, np.int32)
+        attrs = {"bits": fdp.PickValueInList([1, 2, 3, 4, 8, 16, None]),
+                 "group_size": fdp.PickValueInList([0, 1, 3, 8, 32, 128, -1, None])}
+        t = ztensor.Tensor(comps, shape=shape, format="quantized_group", attributes=attrs)
+        with only_ztensor_errors():
+            out = fdp.PickValueInList([np.float32, np.float16, "bfloat16"])
+            ztensor.dequantize(t, dtype=out, threads=fdp.ConsumeIntInRange(1, 3))
+    elif which == 1:
+        kind = fdp.PickValueInList(["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"])
+        codes = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)), np.uint8)
+        convert.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
+        values = array(fdp, fdp.PickValueInList([np.float32, np.float16]), 2048)
+        convert.float_to_fp8(values, kind)
+    else:
+        convert.bf16_to_float32(array(fdp, np.uint16, 4096))
+        convert.float32_to_bf16(array(fdp, np.float32, 4096))
+
+
+if __name__ == "__main__":
+    run(test_one_input)

@@ -1,0 +1,22 @@
+"""Fuzz target 1: an arbitrary byte string opened as a .zt file (v1.2, v1.1, v0.1),
+every object read every way, every digest verified.  Seed corpus: tests/data."""
+from common import LIMITS, only_ztensor_errors, run, ztensor
+
+
+def test_one_input(data: bytes):
+    with only_ztensor_errors():
+        with ztensor.Reader(data, limits=LIMITS) as r:
+            for name in r.keys():
+                obj = r.read(name)
+                r.read(name, copy=True)
+                if r.metadata(name).format == "dense":
+                    r.read_numpy(name)
+                    r.read_numpy(name, copy=True)
+                    r.read_numpy(name, dtype="float32")
+                if obj.format == "quantized_group":
+                    ztensor.dequantize(obj, threads=1)
+            r.verify()
+
+
+if __name__ == "__main__":
+    run(test_one_input)

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Run the fuzz targets against the sanitized build for a given time each.
+#   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, all three)
+# Corpora live in build/fuzz-corpus/<target> (seeded from tests/data for the reader);
+# crashes are written to build/fuzz-crashes/; copy each into tests/data/fuzz-regressions/
+# and the test suite replays it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=${1:-300}; shift || true
+targets=${*:-reader kernels sparse}
+[ -d build/fuzz ] || bash tools/fuzz/build.sh
+asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
+mkdir -p build/fuzz-crashes
+for t in $targets; do
+  corpus=build/fuzz-corpus/$t
+  mkdir -p "$corpus"
+  [ "$t" = reader ] && cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true
+  echo "== fuzz_$t for ${secs}s"
+  PYTHONPATH=build/fuzz:tools/fuzz LD_PRELOAD="$asan" \
+    ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    python "tools/fuzz/fuzz_$t.py" "$corpus" -max_total_time="$secs" -rss_limit_mb=3072 \
+      -timeout=20 -artifact_prefix=build/fuzz-crashes/"$t"- -print_final_stats=1 2>&1 |
+    grep -E "^(#[0-9]+ +DONE|stat::|==[0-9]+==ERROR|SUMMARY|Traceback|.*Error)" | tail -n 20
+done
