@@ -293,7 +293,8 @@ V01_GOOD = {"name": "a", "offset": 64, "size": 64, "dtype": "float32", "shape": 
 @pytest.mark.parametrize("change", [
     {"dtype": "float128"}, {"size": 60}, {"data_endianness": "middle"}, {"name": ""},
     {"layout": "sparsecsr", "shape": [100, 2]}, {"layout": "sparsexyz"}, {"offset": 0},
-    {"shape": [3, -1]}, {"encoding": "gzip"},
+    {"shape": [3, -1]}, {"encoding": "gzip"}, {"layout": ["sparsecsr"]}, {"layout": 7},
+    {"encoding": ["raw"]}, {"data_endianness": ["big"]}, {"layout": "sparse", "sparse_format": [1]},
 ])
 def test_v01_lies(change):
     assert outcome(v01([V01_GOOD], BLOB)) is None

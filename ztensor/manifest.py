@@ -170,8 +170,11 @@ def _lift_v01(entries, path):
             raise FormatError(f"data_endianness must be 'little' or 'big', got {_show(order)}",
                               path=path, obj=name)
         layout = entry.get("layout", "dense")
+        if type(layout) is not str:
+            raise FormatError(f"v0.1 'layout' must be a string, got {_kind(layout)}",
+                              path=path, obj=name)
         if layout == "sparse":
-            layout = "sparse" + str(entry.get("sparse_format", ""))
+            layout = "sparse" + str(entry.get("sparse_format", ""))[:40]
         data = {"dtype": storage, "offset": entry.get("offset"), "length": entry.get("size"),
                 "encoding": entry.get("encoding", "raw"), "digest": entry.get("checksum"),
                 BYTEORDER: ">" if order == "big" else "<"}
