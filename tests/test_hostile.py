@@ -334,3 +334,12 @@ def test_v11_sparse_zstd_without_size_is_bounded_by_the_limit():
         np.testing.assert_array_equal(r.read("s").components["values"], values)
     err = outcome(data, limits=ztensor.Limits(max_component_size=1000))
     assert isinstance(err, ztensor.LimitError) and "per-component limit of 1000" in str(err)
+
+
+def test_compound_type_lengths_are_whole_elements():
+    m = good_manifest()
+    comp = m["objects"]["x"]["components"]["data"]
+    m["objects"]["x"]["format"] = "mystery"          # not dense: no shape rule applies
+    comp.update(type="complex64", length=20)          # 5 floats: 2.5 complex values
+    err = outcome(v1_file(m, bytes(56) + BLOB))
+    assert isinstance(err, ztensor.FormatError) and "complex64 elements" in str(err)

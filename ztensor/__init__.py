@@ -15,13 +15,14 @@ from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.reader import Reader
+from ztensor.safe import safe_open
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.writer import Writer
 
 __all__ = [
     "__version__", "backend", "Reader", "Writer", "Tensor", "Limits", "DEFAULT_LIMITS",
-    "dequantize", "quantize", "from_gptq",
+    "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
 ]

@@ -33,6 +33,10 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
     dtype = storage_dtype(comp)
     if comp.encoding == "zstd":
         data = zstd_decode(stored, comp.uncompressed_length, limits, **where)
+        unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
+        if len(data) % unit:  # only possible for v1.1 streams without a declared size
+            raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
+                              f"{comp.type or comp.dtype} elements", **where)
         return np.frombuffer(data, dtype)
     return np.frombuffer(stored, dtype)
 

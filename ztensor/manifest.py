@@ -251,6 +251,8 @@ class _Checker:
             itemsize = _ITEMSIZE[dtype]
         if ltype is not None:
             ltype = self.check_type(name, role, dtype, ltype)
+            # a compound type (complex: 2 floats per element) needs whole elements too
+            itemsize *= dtypes.element_ratio(dtype, ltype)
         offset, length = c.get("offset"), c.get("length")
         if type(offset) is not int or offset < 0 or offset >= _U64:
             self.fail(f"'offset' must be an unsigned 64-bit integer, got {_show(offset)}",
@@ -277,10 +279,10 @@ class _Checker:
                           name, role)
             ulen = None
             if length % itemsize:
-                self.fail(f"length {length} is not a whole number of {dtype} elements",
-                          name, role)
+                self.fail(f"length {length} is not a whole number of {ltype or dtype} "
+                          "elements", name, role)
         elif encoding == "zstd":
-            self.check_zstd_size(name, role, ulen, itemsize, dtype)
+            self.check_zstd_size(name, role, ulen, itemsize, ltype or dtype)
         else:
             self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')",
                       name, role)

@@ -41,6 +41,10 @@ class Reader:
         Check each component's digest whenever it is read.
     limits : ztensor.Limits, optional
         Safety limits; :data:`ztensor.DEFAULT_LIMITS` when omitted.
+    copy_on_write : bool
+        Map the file privately: zero-copy views become writable, and writes go to
+        private copies of the pages, never to the file (used for torch tensors,
+        which have no read-only flag).
 
     Raises
     ------
@@ -61,10 +65,10 @@ class Reader:
     threads; reads do not modify it.
     """
 
-    def __init__(self, source, *, verify=False, limits=None):
+    def __init__(self, source, *, verify=False, limits=None, copy_on_write=False):
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
-        self._source = Source(source)
+        self._source = Source(source, copy_on_write=copy_on_write)
         self.path = self._source.name
         try:
             footer = read_footer(self._source, self._limits)

@@ -19,9 +19,13 @@ class Source:
     ----------
     source : str, os.PathLike, bytes, bytearray or memoryview
         A path to memory-map, or a buffer to read from.
+    copy_on_write : bool
+        Map a file privately and writably: views can be written, the writes go to
+        private copies of the touched pages and never reach the file.
     """
 
-    def __init__(self, source):
+    def __init__(self, source, copy_on_write=False):
+        self._copy_on_write = copy_on_write
         self._fd = None
         self._map = None
         if isinstance(source, (str, os.PathLike)):
@@ -43,7 +47,8 @@ class Source:
         try:
             size = os.fstat(self._fd).st_size
             if size:
-                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+                access = mmap.ACCESS_COPY if self._copy_on_write else mmap.ACCESS_READ
+                self._map = mmap.mmap(self._fd, 0, access=access)
                 self._view = memoryview(self._map)
             else:
                 self._view = memoryview(b"")

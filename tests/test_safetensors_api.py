@@ -1,0 +1,97 @@
+"""Drop-in for safetensors users: ztensor.numpy, ztensor.torch, ztensor.safe_open."""
+import numpy as np
+import pytest
+
+import ztensor
+from conftest import asymmetric
+from ztensor import numpy as znp
+
+
+def test_numpy_save_load_file_and_metadata(tmp_path):
+    tensors = {"a": asymmetric((3, 4), "<f4"), "b": asymmetric((5,), ">i8"), "s": np.array(2.5)}
+    znp.save_file(tensors, tmp_path / "m.zt", metadata={"format": "np", "step": "7"},
+                  compression=True, checksum="crc32c")
+    back = znp.load_file(tmp_path / "m.zt")
+    assert set(back) == set(tensors)
+    for k, v in tensors.items():
+        np.testing.assert_array_equal(back[k], v)
+    with ztensor.safe_open(tmp_path / "m.zt", framework="np") as f:
+        assert f.metadata() == {"format": "np", "step": "7"}
+    with pytest.raises(ValueError, match="str to str"):
+        znp.save_file(tensors, tmp_path / "x.zt", metadata={"step": 7})
+
+
+def test_numpy_save_load_bytes():
+    data = znp.save({"x": np.arange(6, dtype=np.int16).reshape(2, 3)}, {"k": "v"})
+    assert data[:8] == b"ZTEN1000"
+    back = znp.load(data)
+    assert back["x"].tolist() == [[0, 1, 2], [3, 4, 5]] and back["x"].flags.writeable
+
+
+def test_safe_open_slices_and_dtypes(tmp_path):
+    w = asymmetric((100, 8), "<f4")
+    znp.save_file({"w": w, "h": np.ones(3, np.float16)}, tmp_path / "s.zt")
+    with ztensor.safe_open(tmp_path / "s.zt", framework="numpy") as f:
+        assert f.keys() == ["h", "w"] and f.metadata() is None
+        sl = f.get_slice("w")
+        assert sl.get_shape() == [100, 8] and sl.get_dtype() == "F32"
+        np.testing.assert_array_equal(sl[10:20], w[10:20])
+        np.testing.assert_array_equal(sl[:, 3], w[:, 3])
+        assert f.get_slice("h").get_dtype() == "F16"
+        np.testing.assert_array_equal(f.get_tensor("w"), w)
+    with pytest.raises(ValueError, match="framework"):
+        ztensor.safe_open(tmp_path / "s.zt", framework="jax")
+
+
+torch = pytest.importorskip("torch")
+from ztensor import torch as zt  # noqa: E402
+
+
+def test_torch_round_trip_every_dtype(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(4, 5, generator=g) * 3
+    tensors = {
+        "f64": base.double(), "f32": base, "f16": base.half(), "bf16": base.bfloat16(),
+        "c64": torch.complex(base, -base), "i64": (base * 100).long(), "i32": (base * 9).int(),
+        "i16": (base * 9).short(), "i8": (base * 9).char(), "u8": (base * 9).abs().byte(),
+        "bool": base > 0, "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 3),
+        "e4m3": base.to(torch.float8_e4m3fn), "e5m2": base.to(torch.float8_e5m2),
+    }
+    zt.save_file(tensors, tmp_path / "t.zt", metadata={"framework": "pt"})
+    back = zt.load_file(tmp_path / "t.zt")
+    def bits(t):  # float8 has no torch.equal; compare its bytes
+        return t.view(torch.uint8) if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else t
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape, k
+        assert torch.equal(bits(back[k]), bits(v)), k
+    with ztensor.Reader(tmp_path / "t.zt") as r:
+        assert (r.metadata("bf16").dtype, r.metadata("e4m3").type) == ("bf16", "f8_e4m3fn")
+
+
+def test_torch_zero_copy_load_is_copy_on_write(tmp_path):
+    zt.save_file({"w": torch.arange(10, dtype=torch.float32)}, tmp_path / "w.zt")
+    before = (tmp_path / "w.zt").read_bytes()
+    w = zt.load_file(tmp_path / "w.zt")["w"]
+    w += 1                                      # private pages: allowed, file untouched
+    assert w[0].item() == 1.0
+    assert (tmp_path / "w.zt").read_bytes() == before
+    assert zt.load_file(tmp_path / "w.zt")["w"][0].item() == 0.0
+
+
+def test_torch_shared_memory_is_refused_like_safetensors(tmp_path):
+    a = torch.zeros(10)
+    with pytest.raises(RuntimeError, match="share memory"):
+        zt.save_file({"a": a, "b": a[2:5]}, tmp_path / "s.zt")
+    zt.save_file({"a": a, "b": a[2:5].clone()}, tmp_path / "s.zt")   # the usual fix
+
+
+def test_torch_bytes_and_safe_open(tmp_path):
+    data = zt.save({"x": torch.arange(6).reshape(2, 3).bfloat16()})
+    back = zt.load(data)["x"]
+    assert back.dtype == torch.bfloat16 and back.tolist() == [[0, 1, 2], [3, 4, 5]]
+    (tmp_path / "b.zt").write_bytes(data)
+    with ztensor.safe_open(tmp_path / "b.zt", framework="pt") as f:
+        assert f.get_tensor("x").dtype == torch.bfloat16
+        part = f.get_slice("x")[1:]
+        assert part.dtype == torch.bfloat16 and part.tolist() == [[3, 4, 5]]
+        assert f.get_slice("x").get_dtype() == "BF16"

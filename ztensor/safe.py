@@ -1,0 +1,97 @@
+"""``safe_open``: safetensors' lazy-loading API over a zTensor file.
+
+>>> with ztensor.safe_open("model.zt", framework="np") as f:
+...     f.keys(), f.metadata()
+...     w = f.get_tensor("embed.weight")
+...     rows = f.get_slice("embed.weight")[10:20]   # reads only those rows' bytes
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ztensor.errors import UnsupportedError
+from ztensor.reader import Reader
+
+# spec dtype (and logical type) -> the names safetensors' get_dtype() returns
+_SAFETENSORS_NAMES = {
+    "f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "i64": "I64", "i32": "I32",
+    "i16": "I16", "i8": "I8", "u64": "U64", "u32": "U32", "u16": "U16", "u8": "U8",
+    "bool": "BOOL", "f8_e4m3fn": "F8_E4M3", "f8_e5m2": "F8_E5M2", "complex64": "C64",
+    "complex128": "C128", "f8_e4m3fnuz": "F8_E4M3FNUZ", "f8_e5m2fnuz": "F8_E5M2FNUZ",
+}
+FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
+
+
+class safe_open:  # noqa: N801 - the name safetensors users know
+    """Open a zTensor file lazily, with safetensors' ``safe_open`` interface.
+
+    Parameters
+    ----------
+    filename : str or os.PathLike
+    framework : "np" or "pt"
+        What ``get_tensor`` returns: numpy arrays, or torch tensors (torch needed).
+    device : str
+        torch device for ``framework="pt"``.
+    """
+
+    def __init__(self, filename, framework="np", device="cpu"):
+        if framework not in FRAMEWORKS:
+            raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
+        self._framework = FRAMEWORKS[framework]
+        self._device = device
+        self._reader = Reader(filename, copy_on_write=self._framework == "pt")
+
+    def keys(self):
+        """Object names, in file order."""
+        return self._reader.keys()
+
+    def metadata(self):
+        """The file's attributes (safetensors' ``__metadata__``), or None if empty."""
+        return dict(self._reader.attributes) or None
+
+    def get_tensor(self, name):
+        """The whole dense object ``name``."""
+        if self._framework == "pt":
+            from ztensor.torch import _reader_to_torch
+            return _reader_to_torch(self._reader, name, copy=False, device=self._device)
+        return self._reader.read_numpy(name)
+
+    def get_slice(self, name):
+        """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
+        the bytes of other rows are never touched)."""
+        return _Slice(self, name)
+
+    def close(self):
+        self._reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class _Slice:
+    def __init__(self, owner, name):
+        self._owner = owner
+        self._name = name
+        self._meta = owner._reader.metadata(name)
+        if self._meta.format != "dense":
+            raise UnsupportedError(f"get_slice reads dense objects, this one is "
+                                   f"{self._meta.format!r}", obj=name)
+
+    def get_shape(self):
+        return list(self._meta.shape)
+
+    def get_dtype(self):
+        key = self._meta.type or self._meta.dtype
+        return _SAFETENSORS_NAMES.get(key, key.upper())
+
+    def __getitem__(self, index):
+        view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
+        part = np.array(view[index])                        # touches only those pages
+        if self._owner._framework == "pt":
+            from ztensor.torch import _numpy_to_torch
+            return _numpy_to_torch(part, self._meta, self._owner._device)
+        return part
