@@ -1,5 +1,6 @@
 """The ztensor command: ls and info, text and JSON, and one-line errors."""
 import io
+from pathlib import Path
 import json
 import subprocess
 import sys
@@ -64,3 +65,128 @@ def test_console_entry_and_module(model):
     proc = subprocess.run([sys.executable, "-m", "ztensor", "ls", str(model)],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "embed" in proc.stdout
+
+
+# ------------------------------------------------------------------ verify / convert / diff
+def test_verify_ok_and_corrupt(model, tmp_path):
+    code, text = run("verify", str(model))
+    assert code == 0 and text.endswith("2 objects, 1 digests checked: OK\n")
+    with ztensor.Reader(model) as r:
+        comp = r.metadata("embed").components["data"]
+    data = bytearray(model.read_bytes())
+    data[comp.offset + 5] ^= 0xFF
+    bad = tmp_path / "bad.zt"
+    bad.write_bytes(bytes(data))
+    code, text = run("verify", "--json", str(bad))
+    result = json.loads(text)
+    assert code == 1 and not result["ok"] and "'embed'" in result["problems"][0]
+
+
+def safetensors_bytes(tensors, metadata=None):
+    """A .safetensors file built by hand from its format description."""
+    import struct
+    header, blobs, offset = {}, b"", 0
+    names = {np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("<f2"): "F16"}
+    for name, arr in tensors.items():
+        raw = arr.tobytes()
+        header[name] = {"dtype": names[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs += raw
+        offset += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + blobs
+
+
+def test_convert_safetensors_npz_npy_and_zt(tmp_path):
+    tensors = {"w": np.arange(12, dtype="<f4").reshape(3, 4), "step": np.array([7], "<i8")}
+    (tmp_path / "m.safetensors").write_bytes(safetensors_bytes(tensors, {"source": "hand"}))
+    np.savez(tmp_path / "m.npz", **tensors)
+    np.save(tmp_path / "w.npy", tensors["w"])
+    for src in ("m.safetensors", "m.npz", "w.npy"):
+        out = tmp_path / (src + ".zt")
+        code, _ = run("convert", str(tmp_path / src), str(out), "--compress", "--checksum",
+                      "sha256", "--quiet")
+        assert code == 0
+        with ztensor.Reader(out, verify=True) as r:
+            np.testing.assert_array_equal(r["w"], tensors["w"])
+            assert r.metadata("w").components["data"].encoding == "zstd"
+            if src == "m.safetensors":
+                assert r.attributes == {"source": "hand"} and r["step"].tolist() == [7]
+    # v0.1 -> v1.2
+    legacy = Path(__file__).parent / "data" / "ref-0.1.4" / "dense.zt"
+    code, _ = run("convert", str(legacy), str(tmp_path / "new.zt"), "-q")
+    with ztensor.Reader(tmp_path / "new.zt") as r, ztensor.Reader(legacy) as old:
+        assert code == 0 and r.version == "1.2.0" and r.keys() == sorted(old.keys())
+        for name in old.keys():
+            np.testing.assert_array_equal(r[name], old[name])
+
+
+def test_convert_never_overwrites_without_force(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.ones(3))
+    (tmp_path / "out.zt").write_bytes(b"keep")
+    assert main(["convert", str(tmp_path / "a.npy"), str(tmp_path / "out.zt")]) == 2
+    assert "--force" in capsys.readouterr().err and (tmp_path / "out.zt").read_bytes() == b"keep"
+    assert main(["convert", str(tmp_path / "a.npy"), str(tmp_path / "out.zt"), "--force",
+                 "-q"]) == 0
+    with ztensor.Reader(tmp_path / "out.zt") as r:
+        assert r["a"].tolist() == [1, 1, 1]
+
+
+def test_convert_refuses_pickles_and_lying_safetensors(tmp_path, capsys):
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert main(["convert", str(tmp_path / "obj.npy"), str(tmp_path / "o.zt")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    data = bytearray(safetensors_bytes({"w": np.ones(4, "<f4")}))
+    data[8:] = data[8:].replace(b"[0, 16]", b"[0, 99]")
+    (tmp_path / "lie.safetensors").write_bytes(bytes(data))
+    assert main(["convert", str(tmp_path / "lie.safetensors"), str(tmp_path / "l.zt")]) == 2
+    assert "data_offsets" in capsys.readouterr().err and not (tmp_path / "l.zt").exists()
+
+
+def test_convert_file_written_by_safetensors(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    tensors = {"a": np.arange(6, dtype=np.float16).reshape(2, 3), "b": np.ones(4, np.int32)}
+    st.save_file(tensors, str(tmp_path / "peer.safetensors"), metadata={"k": "v"})
+    assert run("convert", str(tmp_path / "peer.safetensors"), str(tmp_path / "p.zt"), "-q")[0] == 0
+    with ztensor.Reader(tmp_path / "p.zt") as r:
+        assert r.attributes == {"k": "v"}
+        for k, v in tensors.items():
+            np.testing.assert_array_equal(r[k], v)
+
+
+def test_dequantize_command(tmp_path):
+    q = ztensor.quantize(np.linspace(-1, 1, 64 * 128, dtype=np.float32).reshape(64, 128),
+                         group_size=64)
+    with ztensor.Writer(tmp_path / "q.zt") as w:
+        w.write("proj", q)
+        w.write_numpy("bias", np.ones(64, np.float32))
+    code, text = run("dequantize", str(tmp_path / "q.zt"), str(tmp_path / "d.zt"), "--dtype",
+                     "float32", "--json")
+    assert code == 0 and json.loads(text)["dequantized"] == 1
+    with ztensor.Reader(tmp_path / "d.zt") as r:
+        assert r.metadata("proj").format == "dense"
+        np.testing.assert_array_equal(r["proj"], ztensor.dequantize(q, dtype=np.float32))
+        assert r["bias"].tolist() == [1.0] * 64
+
+
+def test_diff(tmp_path):
+    with ztensor.Writer(tmp_path / "a.zt") as w:
+        w.write_numpy("same", np.arange(4))
+        w.write_numpy("gone", np.ones(2))
+        w.write_numpy("vals", np.array([1.0, 2.0, 3.0]))
+        w.write_numpy("shape", np.ones((2, 2)))
+    with ztensor.Writer(tmp_path / "b.zt") as w:
+        w.write_numpy("same", np.arange(4), compress=True)   # same values, other encoding
+        w.write_numpy("new", np.ones(2))
+        w.write_numpy("vals", np.array([1.0, 2.5, 3.0]))
+        w.write_numpy("shape", np.ones(4))
+    code, text = run("diff", str(tmp_path / "a.zt"), str(tmp_path / "b.zt"))
+    lines = text.splitlines()
+    assert code == 1 and "- gone" in lines and "+ new" in lines
+    assert any(l.startswith("~ vals") and "1 of 3 values differ, max |difference| 0.5" in l
+               for l in lines)
+    assert any(l.startswith("~ shape") and "[2, 2] -> [4]" in l for l in lines)
+    assert not any("same" in l for l in lines) and lines[-1] == "4 differences"
+    assert run("diff", str(tmp_path / "a.zt"), str(tmp_path / "a.zt"))[0] == 0

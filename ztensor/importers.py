@@ -1,0 +1,136 @@
+"""Read other tensor files one tensor at a time, for ``ztensor convert``.
+
+Each ``open_*`` returns (attributes, iterator of (name, Tensor)), so a conversion
+holds one tensor at a time (and raw inputs are memory-mapped, not read whole).
+
+* ``.safetensors``: the header is parsed here (8-byte LE size, JSON), every entry
+  checked (dtype known, offsets inside the data, size = shape x item size); no
+  safetensors dependency.
+* ``.npy`` / ``.npz``: numpy's own reader with ``allow_pickle=False``.
+* ``.zt``: any version ztensor reads (v0.1 and v1.1 come out as v1.2).
+"""
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.tensor import Tensor
+
+# safetensors dtype -> (numpy little-endian storage dtype, zTensor logical type)
+_ST_DTYPES = {
+    "F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<u2", "bf16"),
+    "I64": ("<i8", None), "I32": ("<i4", None), "I16": ("<i2", None), "I8": ("i1", None),
+    "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
+    "BOOL": ("?", None), "F8_E4M3": ("u1", "f8_e4m3fn"), "F8_E5M2": ("u1", "f8_e5m2"),
+    "C64": ("<c8", None),
+}
+MAX_SAFETENSORS_HEADER = 100 << 20
+
+
+def open_any(path):
+    """Dispatch on the file's extension."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    opener = {".safetensors": open_safetensors, ".npy": open_npy, ".npz": open_npz,
+              ".zt": open_zt}.get(ext)
+    if opener is None:
+        raise UnsupportedError(f"cannot convert {ext or 'extensionless'} files (known: "
+                               ".safetensors, .npy, .npz, .zt)", path=path)
+    return opener(path)
+
+
+def open_safetensors(path):
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise FormatError("not a safetensors file: shorter than its 8-byte header size",
+                              path=name)
+        header_len = struct.unpack("<Q", f.read(8))[0]
+        if header_len > MAX_SAFETENSORS_HEADER:
+            raise LimitError(f"safetensors header of {header_len} bytes exceeds "
+                             f"{MAX_SAFETENSORS_HEADER}", path=name)
+        if 8 + header_len > size:
+            raise FormatError("safetensors header runs past the end of the file", path=name)
+        try:
+            header = json.loads(f.read(header_len))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    if not isinstance(header, dict):
+        raise FormatError("safetensors header is not a JSON object", path=name)
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise FormatError("safetensors __metadata__ is not an object", path=name)
+    start, data_len = 8 + header_len, size - 8 - header_len
+    entries = sorted(((k, _st_entry(name, k, v, data_len)) for k, v in header.items()),
+                     key=lambda kv: kv[1][2])
+
+    def tensors():
+        for key, (dtype, shape, begin, ltype) in entries:
+            arr = np.frombuffer(data, dtype, math.prod(shape), start + begin).reshape(shape)
+            yield key, Tensor({"data": arr}, shape=shape,
+                              types={"data": ltype} if ltype else None)
+    return dict(metadata), tensors()
+
+
+def _st_entry(path, key, info, data_len):
+    if not isinstance(info, dict):
+        raise FormatError("entry is not an object", path=path, obj=key)
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if dtype not in _ST_DTYPES:
+        raise UnsupportedError(f"safetensors dtype {dtype!r} is not supported", path=path,
+                               obj=key)
+    if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
+            or not isinstance(offsets, list) or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)):
+        raise FormatError("malformed shape or data_offsets", path=path, obj=key)
+    np_dtype = np.dtype(_ST_DTYPES[dtype][0])
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len or end - begin != math.prod(shape) * np_dtype.itemsize:
+        raise FormatError(f"data_offsets {offsets} do not fit shape {shape} of {dtype} inside "
+                          f"{data_len} data bytes", path=path, obj=key)
+    return np_dtype, tuple(shape), begin, _ST_DTYPES[dtype][1]
+
+
+def open_npy(path):
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise FormatError(f"not a readable .npy file: {exc}", path=path) from None
+    stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    return {}, iter([(stem, Tensor({"data": arr}))])
+
+
+def open_npz(path):
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise FormatError(f"not a readable .npz file: {exc}", path=path) from None
+
+    def tensors():
+        with archive:
+            for key in archive.files:
+                try:
+                    arr = archive[key]
+                except ValueError as exc:
+                    raise FormatError(f"cannot read array: {exc}", path=path, obj=key) from None
+                yield key, Tensor({"data": arr})
+    return {}, tensors()
+
+
+def open_zt(path):
+    from ztensor.reader import Reader
+
+    reader = Reader(path)
+
+    def tensors():
+        with reader:
+            for key in reader.keys():
+                yield key, reader.read(key)
+    return dict(reader.attributes), tensors()
