@@ -76,3 +76,17 @@ def test_scipy_both_ways(tmp_path):
             back = sparse.to_scipy(r.read(name))
             np.testing.assert_array_equal(back.toarray(), dense)
         assert r.metadata("coo").format == "sparse_coo"
+
+
+def test_writer_takes_scipy_and_reader_gives_scipy(tmp_path):
+    sp = pytest.importorskip("scipy.sparse")
+    matrix = sp.random_array((20, 30), density=0.1, random_state=1, format="csr",
+                             dtype=np.float64)
+    with ztensor.Writer(tmp_path / "m.zt") as w:
+        w.write("m", matrix, compress=True)
+        w.write("c", matrix.tocoo())
+    with ztensor.Reader(tmp_path / "m.zt") as r:
+        back = r.read_sparse("m")
+        assert r.metadata("c").format == "sparse_coo"
+        np.testing.assert_array_equal(back.toarray(), matrix.toarray())
+        np.testing.assert_array_equal(r.read("c").to_scipy().toarray(), matrix.toarray())

@@ -188,6 +188,19 @@ class Reader:
                   for role, comp in obj.components.items()}
         return formats.assemble(obj, arrays)
 
+    def read_sparse(self, name):
+        """A sparse_csr/sparse_coo object as a scipy.sparse array when scipy is
+        installed, else as the checked :class:`ztensor.Tensor`."""
+        obj = self.read(name)
+        if obj.format not in ("sparse_csr", "sparse_coo"):
+            raise UnsupportedError(f"{obj.format!r} is not a sparse format", path=self.path,
+                                   obj=name)
+        try:
+            import scipy.sparse  # noqa: F401 - optional
+        except ImportError:
+            return obj
+        return obj.to_scipy()
+
     def verify(self) -> int:
         """Check every component's digest; return how many were checked.
 

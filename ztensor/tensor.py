@@ -63,6 +63,11 @@ class Tensor:
             raise TypeError(f"numpy() needs a dense object, this one is {self.format!r}")
         return self.components["data"]
 
+    def to_scipy(self):
+        """A checked sparse_csr/sparse_coo object as a scipy.sparse array (needs scipy)."""
+        from ztensor.formats import sparse
+        return sparse.to_scipy(self)
+
     def __repr__(self):
         parts = ", ".join(f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"
                           for k, v in self.components.items())

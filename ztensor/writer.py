@@ -94,11 +94,14 @@ class Writer:
                            checksum)
 
     def write(self, name, obj, *, compress=False, checksum=None):
-        """Write a composite object (any format) given as a :class:`ztensor.Tensor`.
+        """Write a composite object (any format) given as a :class:`ztensor.Tensor`,
+        or a scipy.sparse matrix/array (stored as sparse_coo when COO, else sparse_csr).
 
         Components are written in the order of ``obj.components``; the same
         ``compress`` and ``checksum`` apply to each.  Sparse index components are
         stored as ``u64``."""
+        if not isinstance(obj, Tensor) and hasattr(obj, "tocsr"):  # scipy.sparse
+            obj = sparse.from_scipy(obj)
         self._write_object(name, obj.format, obj.shape, obj.components, obj.types,
                            obj.attributes, compress, checksum)
 
