@@ -7,6 +7,7 @@ holds one tensor at a time (and raw inputs are memory-mapped, not read whole).
   checked (dtype known, offsets inside the data, size = shape x item size); no
   safetensors dependency.
 * ``.npy`` / ``.npz``: numpy's own reader with ``allow_pickle=False``.
+* ``.gguf``: see ztensor/gguf.py.
 * ``.zt``: any version ztensor reads (v0.1 and v1.1 come out as v1.2).
 """
 from __future__ import annotations
@@ -36,11 +37,13 @@ MAX_SAFETENSORS_HEADER = 100 << 20
 def open_any(path):
     """Dispatch on the file's extension."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
+    from ztensor.gguf import open_gguf
+
     opener = {".safetensors": open_safetensors, ".npy": open_npy, ".npz": open_npz,
-              ".zt": open_zt}.get(ext)
+              ".zt": open_zt, ".gguf": open_gguf}.get(ext)
     if opener is None:
         raise UnsupportedError(f"cannot convert {ext or 'extensionless'} files (known: "
-                               ".safetensors, .npy, .npz, .zt)", path=path)
+                               ".safetensors, .npy, .npz, .gguf, .zt)", path=path)
     return opener(path)
 
 

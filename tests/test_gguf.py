@@ -1,0 +1,92 @@
+"""GGUF import: files written by llama.cpp's own Python writer (package ``gguf``),
+our block table checked against theirs, and lying files refused cleanly."""
+import struct
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor import gguf as zgguf
+from ztensor.cli import main
+
+gguf = pytest.importorskip("gguf")
+
+
+def test_block_table_matches_llama_cpp():
+    for type_id, (name, block, nbytes, _) in zgguf.GGML_TYPES.items():
+        theirs = gguf.GGMLQuantizationType(type_id)
+        assert theirs.name == name
+        assert gguf.GGML_QUANT_SIZES[theirs] == (block, nbytes), name
+
+
+@pytest.fixture
+def gguf_file(tmp_path):
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.context_length", 4096)
+    w.add_string("general.name", "tiny")
+    w.add_array("tokenizer.ggml.scores", [0.5, -1.25, 2.0])
+    rng = np.random.default_rng(0)
+    tensors = {"tok_embd.weight": rng.standard_normal((8, 64)).astype(np.float32),
+               "norm.weight": rng.standard_normal(64).astype(np.float16),
+               "ids": np.arange(10, dtype=np.int32)}
+    for name, arr in tensors.items():
+        w.add_tensor(name, arr)
+    bf16_bits = (rng.standard_normal(64).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    w.add_tensor("bf", bf16_bits, raw_shape=(64,), raw_dtype=gguf.GGMLQuantizationType.BF16)
+    q8 = rng.integers(0, 256, 2 * 34 * 2, dtype=np.uint8)          # 2 rows x 64 values
+    w.add_tensor("q8", q8.reshape(2, 68), raw_shape=(2, 68),  # bytes per row, as gguf takes it
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, tensors, bf16_bits, q8
+
+
+def test_convert_gguf(gguf_file, tmp_path):
+    path, tensors, bf16_bits, q8 = gguf_file
+    assert main(["convert", str(path), str(tmp_path / "m.zt"), "-q"]) == 0
+    with ztensor.Reader(tmp_path / "m.zt", verify=True) as r:
+        for name, arr in tensors.items():
+            np.testing.assert_array_equal(r[name], arr)
+            assert r.metadata(name).shape == arr.shape
+        assert r.metadata("bf").dtype == "bf16"
+        np.testing.assert_array_equal(r.read("bf").components["data"].view(np.uint16), bf16_bits)
+        q = r.read("q8")
+        assert q.format == "gguf_blocks" and q.shape == (2, 64)
+        assert q.attributes["ggml_type"] == "Q8_0" and q.attributes["block_bytes"] == 34
+        np.testing.assert_array_equal(q.components["blocks"], q8)
+        assert r.attributes["gguf.general.name"] == "tiny"
+        assert r.attributes["gguf.llama.context_length"] == 4096
+        assert r.attributes["gguf.tokenizer.ggml.scores"] == [0.5, -1.25, 2.0]
+
+
+def lie(data, old, new):
+    i = data.index(old)
+    return data[:i] + new + data[i + len(old):]
+
+
+def test_lying_gguf_files_fail_cleanly(gguf_file, tmp_path, capsys):
+    path, *_ = gguf_file
+    data = path.read_bytes()
+    name_at = data.index(b"tok_embd.weight")
+    cases = {
+        "magic": b"GGUX" + data[4:],
+        "version": data[:4] + struct.pack("<I", 9) + data[8:],
+        "truncated": data[: len(data) // 2],
+        "count": data[:8] + struct.pack("<Q", 1 << 40) + data[16:],
+        "dims": data[:name_at + 15] + struct.pack("<I", 99) + data[name_at + 19:],
+        "type": lie(data, b"tok_embd.weight" + data[name_at + 15:name_at + 19],
+                    b"tok_embd.weight" + data[name_at + 15:name_at + 19])[:name_at + 15 + 4 + 16]
+        + struct.pack("<I", 77) + data[name_at + 15 + 4 + 16 + 4:],
+        "offset": data[:name_at + 15 + 4 + 16 + 4] + struct.pack("<Q", 1 << 40)
+        + data[name_at + 15 + 4 + 16 + 4 + 8:],
+    }
+    for label, bad in cases.items():
+        p = tmp_path / f"{label}.gguf"
+        p.write_bytes(bad)
+        code = main(["convert", str(p), str(tmp_path / f"{label}.zt"), "-q"])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err and err.startswith("ztensor: "), label
+        assert not (tmp_path / f"{label}.zt").exists(), label

@@ -1,0 +1,161 @@
+"""Read GGUF files (llama.cpp) for ``ztensor convert``.
+
+Layout (little-endian, versions 2 and 3): ``"GGUF"``, u32 version, u64 tensor count,
+u64 key/value count, the key/values (string key, u32 value type, value), the tensor
+infos (string name, u32 n_dims, u64 dims innermost first, u32 ggml type, u64 offset
+into the data section), then the data section at the next multiple of
+``general.alignment`` (default 32).
+
+Float and integer tensors become dense objects (shape outermost first, as numpy);
+quantized tensors keep their blocks untouched as one ``u8`` component ``blocks`` of
+an object with format ``gguf_blocks`` and attributes naming the ggml type and block
+geometry.  Key/values become file attributes ``gguf.<key>`` (arrays longer than
+4,096 items are summarized).  Every count, length and offset is checked against the
+file before use.
+"""
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.tensor import Tensor
+
+# ggml type id -> (name, elements per block, bytes per block, numpy dtype or None)
+GGML_TYPES = {
+    0: ("F32", 1, 4, "<f4"), 1: ("F16", 1, 2, "<f2"), 2: ("Q4_0", 32, 18, None),
+    3: ("Q4_1", 32, 20, None), 6: ("Q5_0", 32, 22, None), 7: ("Q5_1", 32, 24, None),
+    8: ("Q8_0", 32, 34, None), 9: ("Q8_1", 32, 40, None), 10: ("Q2_K", 256, 84, None),
+    11: ("Q3_K", 256, 110, None), 12: ("Q4_K", 256, 144, None), 13: ("Q5_K", 256, 176, None),
+    14: ("Q6_K", 256, 210, None), 15: ("Q8_K", 256, 292, None), 16: ("IQ2_XXS", 256, 66, None),
+    17: ("IQ2_XS", 256, 74, None), 18: ("IQ3_XXS", 256, 98, None), 19: ("IQ1_S", 256, 50, None),
+    20: ("IQ4_NL", 32, 18, None), 21: ("IQ3_S", 256, 110, None), 22: ("IQ2_S", 256, 82, None),
+    23: ("IQ4_XS", 256, 136, None), 24: ("I8", 1, 1, "i1"), 25: ("I16", 1, 2, "<i2"),
+    26: ("I32", 1, 4, "<i4"), 27: ("I64", 1, 8, "<i8"), 28: ("F64", 1, 8, "<f8"),
+    29: ("IQ1_M", 256, 56, None), 30: ("BF16", 1, 2, "<u2"),
+}
+# key/value types: id -> struct format of one scalar (strings and arrays apart)
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+            10: "<Q", 11: "<q", 12: "<d"}
+STRING, ARRAY = 8, 9
+MAX_COUNT = 1 << 24          # tensors or key/values in one file
+MAX_DIMS = 8
+MAX_ARRAY_ATTRIBUTE = 4096
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from the file's bytes."""
+
+    def __init__(self, data, path):
+        self.data, self.pos, self.path = data, 0, path
+
+    def take(self, n, what):
+        if n < 0 or self.pos + n > len(self.data):
+            raise FormatError(f"GGUF {what} runs past the end of the file (at byte "
+                              f"{self.pos}, needs {n})", path=self.path)
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def unpack(self, fmt, what):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what):
+        n = self.unpack("<Q", what)
+        try:
+            return bytes(self.take(n, what)).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(f"GGUF {what} is not UTF-8", path=self.path) from None
+
+    def value(self, vtype, what, depth=0):
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype], what)
+        if vtype == STRING:
+            return self.string(what)
+        if vtype == ARRAY and depth == 0:
+            etype, count = self.unpack("<I", what), self.unpack("<Q", what)
+            if count > len(self.data) - self.pos:   # every item takes at least a byte
+                raise FormatError(f"GGUF {what}: array of {count} items cannot fit",
+                                  path=self.path)
+            items = [self.value(etype, what, 1) for _ in range(count)]
+            if count > MAX_ARRAY_ATTRIBUTE:
+                return f"<array of {count} items>"
+            return items
+        raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
+
+
+def open_gguf(path):
+    """(attributes, iterator of (name, Tensor)) for a GGUF file."""
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    cur = _Cursor(memoryview(data), name)
+    if bytes(cur.take(4, "magic")) != b"GGUF":
+        raise FormatError("not a GGUF file (magic)", path=name)
+    version = cur.unpack("<I", "version")
+    if version not in (2, 3):
+        raise UnsupportedError(f"GGUF version {version} (little-endian v2 and v3 are read)",
+                               path=name)
+    n_tensors, n_kv = cur.unpack("<Q", "tensor count"), cur.unpack("<Q", "key/value count")
+    if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
+        raise LimitError(f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit "
+                         f"{MAX_COUNT})", path=name)
+    attributes = {}
+    for _ in range(n_kv):
+        key = cur.string("key")
+        attributes[f"gguf.{key}"] = cur.value(cur.unpack("<I", f"type of {key}"), key)
+    infos = [_tensor_info(cur, name) for _ in range(n_tensors)]
+    alignment = attributes.get("gguf.general.alignment", 32)
+    if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+        raise FormatError(f"general.alignment {alignment!r} is not a power of two", path=name)
+    start = -(-cur.pos // alignment) * alignment
+    for tname, dims, gtype, offset in infos:
+        _check_extent(name, tname, dims, gtype, offset, start, size)
+
+    def tensors():
+        for tname, dims, gtype, offset in infos:
+            yield tname, _tensor(data, tname, dims, gtype, start + offset)
+    return attributes, tensors()
+
+
+def _tensor_info(cur, path):
+    tname = cur.string("tensor name")
+    n_dims = cur.unpack("<I", f"dims of {tname}")
+    if n_dims > MAX_DIMS:
+        raise FormatError(f"{n_dims} dimensions (at most {MAX_DIMS})", path=path, obj=tname)
+    dims = [cur.unpack("<Q", f"dims of {tname}") for _ in range(n_dims)]
+    gtype, offset = cur.unpack("<I", f"type of {tname}"), cur.unpack("<Q", f"offset of {tname}")
+    if gtype not in GGML_TYPES:
+        raise UnsupportedError(f"ggml type {gtype} is not known", path=path, obj=tname)
+    return tname, dims, gtype, offset
+
+
+def _check_extent(path, tname, dims, gtype, offset, start, size):
+    _, block, block_bytes, _ = GGML_TYPES[gtype]
+    count = math.prod(dims)
+    if dims and dims[0] % block:
+        raise FormatError(f"innermost dimension {dims[0]} is not a multiple of the "
+                          f"{block}-element block", path=path, obj=tname)
+    nbytes = count // block * block_bytes
+    if start + offset + nbytes > size:
+        raise FormatError(f"data at {offset} (+{nbytes} bytes) runs past the end of the file",
+                          path=path, obj=tname)
+
+
+def _tensor(data, tname, dims, gtype, at):
+    type_name, block, block_bytes, np_dtype = GGML_TYPES[gtype]
+    shape = tuple(reversed(dims))             # ggml lists the innermost dimension first
+    count = math.prod(dims)
+    if np_dtype is not None:
+        arr = np.frombuffer(data, np_dtype, count, at).reshape(shape)
+        return Tensor({"data": arr}, shape=shape,
+                      types={"data": "bf16"} if type_name == "BF16" else None)
+    blocks = np.frombuffer(data, np.uint8, count // block * block_bytes, at)
+    return Tensor({"blocks": blocks}, shape=shape, format="gguf_blocks",
+                  attributes={"ggml_type": type_name, "ggml_type_id": gtype,
+                              "block_elements": block, "block_bytes": block_bytes})
