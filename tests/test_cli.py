@@ -190,3 +190,16 @@ def test_diff(tmp_path):
     assert any(l.startswith("~ shape") and "[2, 2] -> [4]" in l for l in lines)
     assert not any("same" in l for l in lines) and lines[-1] == "4 differences"
     assert run("diff", str(tmp_path / "a.zt"), str(tmp_path / "a.zt"))[0] == 0
+
+
+def test_npz_member_declaring_more_than_it_holds(tmp_path, capsys):
+    import zipfile
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(4, "<f8"))
+    header["shape"] = (1 << 40,)                           # 8 TB declared ...
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(tmp_path / "bomb.npz", "w") as z:
+        z.writestr("x.npy", buf.getvalue() + bytes(32))    # ... 32 bytes held
+    assert main(["convert", str(tmp_path / "bomb.npz"), str(tmp_path / "b.zt")]) == 2
+    assert "declares" in capsys.readouterr().err

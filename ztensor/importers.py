@@ -17,6 +17,8 @@ import math
 import mmap
 import os
 import struct
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -101,10 +103,15 @@ def _st_entry(path, key, info, data_len):
     return np_dtype, tuple(shape), begin, _ST_DTYPES[dtype][1]
 
 
+# what numpy's readers raise on a malformed file (zipfile and zlib for .npz members)
+_NUMPY_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.BadZipFile,
+                      zlib.error, struct.error)
+
+
 def open_npy(path):
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
+    except _NUMPY_READ_ERRORS as exc:
         raise FormatError(f"not a readable .npy file: {exc}", path=path) from None
     stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
     return {}, iter([(stem, Tensor({"data": arr}))])
@@ -113,18 +120,37 @@ def open_npy(path):
 def open_npz(path):
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
+    except _NUMPY_READ_ERRORS as exc:
         raise FormatError(f"not a readable .npz file: {exc}", path=path) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise FormatError("not an .npz archive (a plain .npy inside?)", path=path)
 
     def tensors():
         with archive:
             for key in archive.files:
                 try:
+                    _check_member_size(archive, key, path)
                     arr = archive[key]
-                except ValueError as exc:
+                except _NUMPY_READ_ERRORS as exc:
                     raise FormatError(f"cannot read array: {exc}", path=path, obj=key) from None
                 yield key, Tensor({"data": arr})
     return {}, tensors()
+
+
+def _check_member_size(archive, key, path):
+    """numpy allocates an .npz member's declared shape before reading its data; a
+    header may not declare more bytes than the member holds."""
+    member = key if key in archive.zip.namelist() else key + ".npy"
+    info = archive.zip.getinfo(member)
+    with archive.zip.open(member) as fp:
+        version = np.lib.format.read_magic(fp)
+        reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                  else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = reader(fp)
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > info.file_size:
+        raise FormatError(f"header declares {declared} bytes, the member holds "
+                          f"{info.file_size}", path=path, obj=key)
 
 
 def open_zt(path):

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}; shift || true
-targets=${*:-reader kernels sparse}
+targets=${*:-reader kernels sparse importers}
 [ -d build/fuzz ] || bash tools/fuzz/build.sh
 asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 mkdir -p build/fuzz-crashes
@@ -15,6 +15,7 @@ for t in $targets; do
   corpus=build/fuzz-corpus/$t
   mkdir -p "$corpus"
   [ "$t" = reader ] && cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true
+  [ "$t" = importers ] && [ ! -e "$corpus/seed-npy" ] && python tools/fuzz/seed_importers.py "$corpus"
   echo "== fuzz_$t for ${secs}s"
   PYTHONPATH=build/fuzz:tools/fuzz LD_PRELOAD="$asan" \
     ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
