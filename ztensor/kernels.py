@@ -32,7 +32,9 @@ unpack_codes = _impl.unpack_codes
 dequant_rows = _impl.dequant_rows
 
 # codes shared with csrc/floatconv.h and csrc/quant.h
-F32, F16, BF16 = 0, 1, 2
+F32: int = 0
+F16: int = 1
+BF16: int = 2
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
 FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
 

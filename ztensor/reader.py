@@ -6,6 +6,7 @@ touched; reading an object touches only that object's bytes.
 from __future__ import annotations
 
 import os
+from typing import Any, Dict, List, Optional, Union, overload
 
 import numpy as np
 
@@ -13,6 +14,8 @@ from ztensor import components, convert, dtypes, formats, legacy, logical, spec
 from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.footer import read_footer
 from ztensor.manifest import decode_manifest
+from ztensor.objects import ObjectSpec
+from ztensor.tensor import Tensor
 from ztensor.source import Source
 
 
@@ -65,7 +68,9 @@ class Reader:
     threads; reads do not modify it.
     """
 
-    def __init__(self, source, *, verify=False, limits=None, copy_on_write=False):
+    def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview], *,
+                 verify: bool = False, limits: Optional[spec.Limits] = None,
+                 copy_on_write: bool = False) -> None:
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
         self._source = Source(source, copy_on_write=copy_on_write)
@@ -86,11 +91,11 @@ class Reader:
         return self._manifest.version
 
     @property
-    def attributes(self) -> dict:
+    def attributes(self) -> Dict[str, Any]:
         """File-level attributes."""
         return self._manifest.attributes
 
-    def keys(self) -> list:
+    def keys(self) -> List[str]:
         """Object names, in manifest order."""
         return self._manifest.names()
 
@@ -106,7 +111,7 @@ class Reader:
     def __getitem__(self, name):
         return self.read_numpy(name)
 
-    def metadata(self, name):
+    def metadata(self, name: str) -> ObjectSpec:
         """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
         dtype, type, attributes and every component's fields."""
         found = self._manifest.get(name) if isinstance(name, str) else None
@@ -115,6 +120,13 @@ class Reader:
         return found
 
     # ------------------------------------------------------------ reading
+    @overload
+    def read_numpy(self, name: str, *, copy: bool = ..., dtype: Any = ...) -> np.ndarray: ...
+
+    @overload
+    def read_numpy(self, name: List[str], *, copy: bool = ...,
+                   dtype: Any = ...) -> Dict[str, np.ndarray]: ...
+
     def read_numpy(self, name, *, copy=False, dtype=None):
         """A dense object as a numpy array of its logical shape and dtype.
 
@@ -171,6 +183,12 @@ class Reader:
                 return values if dtype == np.float32 else values.astype(dtype)
         return self.read_numpy(name).astype(dtype)
 
+    @overload
+    def read(self, name: str, *, copy: bool = ...) -> Tensor: ...
+
+    @overload
+    def read(self, name: List[str], *, copy: bool = ...) -> Dict[str, Tensor]: ...
+
     def read(self, name, *, copy=False):
         """Any object as a :class:`ztensor.Tensor` with every component as an array.
 
@@ -188,7 +206,7 @@ class Reader:
                   for role, comp in obj.components.items()}
         return formats.assemble(obj, arrays)
 
-    def read_sparse(self, name):
+    def read_sparse(self, name: str) -> Any:
         """A sparse_csr/sparse_coo object as a scipy.sparse array when scipy is
         installed, else as the checked :class:`ztensor.Tensor`."""
         obj = self.read(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+from typing import Any, Dict, Optional, Union
 
 import cbor2
 import numpy as np
@@ -46,19 +47,22 @@ class Writer:
     ...     w.write_numpy("head.bias", np.ones(8, np.float16), compress=True)
     """
 
-    def __init__(self, path, *, attributes=None, fsync=False):
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *,
+                 attributes: Optional[Dict[str, Any]] = None, fsync: bool = False) -> None:
         self.path = os.fspath(path)
         self._attributes = _check_attributes(attributes, self.path)
         self._fsync = fsync
-        self._objects = {}
+        self._objects: Dict[str, ObjectSpec] = {}
         self._fd, self._tmp = _create_temp(self.path)
         self._state = "open"
         self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
-    def write_numpy(self, name, array, *, compress=False, checksum=None, attributes=None,
-                    type=None):
+    def write_numpy(self, name: str, array: Any, *, compress: Union[bool, int] = False,
+                    checksum: Optional[str] = None,
+                    attributes: Optional[Dict[str, Any]] = None,
+                    type: Optional[str] = None) -> None:
         """Write a dense object.
 
         Parameters
@@ -93,7 +97,8 @@ class Writer:
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
                            checksum)
 
-    def write(self, name, obj, *, compress=False, checksum=None):
+    def write(self, name: str, obj: Any, *, compress: Union[bool, int] = False,
+              checksum: Optional[str] = None) -> None:
         """Write a composite object (any format) given as a :class:`ztensor.Tensor`,
         or a scipy.sparse matrix/array (stored as sparse_coo when COO, else sparse_csr).
 

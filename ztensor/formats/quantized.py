@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -129,8 +130,10 @@ class _Inputs:
         self.zeros, self.zero_type = zeros, zero_type
 
 
-def dequantize(obj, *, dtype=np.float16, threads=None, bits=None, group_size=None,
-               checkpoint_format=None, out=None):
+def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = None,
+               bits: Optional[int] = None, group_size: Optional[int] = None,
+               checkpoint_format: Optional[str] = None,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
     """Dense weight ``[N_out, K_in]`` of a group-quantized (GPTQ) weight.
 
     Parameters
@@ -252,8 +255,10 @@ def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
 
 
 # ------------------------------------------------------------------ writing side
-def from_gptq(qweight, qzeros, scales, g_idx=None, *, bits, group_size,
-              checkpoint_format="gptq", attributes=None) -> Tensor:
+def from_gptq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray,
+              g_idx: Optional[np.ndarray] = None, *, bits: int, group_size: int,
+              checkpoint_format: str = "gptq",
+              attributes: Optional[Dict[str, Any]] = None) -> Tensor:
     """A GPTQ checkpoint's tensors as a quantized_group object in our convention,
     without dequantizing: qweight and scales are kept as they are; packed qzeros
     become the true zero points (f16, or the scales' float type)."""
@@ -280,7 +285,8 @@ def _attributes(bits, group_size):
             "pack_axis": 0, "pack_order": "lsb_first"}
 
 
-def quantize(weight, *, bits=4, group_size=128, sym=False) -> Tensor:
+def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
+             sym: bool = False) -> Tensor:
     """Round-to-nearest group quantization of a ``[N_out, K_in]`` weight, as a
     quantized_group object (for users without a GPTQ toolchain, and for tests).
 
