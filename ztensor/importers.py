@@ -13,10 +13,12 @@ holds one tensor at a time (and raw inputs are memory-mapped, not read whole).
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import mmap
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 
@@ -103,9 +105,13 @@ def _st_entry(path, key, info, data_len):
     return np_dtype, tuple(shape), begin, _ST_DTYPES[dtype][1]
 
 
-# what numpy's readers raise on a malformed file (zipfile and zlib for .npz members)
+# what numpy's readers raise on a malformed file: zipfile, zlib and lzma for .npz
+# members (NotImplementedError: an unknown compression method; RuntimeError: an
+# encrypted member); tokenize/SyntaxError from the header parser.  Found by
+# tools/fuzz/fuzz_importers.py.
 _NUMPY_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.BadZipFile,
-                      zlib.error, struct.error)
+                      zipfile.LargeZipFile, zlib.error, lzma.LZMAError, struct.error,
+                      tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
 
 
 def open_npy(path):
@@ -113,6 +119,10 @@ def open_npy(path):
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
         raise FormatError(f"not a readable .npy file: {exc}", path=path) from None
+    if not isinstance(arr, np.ndarray):   # np.load opens zip archives whatever the name
+        if hasattr(arr, "close"):
+            arr.close()
+        raise FormatError("not a .npy array (an .npz archive?)", path=path)
     stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
     return {}, iter([(stem, Tensor({"data": arr}))])
 
