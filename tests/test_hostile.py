@@ -149,6 +149,7 @@ LIES = {
     "shape-nested": mutate(O + ("shape",), [[4], 4]),
     "shape-overflow": mutate(O + ("shape",), [2**62, 2**62, 16]),
     "shape-rank": mutate(O + ("shape",), [1] * 65),
+    "shape-zero-but-huge": mutate(O + ("shape",), [2**62, 2**62, 0]),
     "shape-missing": mutate(O + ("shape",), DELETE),
     "shape-wrong": mutate(O + ("shape",), [4, 5]),
     "dtype-unknown": mutate(C + ("dtype",), "f128"),

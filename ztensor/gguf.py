@@ -23,6 +23,7 @@ import struct
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.objects import shape_problem
 from ztensor.tensor import Tensor
 
 # ggml type id -> (name, elements per block, bytes per block, numpy dtype or None)
@@ -137,6 +138,9 @@ def _tensor_info(cur, path):
 
 def _check_extent(path, tname, dims, gtype, offset, start, size):
     _, block, block_bytes, _ = GGML_TYPES[gtype]
+    problem = shape_problem(dims, block_bytes)
+    if problem:
+        raise FormatError(problem, path=path, obj=tname)
     count = math.prod(dims)
     if dims and dims[0] % block:
         raise FormatError(f"innermost dimension {dims[0]} is not a multiple of the "

@@ -25,6 +25,7 @@ import zlib
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.objects import shape_problem
 from ztensor.tensor import Tensor
 
 # safetensors dtype -> (numpy little-endian storage dtype, zTensor logical type)
@@ -98,6 +99,10 @@ def _st_entry(path, key, info, data_len):
             or not all(type(o) is int for o in offsets)):
         raise FormatError("malformed shape or data_offsets", path=path, obj=key)
     np_dtype = np.dtype(_ST_DTYPES[dtype][0])
+    problem = (f"shape has {len(shape)} dimensions (at most 64)" if len(shape) > 64
+               else shape_problem(shape, np_dtype.itemsize))
+    if problem:
+        raise FormatError(problem, path=path, obj=key)
     begin, end = offsets
     if not 0 <= begin <= end <= data_len or end - begin != math.prod(shape) * np_dtype.itemsize:
         raise FormatError(f"data_offsets {offsets} do not fit shape {shape} of {dtype} inside "

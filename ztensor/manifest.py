@@ -21,7 +21,7 @@ import cbor2
 
 from ztensor import dtypes, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
 _U64 = 1 << 64
 _MAX_DIM = 1 << 63
@@ -223,8 +223,9 @@ class _Checker:
                 self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}",
                           name)
             numel *= dim
-        if numel >= _MAX_DIM:
-            self.fail(f"shape has more than 2**63 elements", name)
+        problem = shape_problem(shape) if numel < _MAX_DIM else "more than 2**63 elements"
+        if problem:
+            self.fail(f"shape: {problem}", name)
         fmt = obj.get("format")
         if type(fmt) is not str:
             self.fail(f"'format' must be a string, got {_kind(fmt)}", name)

@@ -11,6 +11,23 @@ import math
 from ztensor import dtypes
 
 
+MAX_BYTES = 1 << 63
+
+
+def shape_problem(shape, unit_bytes=16):
+    """Why numpy could not make an array of this shape, or None.  numpy multiplies out
+    every dimension, zero or not, so the product of the non-zero ones (times the
+    element size; 16 covers complex128) must fit in 63 bits, as must each one."""
+    extent = unit_bytes
+    for dim in shape:
+        if dim >= MAX_BYTES:
+            return f"dimension {dim} is not below 2**63"
+        extent *= dim or 1
+    if extent >= MAX_BYTES:
+        return "shape is too large: the product of its non-zero dimensions exceeds 2**63 bytes"
+    return None
+
+
 class ComponentSpec:
     """One blob of an object.
 

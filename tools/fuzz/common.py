@@ -6,8 +6,13 @@ import sys
 
 import atheris
 
+# atheris instruments only what is imported inside this block: import every module
+# a target reaches, lazily imported ones included
 with atheris.instrument_imports(include=["ztensor"]):
     import ztensor
+    import ztensor.gguf  # noqa: F401
+    import ztensor.importers  # noqa: F401
+    import ztensor.legacy  # noqa: F401
 
 # a fuzzed file may declare large sizes legitimately; keep them small enough that the
 # run measures bugs, not RAM (allocations beyond these are bugs)

@@ -22,5 +22,5 @@ for t in $targets; do
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     python "tools/fuzz/fuzz_$t.py" "$corpus" -max_total_time="$secs" -rss_limit_mb=3072 \
       -timeout=20 -artifact_prefix=build/fuzz-crashes/"$t"- -print_final_stats=1 2>&1 |
-    grep -E "^(#[0-9]+ +DONE|stat::|==[0-9]+==ERROR|SUMMARY|Traceback|.*Error)" | tail -n 20
+    grep -E "^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==ERROR|SUMMARY|Traceback|.*Error)" | tail -n 20
 done
