@@ -60,10 +60,16 @@ def load_file(filename, *, copy: bool = False) -> Dict[str, np.ndarray]:
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,
          compression=False, checksum=None) -> bytes:
     """The zTensor file for ``tensors``, as bytes."""
+    return file_bytes(save_file, tensors, metadata, compression=compression, checksum=checksum)
+
+
+def file_bytes(save_file_function, *args, **kwargs) -> bytes:
+    """Run a ``save_file(tensors, path, ...)`` into a temporary file and return its
+    bytes (the Writer writes files: that is what makes it atomic)."""
     fd, path = tempfile.mkstemp(suffix=".zt")
     os.close(fd)
     try:
-        save_file(tensors, path, metadata, compression=compression, checksum=checksum)
+        save_file_function(args[0], path, *args[1:], **kwargs)
         with open(path, "rb") as f:
             return f.read()
     finally:

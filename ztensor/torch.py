@@ -10,8 +10,6 @@ the bytes allow it: writing to one changes neither the file nor other processes.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from typing import Dict, Optional
 
@@ -89,14 +87,9 @@ def load_file(filename, device="cpu", *, copy: bool = False) -> Dict[str, torch.
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
          compression=False, checksum=None) -> bytes:
     """The zTensor file for ``tensors``, as bytes."""
-    fd, path = tempfile.mkstemp(suffix=".zt")
-    os.close(fd)
-    try:
-        save_file(tensors, path, metadata, compression=compression, checksum=checksum)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        os.unlink(path)
+    from ztensor.numpy import file_bytes
+
+    return file_bytes(save_file, tensors, metadata, compression=compression, checksum=checksum)
 
 
 def load(data: bytes, device="cpu") -> Dict[str, torch.Tensor]:
