@@ -19,6 +19,7 @@ import math
 import mmap
 import os
 import struct
+from typing import Any, Dict, Iterator, Tuple, Union
 
 import numpy as np
 
@@ -89,7 +90,8 @@ class _Cursor:
         raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
 
 
-def open_gguf(path):
+def open_gguf(path: Union[str, "os.PathLike[str]"]
+              ) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
     """(attributes, iterator of (name, Tensor)) for a GGUF file."""
     name = os.fspath(path)
     with open(name, "rb") as f:

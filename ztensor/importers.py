@@ -21,12 +21,17 @@ import struct
 import tokenize
 import zipfile
 import zlib
+from typing import Any, Dict, Iterator, Tuple, Union
 
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import shape_problem
 from ztensor.tensor import Tensor
+
+PathLike = Union[str, "os.PathLike[str]"]
+# (file attributes, iterator of (name, Tensor)): one tensor at a time
+Opened = Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]
 
 # safetensors dtype -> (numpy little-endian storage dtype, zTensor logical type)
 _ST_DTYPES = {
@@ -39,7 +44,7 @@ _ST_DTYPES = {
 MAX_SAFETENSORS_HEADER = 100 << 20
 
 
-def open_any(path):
+def open_any(path: PathLike) -> Opened:
     """Dispatch on the file's extension."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
     from ztensor.gguf import open_gguf
@@ -52,7 +57,7 @@ def open_any(path):
     return opener(path)
 
 
-def open_safetensors(path):
+def open_safetensors(path: PathLike) -> Opened:
     name = os.fspath(path)
     with open(name, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -119,7 +124,7 @@ _NUMPY_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zi
                       tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
 
 
-def open_npy(path):
+def open_npy(path: PathLike) -> Opened:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
@@ -132,7 +137,7 @@ def open_npy(path):
     return {}, iter([(stem, Tensor({"data": arr}))])
 
 
-def open_npz(path):
+def open_npz(path: PathLike) -> Opened:
     try:
         archive = np.load(path, allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
@@ -168,7 +173,7 @@ def _check_member_size(archive, key, path):
                           f"{info.file_size}", path=path, obj=key)
 
 
-def open_zt(path):
+def open_zt(path: PathLike) -> Opened:
     from ztensor.reader import Reader
 
     reader = Reader(path)

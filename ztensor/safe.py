@@ -7,6 +7,9 @@
 """
 from __future__ import annotations
 
+import os
+from typing import Any, Dict, List, Optional, Union
+
 import numpy as np
 
 from ztensor.errors import UnsupportedError
@@ -34,34 +37,35 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         torch device for ``framework="pt"``.
     """
 
-    def __init__(self, filename, framework="np", device="cpu"):
+    def __init__(self, filename: Union[str, "os.PathLike[str]"], framework: str = "np",
+                 device: str = "cpu") -> None:
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
         self._device = device
         self._reader = Reader(filename, copy_on_write=self._framework == "pt")
 
-    def keys(self):
+    def keys(self) -> List[str]:
         """Object names, in file order."""
         return self._reader.keys()
 
-    def metadata(self):
+    def metadata(self) -> Optional[Dict[str, Any]]:
         """The file's attributes (safetensors' ``__metadata__``), or None if empty."""
         return dict(self._reader.attributes) or None
 
-    def get_tensor(self, name):
+    def get_tensor(self, name: str) -> Any:
         """The whole dense object ``name``."""
         if self._framework == "pt":
             from ztensor.torch import _reader_to_torch
             return _reader_to_torch(self._reader, name, copy=False, device=self._device)
         return self._reader.read_numpy(name)
 
-    def get_slice(self, name):
+    def get_slice(self, name: str) -> "_Slice":
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
         the bytes of other rows are never touched)."""
         return _Slice(self, name)
 
-    def close(self):
+    def close(self) -> None:
         self._reader.close()
 
     def __enter__(self):
@@ -81,14 +85,14 @@ class _Slice:
             raise UnsupportedError(f"get_slice reads dense objects, this one is "
                                    f"{self._meta.format!r}", obj=name)
 
-    def get_shape(self):
+    def get_shape(self) -> List[int]:
         return list(self._meta.shape)
 
-    def get_dtype(self):
+    def get_dtype(self) -> str:
         key = self._meta.type or self._meta.dtype
         return _SAFETENSORS_NAMES.get(key, key.upper())
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
         part = np.array(view[index])                        # touches only those pages
         if self._owner._framework == "pt":

@@ -2,6 +2,8 @@
 component arrays.  ``Reader.read`` returns one; ``Writer.write`` takes one."""
 from __future__ import annotations
 
+from typing import Any, Dict, Optional, Sequence
+
 import numpy as np
 
 
@@ -41,8 +43,9 @@ class Tensor:
     PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
                "quantized_group": "packed_weight"}
 
-    def __init__(self, components, *, shape=None, format="dense", attributes=None,
-                 types=None, type=None):
+    def __init__(self, components: Dict[str, Any], *, shape: Optional[Sequence[int]] = None,
+                 format: str = "dense", attributes: Optional[Dict[str, Any]] = None,
+                 types: Optional[Dict[str, str]] = None, type: Optional[str] = None) -> None:
         if not isinstance(components, dict):
             raise TypeError("components must be a dict of role name -> array")
         self.components = dict(components)
@@ -63,7 +66,7 @@ class Tensor:
             raise TypeError(f"numpy() needs a dense object, this one is {self.format!r}")
         return self.components["data"]
 
-    def to_scipy(self):
+    def to_scipy(self) -> Any:
         """A checked sparse_csr/sparse_coo object as a scipy.sparse array (needs scipy)."""
         from ztensor.formats import sparse
         return sparse.to_scipy(self)

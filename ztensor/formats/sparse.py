@@ -11,6 +11,8 @@ With scipy installed, :func:`to_scipy` turns a checked object into a scipy.spars
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ztensor.errors import FormatError
@@ -27,7 +29,7 @@ def _index(arr, role, where):
     return arr.reshape(-1)
 
 
-def validate(t: Tensor, **where) -> None:
+def validate(t: Tensor, **where: Any) -> None:
     """Raise FormatError unless the sparse object's components fit each other and
     its shape.  ``where`` (path, obj) names the object in the error."""
     missing = [r for r in ROLES[t.format] if r not in t.components]
@@ -86,7 +88,7 @@ def assemble(spec, arrays):
     return t
 
 
-def from_scipy(matrix) -> Tensor:
+def from_scipy(matrix: Any) -> Tensor:
     """A sparse_csr (CSR/CSC/other inputs converted) or sparse_coo (COO input) object
     from a scipy.sparse matrix or array."""
     if matrix.format == "coo":
@@ -99,7 +101,7 @@ def from_scipy(matrix) -> Tensor:
                    "indptr": np.asarray(csr.indptr)}, shape=csr.shape, format="sparse_csr")
 
 
-def to_scipy(t: Tensor):
+def to_scipy(t: Tensor) -> Any:
     """A checked sparse object as a scipy.sparse array (scipy required)."""
     import scipy.sparse
 
