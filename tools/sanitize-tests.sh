@@ -10,7 +10,9 @@ if ! command -v clang-14 >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-14 libclang-rt-14-dev >/dev/null
 fi
-python -c "import atheris" 2>/dev/null || python -m pip install --quiet atheris
+# building in place needs the build tools pip normally keeps in an isolated environment
+python -c "import atheris, Cython, setuptools" 2>/dev/null ||
+  python -m pip install --quiet atheris "cython>=3" setuptools
 bash tools/fuzz/build.sh
 asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 echo "== test suite on the sanitized kernels"
