@@ -106,13 +106,17 @@ def to_scipy(t: Tensor) -> Any:
     import scipy.sparse
 
     validate(t)
+    values = np.asarray(t.components["values"])
+    # scipy.sparse takes native byte order only; file views are little-endian, which on a
+    # big-endian host means a (native) copy
+    values = values.astype(values.dtype.newbyteorder("="), copy=False)
     if t.format == "sparse_csr":
         return scipy.sparse.csr_array(
-            (t.components["values"], _as_intp(t.components["indices"]),
+            (values, _as_intp(t.components["indices"]),
              _as_intp(t.components["indptr"])), shape=t.shape)
     ndim = len(t.shape)
     coords = _as_intp(t.components["coords"]).reshape(ndim, -1)
-    return scipy.sparse.coo_array((t.components["values"], tuple(coords)), shape=t.shape)
+    return scipy.sparse.coo_array((values, tuple(coords)), shape=t.shape)
 
 
 def _as_intp(arr):
