@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-flags=(-O2 -std=gnu99 -Wall -Wextra -Werror -Icsrc tests/c/test_kernels.c csrc/*.c -lm)
+flags=(-O2 -std=gnu99 -ffp-contract=off -Wall -Wextra -Werror -Icsrc tests/c/test_kernels.c csrc/*.c -lm)
 
 echo "== C kernel tests, native ($(uname -m))"
 gcc "${flags[@]}" -o "$out/native"

@@ -5,9 +5,19 @@
 #   tools/s390x-test.sh -- CMD...       # run CMD in the project copy inside the root
 #
 # Works on a Debian x86-64 machine with root and no Docker: debootstrap builds a
-# Debian s390x root filesystem once (qemu-user-static runs it, through binfmt_misc
-# when that can be registered, else through proot), cached OUTSIDE the checkout in
-# $ZTENSOR_S390X_CACHE (default /var/tmp/ztensor-s390x), so later runs reuse it.
+# Debian s390x root filesystem (qemu-user-static runs it, through binfmt_misc when
+# that can be registered, else through proot).  It is cached OUTSIDE the checkout in
+# $ZTENSOR_S390X_CACHE (default /var/tmp/ztensor-s390x) for speed, but never relied
+# on: with no cache the root is built from nothing (~6 min).
+#
+# Suite: bookworm first (Debian 12, the host's own release, whose s390x index has
+# matched its InRelease on the mirror we reach), trixie as the fallback.  Before
+# debootstrap runs, each candidate's binary-s390x Packages index is checked against
+# the size its InRelease declares; a mirror mid-sync (trixie once served a
+# Packages.gz 2 KB shorter than declared, and debootstrap retries that URL forever)
+# is skipped instead of failing the run.  Cython 3 and a current hypothesis are
+# pure-Python wheels the host downloads from PyPI and unpacks into the root (Debian
+# 12 ships Cython 0.29), so the build in the root is the one pyproject.toml asks for.
 # The project is copied in, the extension is built there at -O1 (emulated compiles
 # are slow), and pytest runs twice: on the C kernels and with ZTENSOR_PUREPYTHON=1.
 # Tests driving the x86-only reference implementation are deselected.
@@ -19,11 +29,10 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ZTENSOR_S390X_CACHE:-/var/tmp/ztensor-s390x}
-SUITE=${SUITE:-trixie}                 # trixie: numpy 2.2, Cython 3.0
+SUITES=${SUITE:-bookworm trixie}       # tried in order; SUITE=x forces one
 MODE=${MODE:-auto}
-PKGS=python3,python3-dev,python3-numpy,python3-setuptools,cython3,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-hypothesis,python3-scipy,gcc,libc6-dev
-# one cached root per suite and package list: changing either builds a new one
-ROOT=$CACHE/root-$SUITE-$(printf %s "$PKGS" | md5sum | cut -c1-8)
+PKGS=python3,python3-dev,python3-numpy,python3-setuptools,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-scipy,python3-attr,python3-sortedcontainers,gcc,libc6-dev
+WHEELS="Cython>=3.0,<3.2 hypothesis>=6.80,<7"  # pure-Python, unpacked into the root
 
 if [ "${1:-}" = "--" ]; then shift; INNER="$*"; else
   INNER='ZTENSOR_OPT=-O1 python3 setup.py -q build_ext --inplace >/tmp/build.log 2>&1 ||
@@ -59,7 +68,38 @@ mirror() {
   return 0
 }
 MIRROR=$(mirror | head -n1) || true
-[ -n "$MIRROR" ] || { echo "no Debian mirror found in /etc/apt" >&2; exit 1; }
+[ -n "$MIRROR" ] || { echo "s390x: no Debian mirror found in /etc/apt" >&2; exit 1; }
+
+# Is SUITE's s390x index on the mirror the one its InRelease declares?  (size of
+# main/binary-s390x/Packages.xz, which is what debootstrap fetches)  Prints the
+# reason when not.  Three tries each: a network blip is not a verdict.
+index_consistent() {
+  python3 - "$MIRROR" "$1" <<'PY'
+import sys, time, urllib.request
+mirror, suite = sys.argv[1].rstrip("/"), sys.argv[2]
+base = f"{mirror}/dists/{suite}"
+last = None
+for attempt in range(3):
+    try:
+        rel = urllib.request.urlopen(f"{base}/InRelease", timeout=60).read().decode("utf-8", "replace")
+        want = None
+        for line in rel.splitlines():
+            f = line.split()
+            if len(f) == 3 and f[2] == "main/binary-s390x/Packages.xz":
+                want = int(f[1])
+        if want is None:
+            sys.exit(f"{suite}: InRelease lists no main/binary-s390x/Packages.xz")
+        req = urllib.request.Request(f"{base}/main/binary-s390x/Packages.xz", method="HEAD")
+        got = int(urllib.request.urlopen(req, timeout=60).headers["Content-Length"])
+        if got != want:
+            sys.exit(f"{suite}: mirror serves a {got}-byte Packages.xz, InRelease says {want}")
+        sys.exit(0)
+    except (OSError, ValueError, TypeError) as e:
+        last = e
+        time.sleep(5 * (attempt + 1))
+sys.exit(f"{suite}: cannot reach {base}: {last}")
+PY
+}
 
 binfmt_ok() {
   [ -e /proc/sys/fs/binfmt_misc/register ] ||
@@ -85,15 +125,40 @@ in_root() {
   fi
 }
 
-if [ ! -e "$ROOT/.complete" ]; then
-  log "building the $SUITE s390x root in $ROOT (first run only, ~5 min) from $MIRROR"
+# one cached root per suite, package list and wheel list: changing any builds a new one
+root_for() { echo "$CACHE/root-$1-$(printf %s "$PKGS $WHEELS" | md5sum | cut -c1-8)"; }
+
+ROOT=
+for s in $SUITES; do                         # a complete cached root wins
+  [ -e "$(root_for "$s")/.complete" ] && { ROOT=$(root_for "$s"); SUITE=$s; break; }
+done
+if [ -z "$ROOT" ]; then
+  why=()
+  for s in $SUITES; do
+    if r=$(index_consistent "$s" 2>&1); then SUITE=$s; ROOT=$(root_for "$s"); break; fi
+    log "skipping $s: $r"; why+=("$r")
+  done
+  [ -n "$ROOT" ] || { echo "s390x: no Debian suite with a consistent s390x index on $MIRROR (${why[*]})" >&2; exit 1; }
+  log "building the $SUITE s390x root in $ROOT (first run only, ~6 min) from $MIRROR"
   rm -rf "$ROOT"
   debootstrap --foreign --arch=s390x --variant=minbase --include="$PKGS" \
-    "$SUITE" "$ROOT" "$MIRROR" >"$CACHE/stage1.log" 2>&1 || { tail -n 30 "$CACHE/stage1.log"; exit 1; }
+    "$SUITE" "$ROOT" "$MIRROR" >"$CACHE/stage1.log" 2>&1 ||
+    { tail -n 30 "$CACHE/stage1.log" >&2
+      echo "s390x: debootstrap could not download the $SUITE root from $MIRROR (log above)" >&2; exit 1; }
   if [ -L "$ROOT/proc" ]; then rm -f "$ROOT/proc"; mkdir "$ROOT/proc"; fi
   in_root '/debootstrap/debootstrap --second-stage' >"$CACHE/stage2.log" 2>&1 ||
-    { tail -n 30 "$CACHE/stage2.log"; exit 1; }
+    { tail -n 30 "$CACHE/stage2.log" >&2; echo "s390x: the second debootstrap stage failed (log above)" >&2; exit 1; }
   rm -rf "$ROOT"/var/cache/apt/archives/*.deb
+  # pure-Python wheels, unpacked straight into the root's dist-packages (no pip there)
+  py=$(ls -d "$ROOT"/usr/lib/python3.* | head -n1); py=${py##*/}
+  site=$ROOT/usr/local/lib/$py/dist-packages
+  mkdir -p "$site" "$CACHE/wheels"
+  rm -f "$CACHE"/wheels/*.whl
+  # shellcheck disable=SC2086
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --implementation py \
+    --python-version "${py#python}" -d "$CACHE/wheels" $WHEELS ||
+    { echo "s390x: could not download $WHEELS from PyPI" >&2; exit 1; }
+  for w in "$CACHE"/wheels/*.whl; do python3 -m zipfile -e "$w" "$site"; done
   touch "$ROOT/.complete"
 fi
 
