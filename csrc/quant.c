@@ -4,8 +4,9 @@
  * words stored little-endian: code(k, n) = (word[k / P][n] >> (bits * (k % P))) & mask,
  * P = 32 / bits.  Each output row n reads column n of the packed words; a small
  * table per (row, group) holds the 2^bits possible outputs already converted to
- * the output type, so the inner loop is shift, mask, load, store (for 8-bit codes
- * the 256-entry table would cost more than it saves, so values are computed).
+ * the output type, so the inner loop is shift, mask, load, store (for 8-bit codes,
+ * and for groups smaller than a table, the table would cost more than it saves,
+ * so values are computed).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -137,20 +138,35 @@ static void direct_row(const zt_dequant_args *a, size_t n, const uint32_t *words
         }
 }
 
+/* Is every g_idx value a group of this weight?  O(K), against the O(rows * K) of
+ * the work it guards: checked here, beside the loads it protects, on every call. */
+static int group_index_ok(const zt_dequant_args *a) {
+    if (a->g_idx == NULL) return 1;
+    for (size_t k = 0; k < a->K; k++)
+        if ((size_t)zt_load_le32(a->g_idx + 4 * k) >= a->G) return 0;
+    return 1;
+}
+
 zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row_end) {
     if (a == NULL || (a->bits != 2 && a->bits != 4 && a->bits != 8) || row_end > a->N ||
         a->K % (32 / (size_t)a->bits))
         return ZT_E_ARG;
     if (a->K == 0 || row_begin >= row_end) return ZT_OK;
     if (a->G == 0 || a->group_size == 0) return ZT_E_ARG;
+    if (!group_index_ok(a)) return ZT_E_GROUP_INDEX;
     const size_t L = (size_t)1 << a->bits, G = a->G;
-    const int use_lut = a->bits <= 4;
+    /* Tables pay only when a group spans at least as many codes as a table has
+     * entries; below that (group_size 1, say) they would cost G * L values per row,
+     * far more than the row itself, so each value is computed instead.  Scratch is
+     * then proportional to the rows asked for and to K, never to G * 2^bits alone. */
+    const int use_lut = a->bits <= 4 && a->group_size >= L && G <= a->K;
+    const size_t tile = row_end - row_begin < TILE ? row_end - row_begin : TILE;
     const size_t stride = tile_stride(a->K / (32 / (size_t)a->bits));
-    uint32_t *tw = (uint32_t *)malloc(TILE * stride * sizeof(uint32_t));
-    float *scale = (float *)malloc(2 * TILE * G * sizeof(float));
-    float *values = use_lut ? (float *)malloc(TILE * G * L * sizeof(float)) : NULL;
+    uint32_t *tw = (uint32_t *)malloc(tile * stride * sizeof(uint32_t));
+    float *scale = (float *)malloc(2 * tile * G * sizeof(float));
+    float *values = use_lut ? (float *)malloc(tile * G * L * sizeof(float)) : NULL;
     uint16_t *lut16 = use_lut && a->out_type != ZT_F32 ?
-        (uint16_t *)malloc(TILE * G * L * sizeof(uint16_t)) : NULL;
+        (uint16_t *)malloc(tile * G * L * sizeof(uint16_t)) : NULL;
     if (tw == NULL || scale == NULL || (use_lut && values == NULL) ||
         (use_lut && a->out_type != ZT_F32 && lut16 == NULL)) {
         free(tw);
@@ -159,9 +175,9 @@ zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row
         free(lut16);
         return ZT_E_NOMEM;
     }
-    float *zero = scale + TILE * G;
-    for (size_t n0 = row_begin; n0 < row_end; n0 += TILE) {
-        size_t rows = row_end - n0 < TILE ? row_end - n0 : TILE;
+    float *zero = scale + tile * G;
+    for (size_t n0 = row_begin; n0 < row_end; n0 += tile) {
+        size_t rows = row_end - n0 < tile ? row_end - n0 : tile;
         for (size_t t = 0; t < rows; t++)
             for (size_t g = 0; g < G; g++) {
                 scale[t * G + g] = load_float(a->scales, g * a->N + n0 + t, a->scale_type);

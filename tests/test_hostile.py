@@ -203,7 +203,7 @@ def test_lying_manifest_raises(lie):
     (b"\xff\xff\xff", ""),   # cbor2 < 5.7 decodes a lone break, then trailing bytes
     (cbor2.dumps(good_manifest()) + b"\x00", "after its CBOR item"),
     (b"\x9b" + b"\xff" * 8, "not valid CBOR"),                     # huge declared array
-    (b"\x81" * 100000 + b"\x00", "not valid CBOR"),                 # deep nesting
+    (b"\x81" * 100000 + b"\x00", "nesting deeper than"),            # deep nesting
     (b"\x5b\x00\x00\x00\xff\xff\xff\xff\xff", "not valid CBOR"),    # huge byte string
     (b"\xc2\x5a\x00\x10\x00\x00" + b"\xff" * 0x100000, "root must be a map"),  # bignum
     (bytes.fromhex("a2 6776657273696f6e 65312e322e30 676f626a65637473"
@@ -220,7 +220,7 @@ def test_cyclic_attributes_are_refused():
     raw = bytes.fromhex("a3 6776657273696f6e 65312e322e30 6a61747472696275746573"
                         " d81c a1 6161 d81d 00 676f626a65637473 a0".replace(" ", ""))
     err = outcome(v1_file(None, raw=raw))
-    assert isinstance(err, ztensor.FormatError) and "cyclic" in str(err)
+    assert isinstance(err, ztensor.FormatError) and "CBOR tag 28" in str(err)
 
 
 def test_manifest_size_pointing_into_data_region():

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ztensor import _status, errors
+from ztensor import _contract, _status, errors
 
 # ------------------------------------------------------------------- footer
 _V1 = b"ZTEN1000"
@@ -51,8 +51,7 @@ def bswap(src, dst, width):
     """Byte-swap width-byte elements of src into dst."""
     src = np.frombuffer(src, np.uint8)
     dst = np.frombuffer(dst, np.uint8)  # raises for a read-only dst, as C's wrapper does
-    if dst.size != src.size or width not in _UINT or src.size % width:
-        raise ValueError("bswap: buffers must have equal length, a multiple of width")
+    _contract.bswap(src.size, dst.size, width)
     if src.size:
         dst.view(_UINT[width])[...] = src.view(_UINT[width]).byteswap()
 
@@ -200,10 +199,9 @@ def _table(name):
 def fp8_decode(src, dst, kind, dst_type):
     """FP8 codes -> float32 (dst_type 0) or float16 (1), written into dst's bytes."""
     codes = np.frombuffer(src, np.uint8)
+    _contract.fp8("fp8_decode", codes.size, memoryview(dst).nbytes, kind, dst_type)
     values = _table(FP8_KINDS[kind])[codes]
     out = np.frombuffer(dst, _FLOAT_NP[dst_type])
-    if out.size != codes.size:
-        raise ValueError("fp8_decode: dst must hold n float32 or float16 values")
     out[...] = values if dst_type == F32 else _f32_to_f16(values)
 
 
@@ -218,10 +216,9 @@ def _f32_to_f16(values):
 
 def fp8_encode(src, dst, kind, src_type):
     """float32 (0) or float16 (1) values -> FP8 codes with ml_dtypes' rules."""
-    x = np.frombuffer(src, _FLOAT_NP[src_type]).astype(np.float32)
     out = np.frombuffer(dst, np.uint8)
-    if out.size != x.size:
-        raise ValueError("fp8_encode: src must hold n float32 or float16 values")
+    _contract.fp8("fp8_encode", out.size, memoryview(src).nbytes, kind, src_type)
+    x = np.frombuffer(src, _FLOAT_NP[src_type]).astype(np.float32)
     _, mbits, bias, _, uz, max_code, nan_code = FP8_FORMATS[FP8_KINDS[kind]]
     has_inf = FP8_KINDS[kind] == "f8_e5m2"
     bits = x.view(np.uint32).astype(np.int64)
@@ -246,12 +243,14 @@ def fp8_encode(src, dst, kind, src_type):
 
 def bf16_decode(src, dst):
     """bf16 bits (native uint16) -> float32 (native)."""
+    _contract.bf16("bf16_decode", memoryview(src).nbytes, memoryview(dst).nbytes)
     out = np.frombuffer(dst, np.float32)
     out[...] = bf16_to_f32(np.frombuffer(src, np.uint16))
 
 
 def bf16_encode(src, dst):
     """float32 -> bf16 bits, round to nearest even; NaN -> 0x7fc0 with its sign."""
+    _contract.bf16("bf16_encode", memoryview(dst).nbytes, memoryview(src).nbytes)
     np.frombuffer(dst, np.uint16)[...] = f32_to_bf16(np.frombuffer(src, np.float32))
 
 
@@ -273,8 +272,9 @@ ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
 
 def unpack_codes(words, count, bits, out):
     """Unpack count LSB-first codes from little-endian int32 words."""
+    _contract.unpack_codes(memoryview(words).nbytes, count, bits, memoryview(out).nbytes)
     per = 32 // bits
-    w = np.frombuffer(words, "<u4")
+    w = np.frombuffer(words, "<u4")[:(count * bits + 31) // 32]
     shifts = np.arange(per, dtype=np.uint32) * bits
     codes = ((w[:, None] >> shifts[None, :]) & ((1 << bits) - 1)).reshape(-1)
     np.frombuffer(out, np.uint8)[...] = codes[:count]
@@ -289,7 +289,17 @@ def _floats(buf, ftype, shape):
 def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale_type,
                  zero_type, out_type, out, row_begin, row_end):
     """numpy twin of csrc/quant.c: W[n, k] = s[g, n] * (code(k, n) - z[g, n])."""
-    if K == 0 or row_begin == row_end:
+    no_zeros = zero_type == ZERO_NONE or zeros is None
+    _contract.dequant(memoryview(qweight).nbytes, memoryview(scales).nbytes,
+                      None if no_zeros else memoryview(zeros).nbytes,
+                      None if g_idx is None else memoryview(g_idx).nbytes, K, N, G, group_size,
+                      bits, scale_type, zero_type, out_type, memoryview(out).nbytes,
+                      row_begin, row_end)
+    if g_idx is not None and K:
+        groups = np.frombuffer(g_idx, "<i4").view("<u4")
+        if groups.max() >= G:
+            _status.raise_for_status(_status.GROUP_INDEX, "dequantize")
+    if K == 0 or N == 0 or row_begin == row_end:
         return
     per, rows = 32 // bits, slice(row_begin, row_end)
     words = np.frombuffer(qweight, "<u4").reshape(K // per, N)[:, rows]
@@ -307,7 +317,7 @@ def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale
         z = unpacked[:, rows].astype(np.float32)
     else:
         z = _floats(zeros, zero_type, (G, N))[:, rows]
-    g = (np.frombuffer(g_idx, "<i4").astype(np.intp) if g_idx is not None
+    g = (np.frombuffer(g_idx, "<u4").astype(np.intp) if g_idx is not None
          else np.arange(K) // group_size)
     w = ((codes.astype(np.float32) - z[g]) * s[g]).T
     target = np.frombuffer(out, {F32: np.float32, F16: np.float16, BF16: np.uint16}[out_type])
@@ -318,3 +328,105 @@ def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale
         target[...] = _f32_to_f16(np.ascontiguousarray(w))
     else:
         target[...] = f32_to_bf16(w)
+
+
+# ------------------------------------------------------------------- manifest scan
+_ALLOWED_TAGS = (2, 3, 55799)
+
+
+def cbor_scan(data, max_depth, path=None):
+    """Python twin of csrc/cbor_scan.c: (end, items, depth) or FormatError."""
+    _contract.integers("cbor_scan", max_depth=max_depth)
+    if not 1 <= max_depth <= 100000:
+        _contract.fail("cbor_scan", f"max_depth must be in [1, 100000], got {max_depth}")
+    buf = bytes(data)
+    n = len(buf)
+    pos = items = depth = 0
+    # frames: [left, seen, indefinite, is_map]; frame 0 expects the root item
+    stack = [[1, 0, False, False]]
+
+    def fail(status, why, tag=0):
+        _status.raise_cbor(status, why, pos, tag, max_depth, path)
+
+    def argument(info):
+        nonlocal pos
+        if info < 24 or info == 31:
+            return info if info < 24 else 0
+        if info > 27:
+            fail(_status.CBOR_MALFORMED, "a reserved additional-information value")
+        size = 1 << (info - 24)
+        if n - pos < size:
+            fail(_status.CBOR_MALFORMED, "the bytes end inside an item's head")
+        value = int.from_bytes(buf[pos:pos + size], "big")
+        pos += size
+        return value
+
+    while True:
+        f = stack[-1]
+        if not f[2] and f[0] == 0:
+            if len(stack) == 1:
+                break
+            stack.pop()
+            continue
+        if pos >= n:
+            fail(_status.CBOR_MALFORMED, "the bytes end inside an item")
+        ib = buf[pos]
+        major, info = ib >> 5, ib & 31
+        if ib == 0xFF:
+            if not f[2]:
+                fail(_status.CBOR_MALFORMED, "a break code outside an indefinite-length item")
+            if f[3] and f[1] % 2:
+                fail(_status.CBOR_MALFORMED, "a map key without a value")
+            pos += 1
+            stack.pop()
+            continue
+        if f[3] and f[1] % 2 == 0 and major != 3:
+            fail(_status.CBOR_KEY, "a map key that is not a text string")
+        pos += 1
+        if not f[2]:
+            f[0] -= 1
+        f[1] += 1
+        items += 1
+        arg = argument(info)
+        if info == 31 and major in (0, 1, 6):
+            fail(_status.CBOR_MALFORMED, "an indefinite length on an integer or tag")
+        if major in (2, 3):
+            if info != 31:
+                if arg > n - pos:
+                    fail(_status.CBOR_MALFORMED, "a string longer than the bytes that remain")
+                pos += arg
+                continue
+            while True:
+                if pos >= n:
+                    fail(_status.CBOR_MALFORMED, "the bytes end inside a string")
+                cb = buf[pos]
+                if cb == 0xFF:
+                    pos += 1
+                    break
+                if cb >> 5 != major or cb & 31 == 31:
+                    fail(_status.CBOR_MALFORMED,
+                         "an indefinite-length string chunk of the wrong type")
+                pos += 1
+                items += 1
+                size = argument(cb & 31)
+                if size > n - pos:
+                    fail(_status.CBOR_MALFORMED,
+                         "a string chunk longer than the bytes that remain")
+                pos += size
+        elif major in (4, 5, 6):
+            if major == 6 and arg not in _ALLOWED_TAGS:
+                fail(_status.CBOR_TAG, "", arg)
+            if major == 6 and arg != 55799 and (pos >= n or buf[pos] >> 5 != 2):
+                fail(_status.CBOR_MALFORMED, "a bignum tag that does not hold a byte string")
+            count = 1 if major == 6 else arg
+            if info != 31 and count > (n - pos) // (2 if major == 5 else 1):
+                fail(_status.CBOR_MALFORMED, "a container declaring more items than the "
+                     "bytes that remain can hold")
+            if len(stack) > max_depth:
+                fail(_status.CBOR_DEPTH, "")
+            stack.append([2 * count if major == 5 else count, 0, info == 31, major == 5])
+            depth = max(depth, len(stack) - 1)
+        elif major == 7:
+            if info == 24 and arg < 32:
+                fail(_status.CBOR_MALFORMED, "a two-byte simple value below 32")
+    return pos, items, max(depth, 1)

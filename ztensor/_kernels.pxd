@@ -12,6 +12,11 @@ cdef extern from "zt_status.h":
         ZT_E_MANIFEST_OUT_OF_BOUNDS
         ZT_E_IO
         ZT_E_NOMEM
+        ZT_E_CBOR_MALFORMED
+        ZT_E_CBOR_TAG
+        ZT_E_CBOR_DEPTH
+        ZT_E_CBOR_KEY
+        ZT_E_GROUP_INDEX
 
 cdef extern from "footer.h":
     ctypedef struct zt_footer:
@@ -62,3 +67,13 @@ cdef extern from "quant.h":
         void *out
     zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row_end) nogil
     zt_status zt_unpack_codes(const uint8_t *words, size_t count, int bits, uint8_t *out) nogil
+
+cdef extern from "cbor_scan.h":
+    ctypedef struct zt_cbor_scan_result:
+        size_t end
+        size_t items
+        size_t depth
+        uint64_t tag
+        const char *why
+    zt_status zt_cbor_scan(const uint8_t *buf, size_t len, size_t max_depth,
+                           zt_cbor_scan_result *out) nogil

@@ -6,14 +6,20 @@ sizes, offsets and types before a pointer reaches C.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
-from ztensor import _status, errors
+from ztensor import _contract, _status, errors
 
 zt_crc32c_init()
 zt_floatconv_init()
 
-# element sizes of zt_float_type (csrc/floatconv.h): f32, f16, bf16
-cdef size_t _WIDTH[3]
-_WIDTH[:] = [4, 2, 2]
+# csrc/zt_status.h's numbers, for the test that checks _status.py against them
+STATUS_CODES = {
+    "OK": ZT_OK, "ARG": ZT_E_ARG, "TRUNCATED": ZT_E_TRUNCATED, "BAD_MAGIC": ZT_E_BAD_MAGIC,
+    "BAD_FOOTER_MAGIC": ZT_E_BAD_FOOTER_MAGIC, "MANIFEST_TOO_LARGE": ZT_E_MANIFEST_TOO_LARGE,
+    "MANIFEST_OUT_OF_BOUNDS": ZT_E_MANIFEST_OUT_OF_BOUNDS, "IO": ZT_E_IO,
+    "NOMEM": ZT_E_NOMEM, "CBOR_MALFORMED": ZT_E_CBOR_MALFORMED, "CBOR_TAG": ZT_E_CBOR_TAG,
+    "CBOR_DEPTH": ZT_E_CBOR_DEPTH, "CBOR_KEY": ZT_E_CBOR_KEY,
+    "GROUP_INDEX": ZT_E_GROUP_INDEX,
+}
 
 cdef int _raise_for_status(zt_status status, str what, path=None) except -1:
     # the status -> exception table lives in _status.py, shared with _fallback.py
@@ -39,16 +45,16 @@ def footer_parse(const uint8_t[::1] head, const uint8_t[::1] tail, uint64_t file
     return out.family, out.manifest_offset, out.manifest_size
 
 
-def bswap(const uint8_t[::1] src, uint8_t[::1] dst, size_t width):
+def bswap(const uint8_t[::1] src, uint8_t[::1] dst, width):
     """Byte-swap width-byte elements of src into dst (same length; may be the same buffer)."""
     cdef size_t n = src.shape[0]
     cdef zt_status st
-    if dst.shape[0] != n or width == 0 or n % width:
-        raise ValueError("bswap: buffers must have equal length, a multiple of width")
+    _contract.bswap(src.shape[0], dst.shape[0], width)
+    cdef size_t w = width
     if n == 0:
         return
     with nogil:
-        st = zt_bswap(&src[0], &dst[0], n // width, width)
+        st = zt_bswap(&src[0], &dst[0], n // w, w)
     _raise_for_status(st, "byte swap")
 
 
@@ -143,46 +149,52 @@ cdef class BlobWriter:
         return 0
 
 
+def cbor_scan(const uint8_t[::1] data, size_t max_depth, path=None):
+    """(end offset, items, depth) of the CBOR item at the start of data, or raise
+    FormatError; see csrc/cbor_scan.h for what is refused."""
+    cdef zt_cbor_scan_result r
+    cdef zt_status st
+    cdef uint8_t dummy = 0
+    if max_depth == 0 or max_depth > 100000:
+        _contract.fail("cbor_scan", f"max_depth must be in [1, 100000], got {max_depth}")
+    with nogil:
+        st = zt_cbor_scan(&data[0] if data.shape[0] else &dummy, data.shape[0], max_depth, &r)
+    if st != ZT_OK:
+        _status.raise_cbor(<int>st, r.why.decode("ascii"), r.end, r.tag, max_depth, path)
+    return r.end, r.items, r.depth
+
+
 # ------------------------------------------------------------------ conversions
-cdef int _check_float_type(int t) except -1:
-    if t < 0 or t > 2:
-        raise ValueError(f"unknown float type code {t}")
-    return 0
-
-
-def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, int kind, int dst_type):
+def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, kind, dst_type):
     """FP8 codes -> float32 (dst_type 0) or float16 bits (1); dst holds the bytes."""
     cdef size_t n = src.shape[0]
     cdef zt_status st
-    _check_float_type(dst_type)
-    if dst_type == 2 or dst.shape[0] != n * _WIDTH[dst_type]:
-        raise ValueError("fp8_decode: dst must hold n float32 or float16 values")
+    _contract.fp8("fp8_decode", src.shape[0], dst.shape[0], kind, dst_type)
+    cdef int k = kind, ft = dst_type
     if n == 0:
         return
     with nogil:
-        st = zt_fp8_decode(&src[0], &dst[0], n, kind, dst_type)
+        st = zt_fp8_decode(&src[0], &dst[0], n, k, ft)
     _raise_for_status(st, "fp8 decode")
 
 
-def fp8_encode(const uint8_t[::1] src, uint8_t[::1] dst, int kind, int src_type):
+def fp8_encode(const uint8_t[::1] src, uint8_t[::1] dst, kind, src_type):
     """float32 (src_type 0) or float16 (1) bytes -> FP8 codes."""
     cdef size_t n = dst.shape[0]
     cdef zt_status st
-    _check_float_type(src_type)
-    if src_type == 2 or src.shape[0] != n * _WIDTH[src_type]:
-        raise ValueError("fp8_encode: src must hold n float32 or float16 values")
+    _contract.fp8("fp8_encode", dst.shape[0], src.shape[0], kind, src_type)
+    cdef int k = kind, ft = src_type
     if n == 0:
         return
     with nogil:
-        st = zt_fp8_encode(&src[0], &dst[0], n, kind, src_type)
+        st = zt_fp8_encode(&src[0], &dst[0], n, k, ft)
     _raise_for_status(st, "fp8 encode")
 
 
 def bf16_decode(const uint8_t[::1] src, uint8_t[::1] dst):
     """bf16 bits (native uint16) -> float32 (native)."""
     cdef size_t n = src.shape[0] // 2
-    if src.shape[0] % 2 or dst.shape[0] != 4 * n:
-        raise ValueError("bf16_decode: dst must hold one float32 per bf16")
+    _contract.bf16("bf16_decode", src.shape[0], dst.shape[0])
     if n:
         with nogil:
             zt_bf16_decode(<const uint16_t *>&src[0], <float *>&dst[0], n)
@@ -191,75 +203,60 @@ def bf16_decode(const uint8_t[::1] src, uint8_t[::1] dst):
 def bf16_encode(const uint8_t[::1] src, uint8_t[::1] dst):
     """float32 (native) -> bf16 bits (native uint16), round to nearest even."""
     cdef size_t n = src.shape[0] // 4
-    if src.shape[0] % 4 or dst.shape[0] != 2 * n:
-        raise ValueError("bf16_encode: dst must hold one bf16 per float32")
+    _contract.bf16("bf16_encode", dst.shape[0], src.shape[0])
     if n:
         with nogil:
             zt_bf16_encode(<const float *>&src[0], <uint16_t *>&dst[0], n)
 
 
 # ------------------------------------------------------------------ group dequantization
-def unpack_codes(const uint8_t[::1] words, size_t count, int bits, uint8_t[::1] out):
+def unpack_codes(const uint8_t[::1] words, count, bits, uint8_t[::1] out):
     """Unpack count LSB-first codes from little-endian int32 words."""
     cdef zt_status st
-    if bits not in (2, 4, 8) or out.shape[0] != count or \
-            words.shape[0] * 8 < count * <size_t>bits:
-        raise ValueError("unpack_codes: sizes do not match")
-    if count == 0:
+    _contract.unpack_codes(words.shape[0], count, bits, out.shape[0])
+    cdef size_t c = count
+    cdef int b = bits
+    if c == 0:
         return
     with nogil:
-        st = zt_unpack_codes(&words[0], count, bits, &out[0])
+        st = zt_unpack_codes(&words[0], c, b, &out[0])
     _raise_for_status(st, "unpack codes")
 
 
 def dequant_rows(const uint8_t[::1] qweight, const uint8_t[::1] scales, zeros, g_idx,
-                 size_t K, size_t N, size_t G, size_t group_size, int bits, int scale_type,
-                 int zero_type, int out_type, uint8_t[::1] out, size_t row_begin,
-                 size_t row_end):
-    """Dequantize rows [row_begin, row_end); see csrc/quant.h.  Every size was checked
-    by ztensor/formats/quantized.py; the lengths are checked again here so that no
-    call can make C read past a buffer."""
+                 K, N, G, group_size, bits, scale_type, zero_type, out_type,
+                 uint8_t[::1] out, row_begin, row_end):
+    """Dequantize rows [row_begin, row_end); see csrc/quant.h.  Every length is checked
+    against K, N and G in Python integers (ztensor/_contract.py) before a pointer is
+    taken, and the C kernel checks every g_idx value, so no call can make C read
+    past a buffer."""
     cdef zt_dequant_args a
     cdef const uint8_t[::1] zv
     cdef const uint8_t[::1] gv
     cdef zt_status st
-    cdef size_t per
-    if bits not in (2, 4, 8) or row_end > N or row_begin > row_end:
-        raise ValueError("dequant_rows: bad bits or row range")
-    _check_float_type(scale_type)
-    _check_float_type(out_type)
-    per = 32 // bits
-    if K % per or qweight.shape[0] != K // per * N * 4 or \
-            scales.shape[0] != G * N * _WIDTH[scale_type] or \
-            out.shape[0] != N * K * _WIDTH[out_type] or (K and (G == 0 or group_size == 0)):
-        raise ValueError("dequant_rows: buffer sizes do not match K, N, G")
-    a.zeros = NULL
-    a.g_idx = NULL
-    if zero_type == 16:
-        pass
-    elif zero_type in (17, 18):
+    if zero_type != _contract.ZERO_NONE and zeros is not None:
         zv = zeros
-        if N % per or zv.shape[0] != G * (N // per) * 4:
-            raise ValueError("dequant_rows: packed zeros do not match G, N")
-        a.zeros = &zv[0] if zv.shape[0] else NULL
-    else:
-        _check_float_type(zero_type)
-        zv = zeros
-        if zv.shape[0] != G * N * _WIDTH[zero_type]:
-            raise ValueError("dequant_rows: zeros do not match G, N")
-        a.zeros = &zv[0] if zv.shape[0] else NULL
     if g_idx is not None:
         gv = g_idx
-        if gv.shape[0] != K * 4:
-            raise ValueError("dequant_rows: g_idx must hold K int32 values")
-        a.g_idx = &gv[0] if K else NULL
+    _contract.dequant(qweight.shape[0], scales.shape[0],
+                      None if zero_type == _contract.ZERO_NONE or zeros is None
+                      else zv.shape[0],
+                      None if g_idx is None else gv.shape[0], K, N, G, group_size, bits,
+                      scale_type, zero_type, out_type, out.shape[0], row_begin, row_end)
+    a.zeros = NULL
+    a.g_idx = NULL
+    if zero_type != _contract.ZERO_NONE and zv.shape[0]:
+        a.zeros = &zv[0]
+    if g_idx is not None and K:
+        a.g_idx = &gv[0]
     if K == 0 or N == 0 or row_begin == row_end:
         return
+    cdef size_t begin = row_begin, end = row_end
     a.qweight = &qweight[0]
     a.scales = &scales[0]
     a.K, a.N, a.G, a.group_size = K, N, G, group_size
     a.bits, a.scale_type, a.zero_type, a.out_type = bits, scale_type, zero_type, out_type
     a.out = &out[0]
     with nogil:
-        st = zt_dequant_rows(&a, row_begin, row_end)
+        st = zt_dequant_rows(&a, begin, end)
     _raise_for_status(st, "dequantize")

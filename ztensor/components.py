@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
-from ztensor import digests, dtypes, kernels
+from ztensor import digests, dtypes, kernels, spec
 from ztensor.errors import FormatError, LimitError
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
@@ -43,22 +43,42 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
 
 def zstd_decode(stored, size, limits, **where):
     """Decode a zstd stream (one or more frames, skippable ones too) that must yield
-    exactly ``size`` bytes.  Frame headers are not trusted: the output buffer is
-    ``size`` bytes and never grows.  ``size=None`` (v1.1 files) allows up to the
-    per-component limit."""
+    exactly ``size`` bytes (``size=None``, v1.1 files: whatever it yields, up to the
+    per-component limit).
+
+    Nothing is allocated on the strength of a declaration alone: frame headers are
+    not trusted, and the output buffer starts at a size the compressed bytes make
+    plausible and doubles only as bytes actually arrive, never past ``size`` (nor
+    past what zstd can expand the stored bytes to).  A lying stream therefore costs
+    at most twice what it really decodes to."""
+    cap = spec.zstd_max_output(len(stored))
+    if size is None:
+        cap = min(cap, limits.max_component_size)
+    elif size > cap:
+        raise FormatError(f"uncompressed_length {size} is more than {len(stored)} bytes of "
+                          "zstd data can produce", **where)
+    want = cap if size is None else size
     reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
     try:
-        if size is None:
-            return _decode_unsized(reader, limits, where)
-        out = bytearray(size)
-        view = memoryview(out)
+        out = _alloc(min(want, _FIRST_GUESS_RATIO * len(stored) + _CHUNK), where)
         done = 0
-        while done < size:
-            n = reader.readinto(view[done:])
+        while True:
+            if done == len(out):
+                if done == want:
+                    break
+                out = _grow(out, min(want, 2 * done), where)
+            n = reader.readinto(memoryview(out)[done:])
             if n == 0:
-                raise FormatError(f"zstd stream ends after {done} bytes; uncompressed_length "
-                                  f"declares {size}", **where)
+                break
             done += n
+        if size is None:
+            if done == cap and reader.read(1):
+                raise LimitError(f"zstd stream yields more than the per-component limit of "
+                                 f"{cap} bytes", **where)
+            return out[:done] if done < len(out) else out
+        if done < size:
+            raise FormatError(f"zstd stream ends after {done} bytes; uncompressed_length "
+                              f"declares {size}", **where)
         if reader.read(1):
             raise FormatError(f"zstd stream yields more than the {size} bytes its "
                               "uncompressed_length declares", **where)
@@ -69,17 +89,20 @@ def zstd_decode(stored, size, limits, **where):
         reader.close()
 
 
-def _decode_unsized(reader, limits, where):
-    cap = limits.max_component_size
-    out = bytearray()
-    while True:
-        chunk = reader.read(min(_CHUNK * 16, cap + 1 - len(out)))
-        if not chunk:
-            return out
-        out += chunk
-        if len(out) > cap:
-            raise LimitError(f"zstd stream yields more than the per-component limit of {cap} "
-                             "bytes", **where)
+_FIRST_GUESS_RATIO = 16  # typical weights compress 1.1-3x; zeros far more
+
+
+def _alloc(nbytes, where):
+    try:
+        return np.empty(nbytes, np.uint8)
+    except MemoryError:
+        raise LimitError(f"cannot allocate {nbytes} bytes to decode into", **where) from None
+
+
+def _grow(buf, nbytes, where):
+    bigger = _alloc(nbytes, where)
+    bigger[:len(buf)] = buf
+    return bigger
 
 
 _COPY_CHUNK = 16 << 20

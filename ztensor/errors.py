@@ -20,6 +20,7 @@ __all__ = [
     "UnsupportedError",
     "ObjectNotFoundError",
     "WriteError",
+    "KernelArgumentError",
 ]
 
 
@@ -73,12 +74,20 @@ class LimitError(ZTensorError):
     """A declared size exceeds a configured safety limit (see :class:`ztensor.Limits`)."""
 
 
-class UnsupportedError(ZTensorError, NotImplementedError):
-    """Valid, but something this version of ztensor cannot do (e.g. an unknown digest)."""
+class UnsupportedError(ZTensorError, ValueError):
+    """Valid, but something this version of ztensor cannot do (an unknown digest
+    algorithm, format version 2.0).  A ``ValueError``, as numpy's for a ``.npy``
+    version it does not know: the input is the problem, not a missing feature
+    (``NotImplementedError`` says "not written yet")."""
 
 
 class ObjectNotFoundError(ZTensorError, KeyError):
     """No object of that name in the file."""
+
+
+class KernelArgumentError(ZTensorError, ValueError):
+    """A call to a kernel in :mod:`ztensor.kernels` broke its contract (buffer sizes
+    that do not fit, an unknown type code).  Raised the same by both backends."""
 
 
 class WriteError(ZTensorError, OSError):

@@ -7,6 +7,8 @@ compiler).  :data:`backend` says which one is live: ``"c"`` or ``"python"``.
 """
 import os
 
+from ztensor import _contract
+
 if os.environ.get("ZTENSOR_PUREPYTHON") == "1":
     from ztensor import _fallback as _impl
     backend = "python"
@@ -30,14 +32,16 @@ bf16_decode = _impl.bf16_decode
 bf16_encode = _impl.bf16_encode
 unpack_codes = _impl.unpack_codes
 dequant_rows = _impl.dequant_rows
+cbor_scan = _impl.cbor_scan
 
-# codes shared with csrc/floatconv.h and csrc/quant.h
+# codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py)
 F32: int = 0
 F16: int = 1
 BF16: int = 2
-ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
+                                             _contract.ZERO_PACKED_V2)
 FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
            "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
-           "bf16_encode", "unpack_codes", "dequant_rows"]
+           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan"]

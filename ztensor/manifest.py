@@ -1,9 +1,12 @@
 """READ 2 / WRITE 2: the CBOR manifest <-> validated :class:`ObjectSpec` entries.
 
-Decoding treats the bytes as hostile: cbor2 decodes them (nesting depth and
-declared lengths are bounded by cbor2 and by the manifest size the footer
-allowed), trailing bytes are an error, and every field is type-checked before use
-(a ``bool`` is not an integer).  v0.1 and v1.1 manifests are lifted to v1.2 terms
+Decoding treats the bytes as hostile: a C scan (csrc/cbor_scan.c) first proves
+them to be one plain CBOR item (well-formed, at most MAX_CBOR_DEPTH levels deep,
+text map keys, no tags but bignums: so no value sharing and no arithmetic tags,
+and decoding costs what the bytes are), trailing bytes are an error, then cbor2
+decodes them, and every field is type-checked before use (a ``bool`` is not an
+integer).  The writer runs the same :class:`Checker` on every object it is
+given, so it cannot write what this module refuses.  v0.1 and v1.1 manifests are lifted to v1.2 terms
 here, so nothing after this module knows which version a file was.
 
 Validation runs over the decoded dicts in one tight loop at open; the
@@ -19,13 +22,16 @@ import re
 
 import cbor2
 
-from ztensor import dtypes, spec
+from ztensor import attributes as attrs
+from ztensor import dtypes, kernels, spec
+from ztensor.attributes import show as _show
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
 _U64 = 1 << 64
 _MAX_DIM = 1 << 63
-_MAX_PLAIN_DEPTH = 64     # attribute nesting; also stops cycles from CBOR shared refs
+# root map > objects > object > attributes > 64 attribute levels, with room to spare
+MAX_CBOR_DEPTH = 4 + attrs.MAX_DEPTH + 4
 _DIGEST = re.compile(r"^(sha256:[0-9a-fA-F]{64}|crc32c:0[xX][0-9a-fA-F]{1,8})$")
 
 
@@ -108,12 +114,32 @@ def _decode(raw, footer, path, limits) -> Manifest:
                          path=path)
     # The specs are built now, while the collector is paused, and the decoded CBOR
     # containers go: the specs are a fifth as many objects for it to track later.
-    checker = _Checker(path, info, footer.manifest_offset, limits)
-    return Manifest(version, attributes, {name: checker.object_spec(name, obj)
-                                          for name, obj in objects.items()})
+    checker = Checker(path, info, footer.manifest_offset, limits)
+    specs = {name: checker.object_spec(name, obj) for name, obj in objects.items()}
+    _check_disjoint(specs, path)
+    return Manifest(version, attributes, specs)
+
+
+def _check_disjoint(specs, path):
+    """No two components may share a byte: a reader handing out writable views
+    (torch) would otherwise alias one tensor's memory with another's, and no
+    writer produces overlaps (safetensors refuses them too).  Empty components
+    occupy nothing."""
+    spans = sorted((c.offset, c.offset + c.length, name, c.role)
+                   for name, obj in specs.items() for c in obj.components.values()
+                   if c.length and c.aligned)
+    for (_, end, name, role), (start, _, other, other_role) in zip(spans, spans[1:]):
+        if start < end:
+            raise FormatError(f"component {_show(role)} overlaps component "
+                              f"{_show(other_role)} of object {_show(other)}", path=path,
+                              obj=name)
 
 
 def _cbor_loads(raw, path):
+    end, _, _ = kernels.cbor_scan(raw, MAX_CBOR_DEPTH, path)
+    if end != len(raw):
+        raise FormatError(f"manifest has {len(raw) - end} bytes after its CBOR item",
+                          path=path)
     stream = io.BytesIO(raw)
     try:
         value = cbor2.CBORDecoder(stream).decode()
@@ -136,8 +162,8 @@ def _root_v1(root, path):
     if parsed[0] != 1:
         raise UnsupportedError(f"format version {version} is not supported (this reader "
                                "reads 0.1, 1.1 and 1.2)", path=path)
-    attributes = root.get("attributes")
-    attributes = {} if attributes is None else _plain_map(attributes, "file attributes", path)
+    attributes = attrs.check_optional_map(root.get("attributes"), "file attributes",
+                                          path=path)
     objects = root.get("objects")
     if type(objects) is not dict:
         raise FormatError(f"manifest 'objects' must be a map, got {_kind(objects)}", path=path)
@@ -174,7 +200,11 @@ def _lift_v01(entries, path):
             raise FormatError(f"v0.1 'layout' must be a string, got {_kind(layout)}",
                               path=path, obj=name)
         if layout == "sparse":
-            layout = "sparse" + str(entry.get("sparse_format", ""))[:40]
+            sparse_format = entry.get("sparse_format", "")
+            if type(sparse_format) is not str:
+                raise FormatError(f"v0.1 'sparse_format' must be a string, got "
+                                  f"{_kind(sparse_format)}", path=path, obj=name)
+            layout = "sparse" + sparse_format[:40]
         data = {"dtype": storage, "offset": entry.get("offset"), "length": entry.get("size"),
                 "encoding": entry.get("encoding", "raw"), "digest": entry.get("checksum"),
                 BYTEORDER: ">" if order == "big" else "<"}
@@ -191,10 +221,11 @@ def _lift_v01(entries, path):
 _ITEMSIZE = {name: st.itemsize for name, st in dtypes.STORAGE.items()}
 
 
-class _Checker:
+class Checker:
     """Turns raw manifest entries into specs, checking every field on the way:
-    types, sizes, alignment, bounds and limits.  Runs once per object at open, so
-    it is written for speed: one pass, no intermediate structures."""
+    types, sizes, alignment, bounds and limits.  Runs once per object at open (and
+    in the writer on every object before its bytes are written), so it is written
+    for speed: one pass, no intermediate structures."""
 
     def __init__(self, path, info, data_end, limits):
         self.path = path
@@ -207,8 +238,7 @@ class _Checker:
         raise cls(message, path=self.path, obj=name, component=role)
 
     def object_spec(self, name, obj) -> ObjectSpec:
-        if type(name) is not str or not name:
-            self.fail(f"object names must be non-empty strings, got {_show(name)}")
+        attrs.check_name(name, "object names", path=self.path)
         if type(obj) is not dict:
             self.fail(f"object must be a map, got {_kind(obj)}", name)
         shape = obj.get("shape")
@@ -217,32 +247,35 @@ class _Checker:
         if len(shape) > self.limits.max_rank:
             self.fail(f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}", name,
                       cls=LimitError)
-        numel = 1
         for dim in shape:
             if type(dim) is not int or dim < 0 or dim >= _MAX_DIM:
                 self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}",
                           name)
-            numel *= dim
-        problem = shape_problem(shape) if numel < _MAX_DIM else "more than 2**63 elements"
-        if problem:
-            self.fail(f"shape: {problem}", name)
         fmt = obj.get("format")
-        if type(fmt) is not str:
-            self.fail(f"'format' must be a string, got {_kind(fmt)}", name)
-        attributes = obj.get("attributes")
-        attributes = {} if attributes is None else _plain_map(attributes, "attributes",
-                                                              self.path, name)
+        if type(fmt) is not str or not fmt:
+            self.fail(f"'format' must be a non-empty string, got {_show(fmt)}", name)
+        attrs.check_name(fmt, "'format'", path=self.path, obj=name)
+        if fmt == "dense":
+            # only a dense object becomes one array of its shape; sparse and other
+            # formats may describe shapes far larger than memory
+            problem = shape_problem(shape)
+            if problem:
+                self.fail(f"shape: {problem}", name)
+        attributes = attrs.check_optional_map(obj.get("attributes"), "attributes",
+                                              path=self.path, obj=name)
         raw_components = obj.get("components")
         if type(raw_components) is not dict:
             self.fail(f"'components' must be a map, got {_kind(raw_components)}", name)
         comps = {role: self.component_spec(name, role, c) for role, c in raw_components.items()}
         if fmt == "dense":
+            numel = 1
+            for dim in shape:
+                numel *= dim
             self.check_dense(name, numel, comps.get("data"))
         return ObjectSpec(name, shape, fmt, attributes, comps, obj.get(LEGACY))
 
     def component_spec(self, name, role, c) -> ComponentSpec:
-        if type(role) is not str:
-            self.fail(f"component names must be strings, got {_show(role)}", name)
+        attrs.check_name(role, "component names", path=self.path, obj=name)
         if type(c) is not dict:
             self.fail(f"component must be a map, got {_kind(c)}", name, role)
         dtype, ltype = c.get("dtype"), c.get("type")
@@ -283,7 +316,7 @@ class _Checker:
                 self.fail(f"length {length} is not a whole number of {ltype or dtype} "
                           "elements", name, role)
         elif encoding == "zstd":
-            self.check_zstd_size(name, role, ulen, itemsize, ltype or dtype)
+            self.check_zstd_size(name, role, ulen, itemsize, ltype or dtype, length)
         else:
             self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')",
                       name, role)
@@ -312,7 +345,7 @@ class _Checker:
                       f"not {_show(dtype)}", name, role)
         return ltype
 
-    def check_zstd_size(self, name, role, ulen, itemsize, dtype):
+    def check_zstd_size(self, name, role, ulen, itemsize, dtype, length):
         if ulen is None:
             if self.info.requires_uncompressed_length:
                 self.fail("zstd component lacks 'uncompressed_length' (required since 1.2)",
@@ -326,6 +359,9 @@ class _Checker:
             self.fail(f"total uncompressed size {self.total_decoded} exceeds the per-file "
                       f"limit of {self.limits.max_total_decompressed}", name, role,
                       cls=LimitError)
+        if ulen > spec.zstd_max_output(length):
+            self.fail(f"uncompressed_length {ulen} is more than {length} bytes of zstd data "
+                      f"can produce (at most {spec.ZSTD_MAX_RATIO}x)", name, role)
         if ulen % itemsize:
             self.fail(f"uncompressed_length {ulen} is not a whole number of {dtype} elements",
                       name, role)
@@ -349,48 +385,15 @@ class _Checker:
                 self.fail(f"length {data.length} != {expected} bytes for its shape and dtype",
                           name, "data")
         elif data.uncompressed_length is None:
-            self.check_zstd_size(name, "data", expected, 1, data.dtype)
+            self.check_zstd_size(name, "data", expected, 1, data.dtype, data.length)
             data.uncompressed_length = expected
         elif data.uncompressed_length != expected:
             self.fail(f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
                       "for its shape and dtype", name, "data")
 
 
-def _show(value) -> str:
-    """repr() for messages, safe on hostile values: Python refuses to print integers
-    of over 4300 digits, and a long string would drown the message."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _kind(value) -> str:
     return "nothing" if value is None else type(value).__name__
-
-
-def _plain_map(value, what, path, name=None):
-    if type(value) is not dict:
-        raise FormatError(f"{what} must be a map, got {_kind(value)}", path=path, obj=name)
-    _check_plain(value, 0, what, path, name)
-    return value
-
-
-def _check_plain(value, depth, what, path, name):
-    """Attribute values are free-form CBOR; refuse only what could hurt: nesting past
-    64 levels, which also catches the cycles CBOR shared references can build."""
-    if depth > _MAX_PLAIN_DEPTH:
-        raise FormatError(f"{what} nest deeper than {_MAX_PLAIN_DEPTH} levels (or are cyclic)",
-                          path=path, obj=name)
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_plain(k, depth + 1, what, path, name)
-            _check_plain(v, depth + 1, what, path, name)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _check_plain(v, depth + 1, what, path, name)
-    elif isinstance(value, cbor2.CBORTag):
-        _check_plain(value.value, depth + 1, what, path, name)
 
 
 # ------------------------------------------------------------------ encoding

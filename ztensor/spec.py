@@ -26,6 +26,17 @@ SPEC_MAX_MANIFEST = 1 << 30  # the spec's 1 GB manifest ceiling
 
 DEFAULT_ZSTD_LEVEL = 3
 
+# The most a zstd stream can expand: every block has a 3-byte header and yields at
+# most 128 KiB, and the densest block is RLE (header + 1 byte), so n bytes of zstd
+# decode to at most n / 4 * 128 KiB.  A declared size above that is a lie the reader
+# refuses at open, before anything is allocated (docs/safety.md).
+ZSTD_MAX_RATIO = (128 << 10) // 4
+
+
+def zstd_max_output(compressed_length: int) -> int:
+    """Upper bound on what ``compressed_length`` bytes of zstd frames can decode to."""
+    return compressed_length * ZSTD_MAX_RATIO
+
 
 @dataclass(frozen=True)
 class VersionInfo:

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "blobwrite.h"
 #include "byteswap.h"
+#include "cbor_scan.h"
 #include "crc32c.h"
 #include "floatconv.h"
 #include "footer.h"
@@ -118,6 +119,53 @@ static void test_dequant(void) {
     CHECK(zt_dequant_rows(&b, 0, 8) == ZT_OK, "dequant v1 status");
     CHECK(o8[0] == 1 - 8 && o8[7] == 0 && o8[8] == 15 && o8[9] == 0,
           "dequant v1 zeros %g %g %g %g", o8[0], o8[7], o8[8], o8[9]);
+    /* g_idx: the same weight, act-order groups; a group number >= G is refused
+     * before any load (G = 1 here, so group 1 is out of range) */
+    uint8_t g_idx[32] = {0};
+    zt_dequant_args c = {qweight, scales, zeros, g_idx, 8, 2, 1, 8, 4, ZT_F16, ZT_F16, ZT_F32,
+                         out};
+    CHECK(zt_dequant_rows(&c, 0, 2) == ZT_OK && memcmp(out, want, sizeof want) == 0,
+          "dequant with g_idx");
+    g_idx[4 * 5] = 1;
+    CHECK(zt_dequant_rows(&c, 0, 2) == ZT_E_GROUP_INDEX, "g_idx out of range");
+    g_idx[4 * 5] = 0;
+    g_idx[4 * 5 + 3] = 0x80;  /* -2^31 as int32: a huge unsigned group number */
+    CHECK(zt_dequant_rows(&c, 0, 2) == ZT_E_GROUP_INDEX, "negative g_idx");
+}
+
+static zt_status scan(const char *hex, size_t max_depth, zt_cbor_scan_result *r) {
+    uint8_t buf[256];
+    size_t n = 0;
+    for (; hex[2 * n] && hex[2 * n + 1]; n++) {
+        unsigned v;
+        sscanf(hex + 2 * n, "%2x", &v);
+        buf[n] = (uint8_t)v;
+    }
+    return zt_cbor_scan(buf, n, max_depth, r);
+}
+
+static void test_cbor_scan(void) {
+    zt_cbor_scan_result r;
+    /* {"a": [1, -1, h'00', 1.5, null, 2(h'0100')]} */
+    CHECK(scan("a161618601204100f93e00f6c2420100", 8, &r) == ZT_OK && r.end == 16 &&
+          r.depth == 3, "plain map (a tag is a level): end %zu depth %zu", r.end, r.depth);
+    CHECK(scan("9f0102ff00", 8, &r) == ZT_OK && r.end == 4, "indefinite array, trailing byte");
+    CHECK(scan("7f6261626163ff", 8, &r) == ZT_OK && r.end == 7, "indefinite text chunks");
+    CHECK(scan("d81ca0", 8, &r) == ZT_E_CBOR_TAG && r.tag == 28, "shareable refused");
+    CHECK(scan("c48221196ab3", 8, &r) == ZT_E_CBOR_TAG && r.tag == 4, "decimal refused");
+    CHECK(scan("d9d9f7a0", 8, &r) == ZT_OK, "self-describe tag allowed");
+    CHECK(scan("c201", 8, &r) == ZT_E_CBOR_MALFORMED, "bignum of an integer");
+    CHECK(scan("a10102", 8, &r) == ZT_E_CBOR_KEY, "integer map key");
+    CHECK(scan("818181818100", 4, &r) == ZT_E_CBOR_DEPTH, "too deep");
+    CHECK(scan("818181818100", 5, &r) == ZT_OK && r.depth == 5, "just deep enough");
+    CHECK(scan("9bffffffffffffffff", 8, &r) == ZT_E_CBOR_MALFORMED, "lying array count");
+    CHECK(scan("5affffffff00", 8, &r) == ZT_E_CBOR_MALFORMED, "lying string length");
+    CHECK(scan("ff", 8, &r) == ZT_E_CBOR_MALFORMED, "lone break");
+    CHECK(scan("1c", 8, &r) == ZT_E_CBOR_MALFORMED, "reserved info");
+    CHECK(scan("f801", 8, &r) == ZT_E_CBOR_MALFORMED, "two-byte simple below 32");
+    CHECK(scan("bf6161ff", 8, &r) == ZT_E_CBOR_MALFORMED, "key without value");
+    CHECK(scan("7f4100ff", 8, &r) == ZT_E_CBOR_MALFORMED, "byte chunk in a text string");
+    CHECK(scan("", 8, &r) == ZT_E_CBOR_MALFORMED, "empty input");
 }
 
 static void test_blobwriter(void) {
@@ -143,6 +191,7 @@ int main(void) {
     test_bswap();
     test_floatconv();
     test_dequant();
+    test_cbor_scan();
     test_blobwriter();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

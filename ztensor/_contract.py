@@ -1,0 +1,101 @@
+"""The argument contract of every kernel, checked before a pointer is taken.
+
+Both backends call these (``_kernels.pyx`` before it takes pointers,
+``_fallback.py`` before it builds numpy views), so the same bad call raises the same
+:class:`~ztensor.errors.KernelArgumentError` with the same words on either.  The
+arithmetic is Python's: sizes multiply without wrapping, so no product of huge
+arguments can pass a check by overflowing to a small number, as ``size_t`` would.
+"""
+from ztensor.errors import KernelArgumentError
+
+FLOAT_WIDTHS = (4, 2, 2)          # zt_float_type: f32, f16, bf16
+FP8_KIND_COUNT = 4                 # f8_e4m3fn, f8_e5m2, f8_e4m3fnuz, f8_e5m2fnuz
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+BITS = (2, 4, 8)
+SWAP_WIDTHS = (1, 2, 4, 8)
+
+
+def fail(kernel: str, message: str):
+    raise KernelArgumentError(f"{kernel}: {message}")
+
+
+def integers(kernel: str, **values) -> None:
+    """Every scalar argument is an int (not a bool) in [0, 2**63)."""
+    for name, value in values.items():
+        if type(value) is not int and not hasattr(value, "__index__") or isinstance(value, bool):
+            fail(kernel, f"{name} must be an integer, got {type(value).__name__}")
+        if not 0 <= int(value) < 1 << 63:
+            fail(kernel, f"{name} must lie in [0, 2**63), got {int(value)}")
+
+
+def bswap(n_src: int, n_dst: int, width: int) -> None:
+    integers("bswap", width=width)
+    if width not in SWAP_WIDTHS:
+        fail("bswap", f"width must be 1, 2, 4 or 8, got {width}")
+    if n_dst != n_src or n_src % width:
+        fail("bswap", "buffers must have equal length, a multiple of width")
+
+
+def float_type(kernel: str, code: int, allow_bf16: bool = True) -> int:
+    if code not in (0, 1, 2) or (code == 2 and not allow_bf16):
+        fail(kernel, f"unknown float type code {code}")
+    return FLOAT_WIDTHS[code]
+
+
+def fp8(kernel: str, n_codes: int, n_float_bytes: int, kind: int, ftype: int) -> None:
+    integers(kernel, kind=kind, float_type=ftype)
+    if kind not in range(FP8_KIND_COUNT):
+        fail(kernel, f"unknown FP8 kind {kind}")
+    width = float_type(kernel, ftype, allow_bf16=False)
+    if n_float_bytes != n_codes * width:
+        fail(kernel, "the float buffer must hold one float32 or float16 per code")
+
+
+def bf16(kernel: str, n_bf16_bytes: int, n_f32_bytes: int) -> None:
+    if n_bf16_bytes % 2 or n_f32_bytes != 2 * n_bf16_bytes:
+        fail(kernel, "buffers must hold one float32 per bf16")
+
+
+def unpack_codes(n_word_bytes: int, count: int, bits: int, n_out: int) -> None:
+    integers("unpack_codes", count=count, bits=bits)
+    if bits not in BITS:
+        fail("unpack_codes", f"bits must be 2, 4 or 8, got {bits}")
+    if n_out != count or n_word_bytes % 4 or n_word_bytes * 8 < count * bits:
+        fail("unpack_codes", "sizes do not match")
+
+
+def dequant(n_qweight: int, n_scales: int, zeros_len, g_idx_len, K: int, N: int, G: int,
+            group_size: int, bits: int, scale_type: int, zero_type: int, out_type: int,
+            n_out: int, row_begin: int, row_end: int) -> None:
+    """Every length against K, N, G; ``zeros_len``/``g_idx_len`` are None when absent."""
+    kernel = "dequant_rows"
+    integers(kernel, K=K, N=N, G=G, group_size=group_size, bits=bits, scale_type=scale_type,
+             zero_type=zero_type, out_type=out_type, row_begin=row_begin, row_end=row_end)
+    if bits not in BITS:
+        fail(kernel, f"bits must be 2, 4 or 8, got {bits}")
+    if not 0 <= row_begin <= row_end <= N:
+        fail(kernel, f"row range [{row_begin}, {row_end}) is not inside [0, {N}]")
+    scale_width = float_type(kernel, scale_type)
+    out_width = float_type(kernel, out_type)
+    per = 32 // bits
+    if K % per:
+        fail(kernel, f"K={K} is not a multiple of {per}")
+    if K and (G == 0 or group_size == 0):
+        fail(kernel, "G and group_size must be positive")
+    if n_qweight != K // per * N * 4:
+        fail(kernel, "qweight does not hold K*bits/32 x N int32 words")
+    if n_scales != G * N * scale_width:
+        fail(kernel, "scales do not hold G x N values")
+    if n_out != N * K * out_width:
+        fail(kernel, "out does not hold N x K values")
+    if zero_type == ZERO_NONE:
+        pass
+    elif zero_type in (ZERO_PACKED_V1, ZERO_PACKED_V2):
+        if zeros_len is None or N % per or zeros_len != G * (N // per) * 4:
+            fail(kernel, "packed zeros do not hold G x N*bits/32 int32 words")
+    else:
+        width = float_type(kernel, zero_type)
+        if zeros_len is None or zeros_len != G * N * width:
+            fail(kernel, "zeros do not hold G x N values")
+    if g_idx_len is not None and g_idx_len != K * 4:
+        fail(kernel, "g_idx must hold K int32 values")
