@@ -48,7 +48,7 @@ def test_ls_and_info_json(model):
 
 def test_info_text(model):
     code, text = run("info", str(model))
-    assert code == 0 and "version:     1.2.0" in text and "license: 'MIT'" in text
+    assert code == 0 and "version:     1.2.0" in text and 'license: "MIT"' in text
 
 
 def test_bad_file_is_one_line_and_exit_2(tmp_path, capsys):

@@ -53,7 +53,7 @@ def _check(value, depth, what, where):
             raise FormatError(f"{what} nest deeper than {MAX_DEPTH} levels", **where)
         for k, v in value.items():
             if not isinstance(k, str):
-                raise FormatError(f"{what}: map keys must be strings, got "
+                raise FormatError(f"{what}: only string keys are allowed, got "
                                   f"{type(k).__name__}", **where)
             _check_text(k, what, where)
             _check(v, depth + 1, what, where)

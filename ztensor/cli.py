@@ -26,6 +26,45 @@ from ztensor.errors import ZTensorError
 from ztensor.reader import Reader
 
 
+def _printable(text) -> str:
+    """A name from a file, safe to print: control characters and other
+    non-printables (terminal escape sequences) are shown as escapes, never sent."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] if ord(c) > 0xFF or c in "\n\t\r"
+                   else f"\\x{ord(c):02x}" for c in text)
+
+
+def _jsonable(value, depth=0):
+    """Attribute values as valid JSON: bytes as hex strings, non-string keys as
+    strings, NaN and infinities as strings, integers too long to print as a note."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 4000 else f"<integer of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else repr(value)
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes": bytes(value[:4096]).hex(), "length": len(value)}
+    if depth > 80:
+        return "<too deep>"
+    if isinstance(value, dict):
+        return {_json_key(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value]
+    return repr(value)
+
+
+def _json_key(key):
+    return key if isinstance(key, str) else str(_jsonable(key))
+
+
+def _dump_json(value, out):
+    json.dump(_jsonable(value), out, indent=1, allow_nan=False)
+    out.write("\n")
+
+
 def _type_label(obj) -> str:
     return f"{obj.dtype}/{obj.type}" if obj.type else str(obj.dtype)
 
@@ -49,11 +88,10 @@ def cmd_ls(reader, args, out):
                      "dtype": _type_label(obj), "encoding": _encoding_label(obj),
                      "stored_bytes": obj.stored_size})
     if args.json:
-        json.dump(rows, out, indent=1)
-        out.write("\n")
+        _dump_json(rows, out)
         return 0
     table = [("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE")]
-    table += [(r["name"], r["format"], "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"],
+    table += [(_printable(r["name"]), _printable(r["format"]), "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"],
                r["encoding"], _human(r["stored_bytes"])) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(6)]
     for row in table:
@@ -74,8 +112,7 @@ def cmd_info(reader, args, out):
             "formats": formats, "stored_bytes": stored, "decoded_bytes": decoded,
             "digests": digests, "attributes": reader.attributes}
     if args.json:
-        json.dump(info, out, indent=1, default=repr)
-        out.write("\n")
+        _dump_json(info, out)
         return 0
     out.write(f"file:        {info['file']}\n")
     out.write(f"version:     {info['version']}\n")
@@ -86,7 +123,10 @@ def cmd_info(reader, args, out):
     out.write(f"digests:     {digests}\n")
     out.write("attributes:" + ("  (none)\n" if not reader.attributes else "\n"))
     for key, value in reader.attributes.items():
-        out.write(f"  {key}: {value!r}\n")
+        text = json.dumps(_jsonable(value), allow_nan=False)
+        if len(text) > 200:
+            text = text[:197] + "..."
+        out.write(f"  {_printable(key)}: {_printable(text)}\n")
     return 0
 
 
@@ -136,11 +176,10 @@ def cmd_verify(args, out):
         result = {"file": reader.path, "version": reader.version, "objects": objects,
                   "digests_checked": digests, "problems": problems, "ok": not problems}
     if args.json:
-        json.dump(result, out, indent=1)
-        out.write("\n")
+        _dump_json(result, out)
     else:
         for line in problems:
-            out.write(f"FAILED {line}\n")
+            out.write(f"FAILED {_printable(line)}\n")
         status = "OK" if not problems else f"FAILED ({len(problems)} problems)"
         out.write(f"{args.file}: {objects} objects, {digests} digests checked: {status}\n")
     return 0 if not problems else 1
@@ -203,15 +242,17 @@ def cmd_diff(args, out):
             change = _compare(a, b, name)
             if change:
                 changes.append({"name": name, "change": "changed", **change})
+        if a.attributes != b.attributes:
+            changes.insert(0, {"name": "(file attributes)", "change": "changed",
+                               "attributes": _attribute_difference(a.attributes, b.attributes)})
     if args.json:
-        json.dump({"a": args.a, "b": args.b, "identical": not changes, "changes": changes},
-                  out, indent=1)
-        out.write("\n")
+        _dump_json({"a": args.a, "b": args.b, "identical": not changes, "changes": changes}, out)
     else:
         for c in changes:
             mark = {"removed": "-", "added": "+", "changed": "~"}[c["change"]]
             detail = "; ".join(f"{k}: {v}" for k, v in c.items() if k not in ("name", "change"))
-            out.write(f"{mark} {c['name']}" + (f"  ({detail})" if detail else "") + "\n")
+            out.write(f"{mark} {_printable(c['name'])}"
+                      + (f"  ({_printable(detail)})" if detail else "") + "\n")
         out.write("identical\n" if not changes else f"{len(changes)} differences\n")
     return 0 if not changes else 1
 
@@ -221,25 +262,56 @@ def _compare(a, b, name):
     for field in ("format", "shape", "dtype", "type"):
         if getattr(ma, field) != getattr(mb, field):
             return {field: f"{_plain(getattr(ma, field))} -> {_plain(getattr(mb, field))}"}
+    if ma.attributes != mb.attributes:  # quantization parameters live here
+        return {"attributes": _attribute_difference(ma.attributes, mb.attributes)}
     ta, tb = a.read(name), b.read(name)
     for role in sorted(set(ta.components) | set(tb.components)):
         if role not in ta.components or role not in tb.components:
             return {"components": f"{sorted(ta.components)} -> {sorted(tb.components)}"}
         x, y = np.asarray(ta.components[role]), np.asarray(tb.components[role])
-        if x.shape != y.shape or x.tobytes() != y.tobytes():
-            return {role: _value_difference(x, y)}
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return {role: f"{x.dtype}{list(x.shape)} -> {y.dtype}{list(y.shape)}"}
+        difference = _value_difference(x.reshape(-1), y.reshape(-1))
+        if difference:
+            return {role: difference}
     return None
 
 
+def _attribute_difference(x, y):
+    keys = sorted(set(x) | set(y), key=str)
+    changed = [k for k in keys if k not in x or k not in y or x[k] != y[k]]
+    return "changed keys: " + ", ".join(_printable(k) for k in changed[:10]) + (
+        f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+
+
+_DIFF_CHUNK = 1 << 20  # elements per step: memory stays a few MiB whatever the size
+
+
 def _value_difference(x, y):
-    if x.shape != y.shape:
-        return f"{x.size} -> {y.size} elements"
-    if x.dtype.kind in "fc" and y.dtype.kind in "fc":
-        with np.errstate(invalid="ignore"):
-            differ = ~((x == y) | (np.isnan(x) & np.isnan(y)))
-            worst = float(np.nanmax(np.abs(x.astype(np.complex128) - y))) if differ.any() else 0.0
-        return f"{int(differ.sum())} of {x.size} values differ, max |difference| {worst:.6g}"
-    return f"{int((x != y).sum())} of {x.size} values differ"
+    """None when the stored elements are identical bit for bit, else a summary.
+    Walks both arrays in chunks: peak memory is a few chunks, not copies of both."""
+    floating = x.dtype.kind in "fc" or x.dtype.name in ("bfloat16",) or "float8" in x.dtype.name
+    differ, worst, total = 0, 0.0, x.size
+    for start in range(0, total, _DIFF_CHUNK):
+        xs, ys = x[start:start + _DIFF_CHUNK], y[start:start + _DIFF_CHUNK]
+        if xs.view(np.uint8).tobytes() == ys.view(np.uint8).tobytes() if xs.dtype.itemsize \
+                else True:
+            continue
+        if floating:
+            xf, yf = xs.astype(np.complex128 if x.dtype.kind == "c" else np.float64), \
+                ys.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+            with np.errstate(invalid="ignore"):
+                bad = ~((xf == yf) | (np.isnan(xf) & np.isnan(yf)))
+                if bad.any():
+                    worst = max(worst, float(np.nanmax(np.abs(xf[bad] - yf[bad]))))
+        else:
+            bad = xs != ys
+        differ += int(np.count_nonzero(bad))
+    if not differ:
+        return None
+    if floating:
+        return f"{differ} of {total} values differ, max |difference| {worst:.6g}"
+    return f"{differ} of {total} values differ"
 
 
 def _plain(value):
@@ -248,8 +320,7 @@ def _plain(value):
 
 def _report(args, out, summary):
     if args.json:
-        json.dump(summary, out, indent=1)
-        out.write("\n")
+        _dump_json(summary, out)
     elif not args.quiet:
         out.write(", ".join(f"{k}: {v}" for k, v in summary.items()) + "\n")
 
@@ -307,10 +378,24 @@ def main(argv=None, out=None) -> int:
             with Reader(args.file) as reader:
                 return handler(reader, args, out)
         return handler(args, out)
+    except BrokenPipeError:
+        # the reader of our output went away (`ztensor ls f.zt | head`): not an
+        # error of ours; stop quietly, and keep Python from complaining at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 0
     except (ZTensorError, OSError) as exc:
         if isinstance(exc, ZTensorError):
             text = str(exc)
         else:
             text = f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")
-        sys.stderr.write(f"ztensor: {text}\n")
+        sys.stderr.write(f"ztensor: {_printable(text)}\n")
+        return 2
+    except (ValueError, TypeError, RecursionError, MemoryError, UnicodeError,
+            OverflowError) as exc:
+        # never a traceback: a problem no check above named still gets one line
+        sys.stderr.write(f"ztensor: {_printable(type(exc).__name__)}: "
+                         f"{_printable(str(exc)[:500])}\n")
         return 2

@@ -6,6 +6,7 @@ touched; reading an object touches only that object's bytes.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Dict, List, Optional, Union, overload
 
 import numpy as np
@@ -48,6 +49,10 @@ class Reader:
         Map the file privately: zero-copy views become writable, and writes go to
         private copies of the pages, never to the file (used for torch tensors,
         which have no read-only flag).
+    mmap : bool
+        False: read with ``pread`` instead of mapping the file.  Arrays are then
+        always copies, and a file truncated by another process while open gives a
+        FormatError instead of a SIGBUS (see docs/safety.md).
 
     Raises
     ------
@@ -70,10 +75,11 @@ class Reader:
 
     def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview], *,
                  verify: bool = False, limits: Optional[spec.Limits] = None,
-                 copy_on_write: bool = False) -> None:
+                 copy_on_write: bool = False, mmap: bool = True) -> None:
+        self._closed = True  # until the manifest is checked (and for __del__)
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
-        self._source = Source(source, copy_on_write=copy_on_write)
+        self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap)
         self.path = self._source.name
         try:
             footer = read_footer(self._source, self._limits)
@@ -162,8 +168,10 @@ class Reader:
             # the common case, kept short: one view at an offset checked at open
             self._require_open()
             storage, count, offset = plan
-            arr = np.frombuffer(self._source.buffer, storage, count, offset)
-            return (components.copy_array(arr) if copy else arr).reshape(obj.shape)
+            arr = self._source.array(storage, count, offset)
+            if copy and self._source.mapped:
+                arr = components.copy_array(arr)
+            return arr.reshape(obj.shape)
         if obj.format != "dense":
             raise UnsupportedError(f"read_numpy reads dense objects; this one is "
                                    f"{obj.format!r}, use read()", path=self.path, obj=name)
@@ -248,8 +256,8 @@ class Reader:
                                         component=comp.role)
         if copy and not arr.dtype.isnative:
             return components.to_native(arr)
-        if copy and comp.encoding == "raw":
-            return components.copy_array(arr)
+        if copy and comp.encoding == "raw" and self._source.mapped:
+            return components.copy_array(arr)  # pread gave a fresh buffer already
         return arr  # a view, or freshly decoded zstd data (already owned)
 
     # ------------------------------------------------------------ lifetime
@@ -263,12 +271,18 @@ class Reader:
         if self._closed:
             raise ZTensorError("reader is closed", path=self.path)
 
-    def __enter__(self):
+    def __enter__(self) -> "Reader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> bool:
         self.close()
         return False
+
+    def __del__(self):
+        # as open files do: an unclosed Reader is released, with a ResourceWarning
+        if not getattr(self, "_closed", True):
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
+            self.close()
 
     def __repr__(self):
         state = "closed" if self._closed else f"{len(self)} objects"

@@ -1,15 +1,34 @@
-"""Byte access to a file or an in-memory buffer, always bounds-checked.
+"""READ 0: byte access to a file or an in-memory buffer, always bounds-checked.
 
-A path is memory-mapped read-only; arrays handed out as zero-copy views keep the
-mapping alive through their buffer, so :meth:`Source.close` is safe while they
-live (the mapping goes away with the last of them).
+Two ways to read a file:
+
+* mapped (the default): the file is memory-mapped read-only and zero-copy views
+  are handed out.  The descriptor is closed as soon as the mapping exists (the
+  mapping keeps what it needs), and arrays handed out keep the mapping alive, so
+  :meth:`Source.close` is safe while they live.  A file truncated by another
+  process while mapped makes the *next touch* of a vanished page a SIGBUS: the
+  kernel's rule for every mapping, ``copy=True`` included, since the copy reads
+  the mapping.
+* ``mmap=False``: every read is a ``pread`` into a fresh buffer.  No views, no
+  SIGBUS: a file that shrinks under the reader gives a clean FormatError.  For
+  files on network filesystems, or written by other processes while read.
+
+Every access takes a lock shared with :meth:`close`, so a ``close()`` racing a read
+either happens before it (the read raises "closed") or after it (the read holds
+its own reference to the mapping): never an empty or swapped view.
 """
 from __future__ import annotations
 
-import mmap
+import errno
+import mmap as _mmap
 import os
+import stat
+import sys
+import threading
 
-from ztensor.errors import FormatError
+import numpy as np
+
+from ztensor.errors import FormatError, ZTensorError
 
 
 class Source:
@@ -18,68 +37,141 @@ class Source:
     Parameters
     ----------
     source : str, os.PathLike, bytes, bytearray or memoryview
-        A path to memory-map, or a buffer to read from.
+        A path to read, or a buffer to read from.
     copy_on_write : bool
         Map a file privately and writably: views can be written, the writes go to
         private copies of the touched pages and never reach the file.
+    mmap : bool
+        False: read a file with ``pread`` instead of mapping it (see the module doc).
     """
 
-    def __init__(self, source, copy_on_write=False):
+    def __init__(self, source, copy_on_write=False, mmap=True):
+        self._lock = threading.Lock()
+        self._closed = False
         self._copy_on_write = copy_on_write
         self._fd = None
         self._map = None
+        self._view = None
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
-            self._open_file(self.name)
+            self._open_file(self.name, mmap)
         elif isinstance(source, (bytes, bytearray, memoryview)):
             self.name = "<bytes>"
             view = memoryview(source)
             if not view.c_contiguous:
                 raise TypeError("a buffer source must be C-contiguous")
             self._view = view.cast("B").toreadonly()
+            self.size = len(self._view)
         else:
             raise TypeError(f"expected a path or a bytes-like object, got {type(source).__name__}")
-        self.size = len(self._view)
 
-    def _open_file(self, path: str) -> None:
-        flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-        self._fd = os.open(path, flags)
+    def _open_file(self, path: str, use_mmap: bool) -> None:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+        flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
         try:
-            size = os.fstat(self._fd).st_size
-            if size:
-                access = mmap.ACCESS_COPY if self._copy_on_write else mmap.ACCESS_READ
-                self._map = mmap.mmap(self._fd, 0, access=access)
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            if not stat.S_ISREG(info.st_mode):
+                raise FormatError("not a regular file (a FIFO, socket or device cannot be "
+                                  "read as a tensor file)", path=path)
+            self.size = info.st_size
+            if not use_mmap:
+                self._fd, fd = fd, None
+                return
+            if self.size:
+                access = _mmap.ACCESS_COPY if self._copy_on_write else _mmap.ACCESS_READ
+                extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+                self._map = _mmap.mmap(fd, 0, access=access, **extra)
                 self._view = memoryview(self._map)
             else:
                 self._view = memoryview(b"")
-        except BaseException:
-            os.close(self._fd)
-            self._fd = None
-            raise
+        finally:
+            if fd is not None:
+                os.close(fd)  # the mapping needs no descriptor of ours
 
-    def view(self, offset: int, length: int, what: str, **where) -> memoryview:
-        """Zero-copy view of ``length`` bytes at ``offset``; raises FormatError when
-        they are not all inside the source."""
+    @property
+    def mapped(self) -> bool:
+        """True when views are zero-copy slices of memory (a mapping or a buffer)."""
+        return self._fd is None
+
+    def _check(self, offset, length, what, where):
         if offset < 0 or length < 0 or offset + length > self.size:
             raise FormatError(f"{what}: bytes {offset}..{offset + length} lie outside the "
                               f"file of {self.size} bytes", path=self.name, **where)
-        return self._view[offset:offset + length]
+
+    def view(self, offset: int, length: int, what: str, **where):
+        """``length`` bytes at ``offset``: a zero-copy view (mapped) or a fresh
+        read-only buffer (pread); FormatError when they are not all in the source."""
+        self._check(offset, length, what, where)
+        with self._lock:
+            self._require_open()
+            if self._fd is None:
+                return self._view[offset:offset + length]
+            fd = self._fd
+            # pread under the lock: close() cannot hand the descriptor number to
+            # another file between the check and the read
+            return memoryview(_pread_exactly(fd, offset, length, self.name, what,
+                                             where)).toreadonly()
+
+    def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
+        """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
+        caller's manifest checks): a view when mapped, a copy otherwise."""
+        nbytes = count * dtype.itemsize
+        if self._fd is not None:
+            return np.frombuffer(self.view(offset, nbytes, "component"), dtype, count)
+        self._check(offset, nbytes, "component", {})
+        with self._lock:
+            self._require_open()
+            return np.frombuffer(self._map if self._map is not None else self._view,
+                                 dtype, count, offset)
+
+    def _require_open(self):
+        if self._closed:
+            raise ZTensorError("reader is closed", path=self.name)
 
     @property
-    def buffer(self):
-        """The whole source as one buffer (the mapping itself, for a file), for
-        ``numpy.frombuffer`` at offsets already checked against :attr:`size`."""
-        return self._map if self._map is not None else self._view
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         """Release the file.  Views already handed out stay valid."""
-        self._view = memoryview(b"")
-        if self._map is not None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._view = None
+            fd, self._fd = self._fd, None
+            mapping, self._map = self._map, None
+        if mapping is not None:
             try:
-                self._map.close()
+                mapping.close()
             except BufferError:
                 pass  # arrays still use the mapping: it is unmapped when they go
-            self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if fd is not None:
+            os.close(fd)
+
+
+def _pread_exactly(fd, offset, length, name, what, where):
+    out = bytearray(length)
+    view = memoryview(out)
+    done = 0
+    while done < length:
+        try:
+            n = os.preadv(fd, [view[done:]], offset + done) if hasattr(os, "preadv") else \
+                _pread_into(fd, view[done:], offset + done)
+        except InterruptedError:
+            continue
+        if n == 0:
+            raise FormatError(f"{what}: the file ends at byte {offset + done}, before "
+                              f"{offset + length} (it shrank while open)", path=name, **where)
+        done += n
+    return out
+
+
+def _pread_into(fd, view, offset):
+    data = os.pread(fd, len(view), offset)
+    view[:len(data)] = data
+    return len(data)

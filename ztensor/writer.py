@@ -10,15 +10,17 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import stat
+import warnings
 from typing import Any, Dict, Optional, Union
 
-import cbor2
 import numpy as np
 
+from ztensor import attributes as attrs
 from ztensor import components, convert, dtypes, kernels, spec
 from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
 from ztensor.footer import encode_footer
-from ztensor.manifest import gc_paused, encode_manifest
+from ztensor.manifest import Checker, gc_paused, encode_manifest
 from ztensor.formats import sparse
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
@@ -51,9 +53,12 @@ class Writer:
                  attributes: Optional[Dict[str, Any]] = None, fsync: bool = False) -> None:
         self.path = os.fspath(path)
         self._attributes = _check_attributes(attributes, self.path)
+        # the reader's own checks, run on every object before its bytes are written
+        self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS)
         self._fsync = fsync
         self._objects: Dict[str, ObjectSpec] = {}
-        self._fd, self._tmp = _create_temp(self.path)
+        self._target = _final_target(self.path)
+        self._fd, self._tmp = _create_temp(self._target)
         self._state = "open"
         self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
         self._guard(self._blobs.write, spec.MAGIC_V1)
@@ -118,8 +123,13 @@ class Writer:
         if checksum not in (None, "crc32c", "sha256"):
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(attributes, self.path, name)
+        if not isinstance(arrays, dict) or not arrays and fmt == "dense":
+            raise FormatError("an object needs a dict of components", path=self.path, obj=name)
+        for role in arrays:
+            attrs.check_name(role, "component names", path=self.path, obj=name)
         prepared = [(role,) + self._prepare(name, role, arr, fmt, types.get(role))
                     for role, arr in arrays.items()]
+        self._check_as_reader(name, fmt, shape, attributes, prepared)
         if fmt == "dense":
             self._check_dense(name, shape, prepared)
         elif fmt in sparse.FORMATS:
@@ -131,6 +141,25 @@ class Writer:
                                       components.little_endian_chunks(arr), storage=storage,
                                       ltype=ltype, compress=level, checksum=checksum)
         self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
+
+    def _check_as_reader(self, name, fmt, shape, attributes, prepared):
+        """Run the reader's manifest checks on the entry this object will have (raw
+        components at aligned offsets), so nothing is written that a reader refuses:
+        one definition of a valid object, in manifest.Checker."""
+        try:
+            entry_shape = [int(d) for d in shape]
+        except (TypeError, ValueError, OverflowError):
+            raise FormatError(f"shape must be a sequence of integers, got {attrs.show(shape)}",
+                              path=self.path, obj=name) from None
+        offset, comps = spec.ALIGNMENT, {}
+        for role, arr, storage, ltype in prepared:
+            comps[role] = {"dtype": storage, "offset": offset, "length": arr.nbytes}
+            if ltype is not None:
+                comps[role]["type"] = ltype
+            offset += -(-max(arr.nbytes, 1) // spec.ALIGNMENT) * spec.ALIGNMENT
+        entry = {"shape": entry_shape, "format": fmt, "attributes": attributes,
+                 "components": comps}
+        self._checker.object_spec(name, entry)
 
     def _prepare(self, name, role, arr, fmt, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
@@ -180,9 +209,7 @@ class Writer:
                               "needs a different count", path=self.path, obj=name)
 
     def _check_name(self, name):
-        if not isinstance(name, str) or not name:
-            raise FormatError(f"object names must be non-empty strings, got {name!r}",
-                              path=self.path)
+        attrs.check_name(name, "object names", path=self.path)
         if name in self._objects:
             raise FormatError("an object of this name was already written", path=self.path,
                               obj=name)
@@ -203,7 +230,7 @@ class Writer:
                 os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-            os.replace(self._tmp, self.path)
+            os.replace(self._tmp, self._target)
         except OSError as exc:
             self.abort()
             raise WriteError(f"cannot finish the file: {exc.strerror}", path=self.path,
@@ -254,7 +281,12 @@ class Writer:
 
     def __del__(self):
         if getattr(self, "_state", "closed") == "open":
-            self.abort()  # never leave a temporary file behind
+            # nothing was promised to the final name: drop the temporary file, and
+            # say so, as Python does for a file never closed
+            warnings.warn(f"{self!r} was never closed: {len(self._objects)} objects "
+                          "discarded, the file was not written", ResourceWarning,
+                          stacklevel=2, source=self)
+            self.abort()
 
     def __repr__(self):
         return f"<ztensor.Writer {self.path!r} ({self._state}, {len(self._objects)} objects)>"
@@ -274,20 +306,46 @@ def _encode_as(arr, type_name):
                      f"not {type_name!r}")
 
 
+def _final_target(path):
+    """The file the rename replaces: a symlink's target (so the link stays a link
+    to the new file), else ``path`` itself."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
 def _create_temp(path):
-    """A new hidden file beside ``path``, created with the umask's permissions."""
+    """A new hidden file beside ``path``.  When ``path`` exists, the new file gets
+    its permission bits (re-saving a 0600 file keeps it 0600); otherwise the
+    umask's.  The name fits the folder's name limit however long ``path``'s is."""
     folder, base = os.path.split(os.path.abspath(path))
     flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
              | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = None
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
     for _ in range(100):
-        tmp = os.path.join(folder, f".{base}.{secrets.token_hex(6)}.tmp")
+        suffix = f".{secrets.token_hex(6)}.tmp"
+        stem = "." + base
+        if len(os.fsencode(stem + suffix)) > name_max:
+            stem = ".zt"  # a long name: keep the temporary one short instead
+        tmp = os.path.join(folder, stem + suffix)
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            fd = os.open(tmp, flags, 0o666)
         except FileExistsError:
             continue
         except OSError as exc:
             raise WriteError(f"cannot create a file in {folder!r}: {exc.strerror}",
                              path=path, errno=exc.errno) from exc
+        if mode is not None:
+            try:
+                os.fchmod(fd, mode)
+            except (OSError, AttributeError):
+                pass  # a filesystem without modes: the umask's are what it has
+        return fd, tmp
     raise WriteError("cannot find a free temporary name", path=path)
 
 
@@ -304,13 +362,8 @@ def _zstd_level(compress, path):
 
 
 def _check_attributes(attributes, path, name=None):
-    if not attributes:
+    """A copy of ``attributes`` if the reader would accept them (attributes.py)."""
+    if attributes is None:
         return {}
-    if not isinstance(attributes, dict) or not all(isinstance(k, str) for k in attributes):
-        raise FormatError("attributes must be a dict with string keys", path=path, obj=name)
-    try:
-        cbor2.dumps(attributes)
-    except Exception as exc:
-        raise FormatError(f"attributes are not CBOR-encodable: {exc}", path=path,
-                          obj=name) from None
-    return dict(attributes)
+    what = "attributes" if name is not None else "file attributes"
+    return dict(attrs.check_map(attributes, what, path=path, obj=name))

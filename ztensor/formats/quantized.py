@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ztensor import kernels
+from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.tensor import Tensor
 
@@ -43,6 +44,8 @@ def assemble(spec, arrays):
     except (FormatError, UnsupportedError):
         return tensor
     tensor.components = {role: layout.shaped(role, arr) for role, arr in arrays.items()}
+    if "g_idx" in arrays:  # our convention: a group number outside [0, G) is corrupt
+        layout.check_g_idx(arrays["g_idx"])
     return tensor
 
 
@@ -50,18 +53,25 @@ class _Layout:
     """Sizes of one quantized weight, checked against each other before any kernel runs."""
 
     def __init__(self, N, K, bits, group_size, where):
+        if type(bits) is not int:
+            raise FormatError(f"bits must be an integer, got {show(bits)}", **where)
         if bits not in BITS:
-            raise UnsupportedError(f"bits={bits!r}: only 2, 4 and 8-bit codes are supported",
-                                   **where)
-        if type(group_size) is not int or group_size <= 0:
-            raise FormatError(f"group_size must be a positive integer, got {group_size!r}",
+            raise UnsupportedError(f"bits={show(bits)}: only 2, 4 and 8-bit codes are "
+                                   "supported", **where)
+        if type(group_size) is not int:
+            raise FormatError(f"group_size must be an integer, got {show(group_size)}",
+                              **where)
+        if group_size == -1:  # GPTQ's "one group per row": the whole of K
+            group_size = max(K, 1)
+        if not 0 < group_size < 1 << 63:
+            raise FormatError(f"group_size must be -1 or in [1, 2**63), got {show(group_size)}",
                               **where)
         self.N, self.K, self.bits, self.group_size = N, K, bits, group_size
         self.per = 32 // bits
         if K % self.per:
             raise FormatError(f"K={K} is not a multiple of {self.per} ({bits}-bit codes per "
                               "int32)", **where)
-        self.G = math.ceil(K / group_size) if K else 0
+        self.G = -(-K // group_size) if K else 0   # integer ceil: no float rounding
         self.where = where
 
     @classmethod
@@ -71,7 +81,20 @@ class _Layout:
             raise FormatError(f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}",
                               **where)
         attrs = t.attributes
-        return cls(t.shape[0], t.shape[1], attrs.get("bits"), attrs.get("group_size"), where)
+        layout = cls(t.shape[0], t.shape[1], attrs.get("bits"), attrs.get("group_size"), where)
+        layout.check_convention(attrs)
+        return layout
+
+    def check_convention(self, attrs):
+        """The packing attributes, when present, must name our convention: an object
+        packed any other way would otherwise dequantize to wrong weights silently."""
+        want = {"packing": f"{self.per}_per_i32", "pack_axis": 0, "pack_order": "lsb_first"}
+        for key, value in want.items():
+            got = attrs.get(key, value)
+            if type(got) is not type(value) or got != value:
+                raise UnsupportedError(f"{key}={show(got)} is not a convention ztensor "
+                                       f"implements ({key}={value!r}); see "
+                                       "docs/quantized_group.md", **self.where)
 
     def shaped(self, role, arr):
         shapes = {"packed_weight": (self.K // self.per, self.N), "scales": (self.G, self.N),
@@ -238,8 +261,8 @@ def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
     qweight = np.asarray(tensors["qweight"])
     if qweight.ndim != 2:
         raise FormatError(f"qweight must be 2-D [K*bits/32, N], got shape {qweight.shape}")
-    if bits not in BITS:
-        raise UnsupportedError(f"bits={bits!r}: only 2, 4 and 8-bit codes are supported")
+    if type(bits) is not int or bits not in BITS:
+        raise UnsupportedError(f"bits={show(bits)}: only 2, 4 and 8-bit codes are supported")
     layout = _Layout(qweight.shape[1], qweight.shape[0] * (32 // bits), bits, group_size, {})
     scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(tensors["scales"])),
                                       "scales", {})
