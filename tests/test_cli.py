@@ -203,3 +203,103 @@ def test_npz_member_declaring_more_than_it_holds(tmp_path, capsys):
         z.writestr("x.npy", buf.getvalue() + bytes(32))    # ... 32 bytes held
     assert main(["convert", str(tmp_path / "bomb.npz"), str(tmp_path / "b.zt")]) == 2
     assert "declares" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- hostile input, round two
+def hostile_attributes_file(tmp_path):
+    """A file whose attributes and names are legal but awkward: bignums, NaN,
+    bytes, and a name carrying a terminal escape sequence."""
+    path = tmp_path / "odd.zt"
+    with ztensor.Writer(path, attributes={"big": 2**20000, "nan": float("nan"),
+                                          "inf": float("-inf"), "raw": b"\x00\xff",
+                                          "nested": {"k": [b"x", 2**100]}}) as w:
+        w.write_numpy("evil\x1b[2J\x07name", np.arange(3), attributes={"b": b"1"})
+    return path
+
+
+def test_info_and_ls_on_awkward_but_legal_files(tmp_path):
+    path = hostile_attributes_file(tmp_path)
+    for cmd in ("ls", "info"):
+        code, text = run(cmd, str(path))
+        assert code == 0 and "\x1b" not in text and "\x07" not in text, text
+    code, text = run("ls", str(path))
+    assert "evil\\x1b[2J\\x07name" in text
+    code, text = run("info", "--json", str(path))
+    info = json.loads(text)  # strict JSON: no NaN tokens, no bytes
+    assert code == 0 and info["attributes"]["nan"] == "nan"
+    assert info["attributes"]["inf"] == "-inf" and info["attributes"]["big"].startswith("<integer")
+    assert info["attributes"]["raw"] == {"bytes": "00ff", "length": 2}
+    assert info["attributes"]["nested"]["k"][1] == 2**100
+    code, text = run("ls", "--json", str(path))
+    assert json.loads(text)[0]["name"] == "evil\x1b[2J\x07name"
+
+
+def test_ls_on_a_directory_and_a_fifo(tmp_path, capsys):
+    import os
+    code, _ = run("ls", str(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and str(tmp_path) in err and err.count("\n") == 1
+    fifo = tmp_path / "p.zt"
+    os.mkfifo(fifo)
+    code, _ = run("ls", str(fifo))  # must not block waiting for a writer
+    err = capsys.readouterr().err
+    assert code == 2 and "not a regular file" in err
+
+
+def test_diff_sees_attributes_of_quantized_objects(tmp_path):
+    w = np.linspace(-1, 1, 32 * 64, dtype=np.float32).reshape(32, 64)
+    q = ztensor.quantize(w, group_size=32)
+    with ztensor.Writer(tmp_path / "a.zt") as out:
+        out.write("q", q)
+    q.attributes["group_size"] = 64   # same bytes, different weights when dequantized
+    q.components["scales"] = np.asarray(q.components["scales"])[:1]
+    q.components["zeros"] = np.asarray(q.components["zeros"])[:1]
+    with ztensor.Writer(tmp_path / "b.zt") as out:
+        out.write("q", q)
+    code, text = run("diff", str(tmp_path / "a.zt"), str(tmp_path / "b.zt"))
+    assert code == 1 and "group_size" in text and "identical" not in text
+
+
+def test_diff_file_attributes(tmp_path):
+    for name, value in (("a.zt", "MIT"), ("b.zt", "GPL")):
+        with ztensor.Writer(tmp_path / name, attributes={"license": value}) as w:
+            w.write_numpy("x", np.arange(3))
+    code, text = run("diff", str(tmp_path / "a.zt"), str(tmp_path / "b.zt"))
+    assert code == 1 and "license" in text
+
+
+def test_diff_memory_is_bounded(tmp_path):
+    import tracemalloc
+    big = np.arange(8 << 20, dtype=np.float32)  # 32 MiB: scratch must not follow it
+    for name, arr in (("a.zt", big), ("b.zt", big + (np.arange(big.size) % 7 == 0))):
+        with ztensor.Writer(tmp_path / name) as w:
+            w.write_numpy("x", arr)
+    tracemalloc.start()
+    code, text = run("diff", str(tmp_path / "a.zt"), str(tmp_path / "b.zt"))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert code == 1 and "1198373 of 8388608 values differ" in text
+    assert peak < big.nbytes // 2  # chunks, not copies: was ~8x the tensor
+
+
+def test_convert_hostile_safetensors_headers(tmp_path, capsys):
+    import struct
+    deep = b"[" * 100_000 + b"]" * 100_000
+    surrogate = b'{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    for i, header in enumerate((deep, surrogate)):
+        src = tmp_path / f"h{i}.safetensors"
+        src.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+        code, _ = run("convert", str(src), str(tmp_path / f"h{i}.zt"))
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("ztensor: ") and err.count("\n") == 1, err
+        assert "Traceback" not in err
+
+
+def test_broken_pipe_is_quiet(tmp_path):
+    path = tmp_path / "many.zt"
+    with ztensor.Writer(path) as w:
+        for i in range(3000):
+            w.write_numpy(f"tensor.{i}", np.zeros(1))
+    proc = subprocess.run(f"{sys.executable} -m ztensor ls {path} | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("NAME") and proc.stderr == "", proc.stderr

@@ -12,28 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ztensor
+from crafted import (BLOB, RAW, good_manifest, outcome, streamed,
+                     v1_file, zstd_file)
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = sorted(p for p in DATA.glob("*/*.zt") if p.parent.name != "fuzz-regressions")  # valid files
-
-
-def read_everything(source, **kw):
-    """Open, read every object (both APIs, copy and not) and verify."""
-    with ztensor.Reader(source, verify=True, **kw) as r:
-        for name in r.keys():
-            r.read(name)
-            r.read(name, copy=True)
-            if r.metadata(name).format == "dense":
-                r.read_numpy(name)
-        r.verify()
-
-
-def outcome(source, **kw):
-    try:
-        read_everything(source, **kw)
-    except ztensor.ZTensorError as exc:
-        return exc
-    return None
 
 
 def boundaries(data: bytes):
@@ -87,22 +70,6 @@ def test_random_byte_flips_anywhere(path, flips):
 
 
 # ------------------------------------------------------------ lying manifests
-def v1_file(manifest, blobs=b"", raw=None):
-    body = b"ZTEN1000" + blobs
-    body += bytes(-len(body) % 64)
-    m = raw if raw is not None else cbor2.dumps(manifest)
-    return body + m + struct.pack("<Q", len(m)) + b"ZTEN1000"
-
-
-BLOB = np.arange(16, dtype="<f4").tobytes()  # 64 bytes at offset 64
-
-
-def good_manifest():
-    return {"version": "1.2.0", "objects": {"x": {
-        "shape": [4, 4], "format": "dense",
-        "components": {"data": {"dtype": "f32", "offset": 64, "length": 64}}}}}
-
-
 def test_good_manifest_is_good():
     with ztensor.Reader(v1_file(good_manifest(), bytes(56) + BLOB)) as r:
         assert r["x"][3, 3] == 15
@@ -230,23 +197,6 @@ def test_manifest_size_pointing_into_data_region():
 
 
 # ------------------------------------------------------------ zstd lies
-def zstd_file(payload: bytes, ulen, shape=None):
-    itemsize = 4
-    shape = shape if shape is not None else [ulen // itemsize]
-    m = {"version": "1.2.0", "objects": {"z": {"shape": shape, "format": "dense",
-         "components": {"data": {"dtype": "f32", "offset": 64, "length": len(payload),
-                                 "uncompressed_length": ulen, "encoding": "zstd"}}}}}
-    return v1_file(m, bytes(56) + payload)
-
-
-RAW = np.arange(1000, dtype="<f4").tobytes()
-
-
-def streamed(data, **kw):
-    c = zstandard.ZstdCompressor(**kw).compressobj()
-    return c.compress(data) + c.flush()
-
-
 @pytest.mark.parametrize("payload", [
     streamed(RAW),                                             # no content size, as reference
     zstandard.ZstdCompressor().compress(RAW),                   # content size in header

@@ -175,7 +175,7 @@ def lying(q, **changes):
     attrs = dict(q.attributes)
     shape = changes.pop("shape", q.shape)
     for key, value in changes.items():
-        if key in ("bits", "group_size"):
+        if key in ("bits", "group_size", "packing", "pack_axis", "pack_order"):
             attrs[key] = value
         elif value is None:
             comps.pop(key)
@@ -198,11 +198,65 @@ def lying(q, **changes):
     ({"packed_weight": np.zeros((32, 32), np.float32)}, ztensor.FormatError, "int32 words"),
     ({"scales": np.zeros((2, 32), np.int8)}, ztensor.UnsupportedError, "scales must be"),
     ({"scales": None}, ztensor.FormatError, "no 'scales'"),
+    # attribute values of the wrong type or size: clean errors, never TypeError,
+    # OverflowError or ValueError from the arithmetic
+    ({"bits": 4.0}, ztensor.FormatError, "bits must be an integer"),
+    ({"bits": "4"}, ztensor.FormatError, "bits must be an integer"),
+    ({"bits": 2**20000}, ztensor.UnsupportedError, "integer of 20001 bits"),
+    ({"group_size": 2**64}, ztensor.FormatError, "group_size must be -1 or"),
+    ({"group_size": 128.0}, ztensor.FormatError, "group_size must be an integer"),
+    ({"group_size": -2}, ztensor.FormatError, "group_size must be -1 or"),
+    # conventions we do not implement: refused, never dequantized to wrong weights
+    ({"pack_order": "msb_first"}, ztensor.UnsupportedError, "pack_order='msb_first'"),
+    ({"pack_axis": 1}, ztensor.UnsupportedError, "pack_axis=1"),
+    ({"packing": "4_per_i32"}, ztensor.UnsupportedError, "packing='4_per_i32'"),
+    ({"packing": 8}, ztensor.UnsupportedError, "packing=8"),
 ])
 def test_lying_sizes_are_refused_before_any_kernel(change, error, words):
     q = ztensor.quantize(np.ones((32, 256), np.float32), group_size=128)
     with pytest.raises(error, match=words):
         ztensor.dequantize(lying(q, **change))
+
+
+def test_msb_first_object_is_refused_not_silently_wrong(tmp_path):
+    """An object packed MSB-first, and saying so, dequantized as LSB-first gives
+    weights off by up to the whole code range: it must be an UnsupportedError."""
+    w = np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32)
+    q = ztensor.quantize(w, bits=4, group_size=32)
+    words = np.asarray(q.components["packed_weight"]).view(np.uint32)
+    nibbles = [(words >> (4 * j)) & 0xF for j in range(8)]
+    msb = sum(n.astype(np.uint32) << (4 * (7 - j)) for j, n in enumerate(nibbles))
+    q.components["packed_weight"] = msb.astype(np.uint32).view(np.int32)
+    q.attributes["pack_order"] = "msb_first"
+    with ztensor.Writer(tmp_path / "msb.zt") as wr:
+        wr.write("w", q)           # a valid object: written and read as it is
+    with ztensor.Reader(tmp_path / "msb.zt") as r:
+        back = r.read("w")
+        assert back.attributes["pack_order"] == "msb_first"
+        with pytest.raises(ztensor.UnsupportedError, match="msb_first"):
+            ztensor.dequantize(back)
+
+
+def test_group_size_minus_one_is_one_group_per_row():
+    w = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    q = ztensor.quantize(w, bits=4, group_size=64)
+    q.attributes["group_size"] = -1
+    np.testing.assert_array_equal(
+        ztensor.dequantize(q, dtype=np.float32),
+        ztensor.dequantize(ztensor.quantize(w, bits=4, group_size=64), dtype=np.float32))
+
+
+def test_out_of_range_g_idx_fails_read_and_verify(tmp_path):
+    q = ztensor.quantize(np.ones((32, 256), np.float32), group_size=128)
+    q.components["g_idx"] = np.full(256, 5, np.int32)  # G = 2
+    path = tmp_path / "g.zt"
+    with ztensor.Writer(path) as w:
+        w.write("q", q)
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ztensor.FormatError, match="g_idx"):
+            r.read("q")
+    from ztensor import cli
+    assert cli.main(["verify", str(path)]) == 1
 
 
 def test_gptq_mapping_checks():

@@ -9,8 +9,8 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 ...     r["weight"]
 """
 from ztensor._version import __version__
-from ztensor.errors import (ChecksumError, FormatError, LimitError, ObjectNotFoundError,
-                            UnsupportedError, WriteError, ZTensorError)
+from ztensor.errors import (ChecksumError, FormatError, KernelArgumentError, LimitError,
+                            ObjectNotFoundError, UnsupportedError, WriteError, ZTensorError)
 from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
@@ -25,4 +25,5 @@ __all__ = [
     "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
+    "KernelArgumentError",
 ]

@@ -284,7 +284,7 @@ def _attribute_difference(x, y):
         f" and {len(changed) - 10} more" if len(changed) > 10 else "")
 
 
-_DIFF_CHUNK = 1 << 20  # elements per step: memory stays a few MiB whatever the size
+_DIFF_CHUNK = 1 << 18  # elements per step: a few MiB of scratch whatever the size
 
 
 def _value_difference(x, y):

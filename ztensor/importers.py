@@ -74,6 +74,8 @@ def open_safetensors(path: PathLike) -> Opened:
             header = json.loads(f.read(header_len))
         except (ValueError, UnicodeDecodeError) as exc:
             raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
+        except RecursionError:  # json nests on the C stack, bounded by the recursion limit
+            raise FormatError("safetensors header nests too deeply", path=name) from None
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=name)
@@ -129,6 +131,8 @@ def open_npy(path: PathLike) -> Opened:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except _NUMPY_READ_ERRORS as exc:
         raise FormatError(f"not a readable .npy file: {exc}", path=path) from None
+    except MemoryError:
+        raise LimitError("not enough memory to map the array", path=path) from None
     if not isinstance(arr, np.ndarray):   # np.load opens zip archives whatever the name
         if hasattr(arr, "close"):
             arr.close()
@@ -153,13 +157,20 @@ def open_npz(path: PathLike) -> Opened:
                     arr = archive[key]
                 except _NUMPY_READ_ERRORS as exc:
                     raise FormatError(f"cannot read array: {exc}", path=path, obj=key) from None
+                except MemoryError:
+                    raise LimitError("not enough memory for the array", path=path,
+                                     obj=key) from None
                 yield key, Tensor({"data": arr})
     return {}, tensors()
 
 
 def _check_member_size(archive, key, path):
-    """numpy allocates an .npz member's declared shape before reading its data; a
-    header may not declare more bytes than the member holds."""
+    """numpy allocates an .npz member's declared shape before reading its data, so
+    the member must really hold that many bytes.  The zip directory's sizes are
+    claims too (a 1 TiB ``file_size`` costs nothing to write), so the member is
+    decompressed and counted, in bounded chunks, up to what its header declares:
+    work proportional to the bytes it really yields, memory constant.  A stored
+    member whose bytes lie inside the archive is counted from the directory."""
     member = key if key in archive.zip.namelist() else key + ".npy"
     info = archive.zip.getinfo(member)
     with archive.zip.open(member) as fp:
@@ -167,10 +178,21 @@ def _check_member_size(archive, key, path):
         reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                   else np.lib.format.read_array_header_2_0)
         shape, _, dtype = reader(fp)
-    declared = math.prod(shape) * dtype.itemsize
-    if declared > info.file_size:
-        raise FormatError(f"header declares {declared} bytes, the member holds "
-                          f"{info.file_size}", path=path, obj=key)
+        declared = math.prod(shape) * dtype.itemsize
+        archive_size = os.path.getsize(path)
+        if (info.compress_type == zipfile.ZIP_STORED and info.compress_size == info.file_size
+                and info.header_offset + info.compress_size <= archive_size):
+            present = info.file_size - fp.tell()
+        else:
+            present = 0
+            while present < declared:
+                chunk = fp.read(min(1 << 20, declared - present))
+                if not chunk:
+                    break
+                present += len(chunk)
+    if declared > present:
+        raise FormatError(f"header declares {declared} bytes of data, the member holds "
+                          f"{present}", path=path, obj=key)
 
 
 def open_zt(path: PathLike) -> Opened:
