@@ -44,3 +44,48 @@ def test_importer_regression_input(path, tmp_path):
             pass
     except ztensor.ZTensorError:
         pass
+
+
+REPLAY = r"""
+import io, json, resource, sys, time
+from pathlib import Path
+import ztensor
+from ztensor import cli, importers
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + (512 << 20), used + (512 << 20)))
+slow = []
+for path in map(Path, sys.argv[1:]):
+    start = time.monotonic()
+    try:
+        with ztensor.Reader(path, verify=True) as r:
+            for name in r.keys():
+                obj = r.read(name)
+                if obj.format == "quantized_group":
+                    ztensor.dequantize(obj)
+    except ztensor.ZTensorError:
+        pass
+    for argv in (["ls", str(path)], ["info", "--json", str(path)], ["verify", "-q", str(path)]):
+        out = io.StringIO()
+        code = cli.main(argv, out=out)
+        assert code in (0, 1, 2), (path.name, argv, code)
+        if argv[1] == "--json" and code == 0:
+            json.loads(out.getvalue())
+        assert "\x1b" not in out.getvalue(), (path.name, argv)
+    if time.monotonic() - start > 5:
+        slow.append(path.name)
+assert not slow, slow
+print("replayed", len(sys.argv) - 1)
+"""
+
+
+def test_regressions_replay_in_bounded_time_and_memory_through_the_command():
+    """Every regression input, read, dequantized and shown by the CLI in a child
+    process limited to 512 MiB of address space beyond its imports, 5 s per file."""
+    import subprocess
+    import sys
+    if sys.platform != "linux":
+        pytest.skip("RLIMIT_AS and /proc are Linux's")
+    proc = subprocess.run([sys.executable, "-c", REPLAY, *map(str, CASES)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and f"replayed {len(CASES)}" in proc.stdout, \
+        proc.stdout[-2000:] + proc.stderr[-3000:]

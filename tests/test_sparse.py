@@ -68,9 +68,9 @@ def test_scipy_both_ways(tmp_path):
     sp = pytest.importorskip("scipy.sparse")
     dense = np.array([[0, 1.5, 0, 0], [0, 0, 0, 0], [2.0, 0, 0, -3.0]], np.float32)
     with ztensor.Writer(tmp_path / "sp.zt") as w:
-        w.write("csr", sparse.from_scipy(sp.csr_array(dense)))
-        w.write("csc", sparse.from_scipy(sp.csc_array(dense)))    # converted to CSR
-        w.write("coo", sparse.from_scipy(sp.coo_array(dense)))
+        w.write("csr", ztensor.Tensor.from_scipy(sp.csr_array(dense)))
+        w.write("csc", ztensor.Tensor.from_scipy(sp.csc_array(dense)))    # converted to CSR
+        w.write("coo", ztensor.Tensor.from_scipy(sp.coo_array(dense)))
     with ztensor.Reader(tmp_path / "sp.zt") as r:
         for name in ("csr", "csc", "coo"):
             back = sparse.to_scipy(r.read(name))

@@ -23,32 +23,17 @@ import re
 import cbor2
 
 from ztensor import attributes as attrs
-from ztensor import dtypes, kernels, spec
+from ztensor import dtypes, formats, kernels, legacy, spec
+from ztensor.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.attributes import show as _show
 from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
+from ztensor.objects import ComponentSpec, ObjectSpec
 
 _U64 = 1 << 64
 _MAX_DIM = 1 << 63
 # root map > objects > object > attributes > 64 attribute levels, with room to spare
 MAX_CBOR_DEPTH = 4 + attrs.MAX_DEPTH + 4
 _DIGEST = re.compile(r"^(sha256:[0-9a-fA-F]{64}|crc32c:0[xX][0-9a-fA-F]{1,8})$")
-
-
-class _InternalKey:
-    """Dict key for facts ztensor adds while lifting legacy entries.  No CBOR value
-    decodes to one of these, so a file cannot set them."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return f"<internal {self.name}>"
-
-
-BYTEORDER = _InternalKey("byteorder")   # ">" for v0.1 big-endian blobs
-UNALIGNED = _InternalKey("unaligned")   # parts of a v0.1 sparse blob
-LEGACY = _InternalKey("legacy")         # v0.1 sparse layout name
 
 
 class Manifest:
@@ -105,7 +90,7 @@ def gc_paused():
 def _decode(raw, footer, path, limits) -> Manifest:
     data = _cbor_loads(raw, path)
     if footer.family == 0:
-        version, attributes, objects = "0.1.0", {}, _lift_v01(data, path)
+        version, attributes, objects = "0.1.0", {}, legacy.lift_v01(data, path)
         info = spec.VERSIONS["0.1"]
     else:
         version, attributes, objects, info = _root_v1(data, path)
@@ -170,54 +155,6 @@ def _root_v1(root, path):
     return version, attributes, objects, spec.version_info(*parsed)
 
 
-_V01_KNOWN = {"name", "offset", "size", "dtype", "shape", "encoding", "layout",
-              "data_endianness", "checksum", "sparse_format"}
-
-
-def _lift_v01(entries, path):
-    """v0.1 array of per-tensor maps -> {name: v1.2-shaped object dict}."""
-    if type(entries) is not list:
-        raise FormatError(f"v0.1 metadata must be a CBOR array, got {_kind(entries)}", path=path)
-    objects = {}
-    for i, entry in enumerate(entries):
-        if type(entry) is not dict:
-            raise FormatError(f"v0.1 entry {i} must be a map, got {_kind(entry)}", path=path)
-        name = entry.get("name")
-        if type(name) is not str or not name:
-            raise FormatError(f"v0.1 entry {i}: 'name' must be a non-empty string", path=path)
-        if name in objects:
-            raise FormatError("duplicate object name", path=path, obj=name)
-        dtype = entry.get("dtype")
-        storage = dtypes.V01_DTYPES.get(dtype) if type(dtype) is str else None
-        if storage is None:
-            raise FormatError(f"unknown v0.1 dtype {_show(dtype)}", path=path, obj=name)
-        order = entry.get("data_endianness", "little")
-        if order not in ("little", "big"):
-            raise FormatError(f"data_endianness must be 'little' or 'big', got {_show(order)}",
-                              path=path, obj=name)
-        layout = entry.get("layout", "dense")
-        if type(layout) is not str:
-            raise FormatError(f"v0.1 'layout' must be a string, got {_kind(layout)}",
-                              path=path, obj=name)
-        if layout == "sparse":
-            sparse_format = entry.get("sparse_format", "")
-            if type(sparse_format) is not str:
-                raise FormatError(f"v0.1 'sparse_format' must be a string, got "
-                                  f"{_kind(sparse_format)}", path=path, obj=name)
-            layout = "sparse" + sparse_format[:40]
-        data = {"dtype": storage, "offset": entry.get("offset"), "length": entry.get("size"),
-                "encoding": entry.get("encoding", "raw"), "digest": entry.get("checksum"),
-                BYTEORDER: ">" if order == "big" else "<"}
-        attributes = {k: v for k, v in entry.items() if k not in _V01_KNOWN}
-        obj = {"shape": entry.get("shape"), "format": "dense", "attributes": attributes,
-               "components": {"data": data}}
-        if layout != "dense":
-            from ztensor import legacy  # only v0.1 sparse files need it
-            legacy.split_v01_sparse(name, obj, layout, path)
-        objects[name] = obj
-    return objects
-
-
 _ITEMSIZE = {name: st.itemsize for name, st in dtypes.STORAGE.items()}
 
 
@@ -255,23 +192,15 @@ class Checker:
         if type(fmt) is not str or not fmt:
             self.fail(f"'format' must be a non-empty string, got {_show(fmt)}", name)
         attrs.check_name(fmt, "'format'", path=self.path, obj=name)
-        if fmt == "dense":
-            # only a dense object becomes one array of its shape; sparse and other
-            # formats may describe shapes far larger than memory
-            problem = shape_problem(shape)
-            if problem:
-                self.fail(f"shape: {problem}", name)
         attributes = attrs.check_optional_map(obj.get("attributes"), "attributes",
                                               path=self.path, obj=name)
         raw_components = obj.get("components")
         if type(raw_components) is not dict:
             self.fail(f"'components' must be a map, got {_kind(raw_components)}", name)
         comps = {role: self.component_spec(name, role, c) for role, c in raw_components.items()}
-        if fmt == "dense":
-            numel = 1
-            for dim in shape:
-                numel *= dim
-            self.check_dense(name, numel, comps.get("data"))
+        # the format's own rules (formats/<format>.py): e.g. only a dense object must
+        # fit in memory; sparse ones may describe shapes far larger than memory
+        formats.handler(fmt).check_entry(self, name, shape, comps)
         return ObjectSpec(name, shape, fmt, attributes, comps, obj.get(LEGACY))
 
     def component_spec(self, name, role, c) -> ComponentSpec:
@@ -350,7 +279,7 @@ class Checker:
             if self.info.requires_uncompressed_length:
                 self.fail("zstd component lacks 'uncompressed_length' (required since 1.2)",
                           name, role)
-            return  # v0.1/v1.1: dense objects derive it from the shape (check_dense)
+            return  # v0.1/v1.1: dense objects derive it from the shape (formats/dense.py)
         if ulen > self.limits.max_component_size:
             self.fail(f"uncompressed_length {ulen} exceeds the per-component limit of "
                       f"{self.limits.max_component_size}", name, role, cls=LimitError)
@@ -374,22 +303,6 @@ class Checker:
         if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
                 algorithm + digest[len(algorithm):]):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
-
-    def check_dense(self, name, numel, data: ComponentSpec):
-        if data is None:
-            self.fail("dense object has no 'data' component", name)
-        ratio = dtypes.element_ratio(data.dtype, data.type)
-        expected = numel * ratio * _ITEMSIZE[data.dtype]
-        if data.encoding == "raw":
-            if data.length != expected:
-                self.fail(f"length {data.length} != {expected} bytes for its shape and dtype",
-                          name, "data")
-        elif data.uncompressed_length is None:
-            self.check_zstd_size(name, "data", expected, 1, data.dtype, data.length)
-            data.uncompressed_length = expected
-        elif data.uncompressed_length != expected:
-            self.fail(f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
-                      "for its shape and dtype", name, "data")
 
 
 def _kind(value) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ztensor import dtypes
+from ztensor import dtypes, spec
 
 
 MAX_BYTES = 1 << 63
@@ -97,9 +97,6 @@ class ObjectSpec:
 
     __slots__ = ("name", "shape", "format", "attributes", "components", "legacy", "plan")
 
-    PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
-               "quantized_group": "packed_weight"}
-
     def __init__(self, name, shape, format, attributes, components, legacy=None):
         self.name = name
         self.shape = tuple(shape)
@@ -107,11 +104,11 @@ class ObjectSpec:
         self.attributes = attributes
         self.components = components  # role name -> ComponentSpec
         self.legacy = legacy  # v0.1 sparse (layout, value dtype), else None
-        self.plan = None      # set by the reader: how to view a plain dense object
+        self.plan = None      # set by the reader: formats.dense.view_plan, cached
 
     @property
     def primary(self):
-        role = self.PRIMARY.get(self.format)
+        role = spec.PRIMARY_ROLES.get(self.format)
         if role in self.components:
             return self.components[role]
         return next(iter(self.components.values()), None)

@@ -12,26 +12,13 @@ from typing import Any, Dict, List, Optional, Union, overload
 import numpy as np
 
 from ztensor import components, convert, dtypes, formats, legacy, logical, spec
+from ztensor.formats import dense
 from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.footer import read_footer
 from ztensor.manifest import decode_manifest
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
 from ztensor.source import Source
-
-
-def _plain_dense_plan(obj):
-    """(dtype, count, offset) when a dense object is a plain raw view of the file
-    (no logical type, bf16 or byte swap involved), else False."""
-    if obj.format != "dense" or obj.legacy is not None:
-        return False
-    comp = obj.components["data"]
-    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16":
-        return False
-    dtype = components.storage_dtype(comp)
-    if not (dtype.isnative or dtype.itemsize == 1):
-        return False
-    return dtype, comp.length // dtype.itemsize, comp.offset
 
 
 class Reader:
@@ -163,7 +150,7 @@ class Reader:
         obj = self.metadata(name)
         plan = obj.plan
         if plan is None:
-            plan = obj.plan = _plain_dense_plan(obj)
+            plan = obj.plan = dense.view_plan(obj)
         if plan and not self._verify:
             # the common case, kept short: one view at an offset checked at open
             self._require_open()
@@ -206,13 +193,17 @@ class Reader:
         if isinstance(name, list):
             return {n: self.read(n, copy=copy) for n in name}
         obj = self.metadata(name)
-        if obj.legacy is not None:
+        if obj.legacy is not None:  # a v0.1 sparse blob: lifted to v1.2 sparse components
             blob = self._component(obj, obj.components["data"], copy)
-            return legacy.assemble(obj, blob, path=self.path, obj=name)
+            arrays = legacy.assemble(obj, blob, path=self.path, obj=name)
+            return Tensor(arrays, shape=obj.shape, format=obj.format,
+                          attributes=obj.attributes)
         arrays = {role: logical.as_elements(self._component(obj, comp, copy), comp.dtype,
                                             comp.type)
                   for role, comp in obj.components.items()}
-        return formats.assemble(obj, arrays)
+        arrays = formats.handler(obj.format).assemble(obj, arrays, path=self.path)
+        return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes,
+                      types=formats.types_of(obj))
 
     def read_sparse(self, name: str) -> Any:
         """A sparse_csr/sparse_coo object as a scipy.sparse array when scipy is

@@ -6,6 +6,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from ztensor import spec
+
 
 class Tensor:
     """A composite tensor object.
@@ -40,9 +42,6 @@ class Tensor:
 
     __slots__ = ("components", "shape", "format", "attributes", "types")
 
-    PRIMARY = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
-               "quantized_group": "packed_weight"}
-
     def __init__(self, components: Dict[str, Any], *, shape: Optional[Sequence[int]] = None,
                  format: str = "dense", attributes: Optional[Dict[str, Any]] = None,
                  types: Optional[Dict[str, str]] = None, type: Optional[str] = None) -> None:
@@ -58,7 +57,8 @@ class Tensor:
         self.attributes = dict(attributes) if attributes else {}
         self.types = dict(types) if types else {}
         if type is not None:
-            self.types[self.PRIMARY.get(format, next(iter(self.components), "data"))] = type
+            role = spec.PRIMARY_ROLES.get(format, next(iter(self.components), "data"))
+            self.types[role] = type
 
     def numpy(self) -> np.ndarray:
         """The dense array (dense objects only)."""
@@ -68,8 +68,17 @@ class Tensor:
 
     def to_scipy(self) -> Any:
         """A checked sparse_csr/sparse_coo object as a scipy.sparse array (needs scipy)."""
-        from ztensor.formats import sparse
+        from ztensor.formats import sparse  # one way: formats.sparse never imports Tensor
         return sparse.to_scipy(self)
+
+    @classmethod
+    def from_scipy(cls, matrix: Any, *, attributes: Optional[Dict[str, Any]] = None
+                   ) -> "Tensor":
+        """A sparse_coo (COO input) or sparse_csr (any other layout) object from a
+        scipy.sparse matrix or array."""
+        from ztensor.formats import sparse
+        fmt, shape, comps = sparse.from_scipy(matrix)
+        return cls(comps, shape=shape, format=fmt, attributes=attributes)
 
     def __repr__(self):
         parts = ", ".join(f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"

@@ -7,7 +7,6 @@ name only ever holds a complete file.
 """
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import stat
@@ -21,12 +20,9 @@ from ztensor import components, convert, dtypes, kernels, spec
 from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
 from ztensor.footer import encode_footer
 from ztensor.manifest import Checker, gc_paused, encode_manifest
-from ztensor.formats import sparse
+from ztensor import formats
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
-
-SPARSE_INDEX_ROLES = {"sparse_csr": ("indices", "indptr"), "sparse_coo": ("coords",)}
-
 
 class Writer:
     """Write a zTensor v1.2 file.
@@ -105,13 +101,19 @@ class Writer:
     def write(self, name: str, obj: Any, *, compress: Union[bool, int] = False,
               checksum: Optional[str] = None) -> None:
         """Write a composite object (any format) given as a :class:`ztensor.Tensor`,
-        or a scipy.sparse matrix/array (stored as sparse_coo when COO, else sparse_csr).
+        a scipy.sparse matrix/array (stored as sparse_coo when COO, else sparse_csr),
+        or a numpy array (a dense object, as :meth:`write_numpy`).
 
         Components are written in the order of ``obj.components``; the same
         ``compress`` and ``checksum`` apply to each.  Sparse index components are
         stored as ``u64``."""
         if not isinstance(obj, Tensor) and hasattr(obj, "tocsr"):  # scipy.sparse
-            obj = sparse.from_scipy(obj)
+            obj = Tensor.from_scipy(obj)
+        elif isinstance(obj, np.ndarray):  # a plain array: a dense object
+            obj = Tensor({"data": obj})
+        if not isinstance(obj, Tensor):
+            raise TypeError(f"write() takes a ztensor.Tensor, a numpy array or a scipy.sparse "
+                            f"matrix, not {type(obj).__name__}")
         self._write_object(name, obj.format, obj.shape, obj.components, obj.types,
                            obj.attributes, compress, checksum)
 
@@ -127,14 +129,13 @@ class Writer:
             raise FormatError("an object needs a dict of components", path=self.path, obj=name)
         for role in arrays:
             attrs.check_name(role, "component names", path=self.path, obj=name)
-        prepared = [(role,) + self._prepare(name, role, arr, fmt, types.get(role))
+        prepared = [(role,) + self._prepare(name, role, arr, types.get(role))
                     for role, arr in arrays.items()]
         self._check_as_reader(name, fmt, shape, attributes, prepared)
-        if fmt == "dense":
-            self._check_dense(name, shape, prepared)
-        elif fmt in sparse.FORMATS:
-            sparse.validate(Tensor({role: arr for role, arr, _, _ in prepared}, shape=shape,
-                                   format=fmt), path=self.path, obj=name)
+        # the format's own write-side rules (formats/<format>.py): sparse indices
+        # become u64 and are validated, dense data must match the shape, ...
+        prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path,
+                                                obj=name)
         comps = {}
         for role, arr, storage, ltype in prepared:
             comps[role] = self._guard(components.write_component, self._blobs, role,
@@ -161,7 +162,7 @@ class Writer:
                  "components": comps}
         self._checker.object_spec(name, entry)
 
-    def _prepare(self, name, role, arr, fmt, explicit):
+    def _prepare(self, name, role, arr, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
         arr = np.asarray(arr)
         found = dtypes.spec_types_for(arr.dtype)
@@ -169,8 +170,6 @@ class Writer:
             raise UnsupportedError(f"cannot store numpy dtype {arr.dtype}", path=self.path,
                                    obj=name, component=role)
         storage, ltype = found
-        if role in SPARSE_INDEX_ROLES.get(fmt, ()) and storage != "u64":
-            arr, storage = self._as_u64_index(name, role, arr), "u64"
         if explicit == "bf16":  # bf16 bit patterns (uint16 when ml_dtypes is missing)
             if storage not in ("u16", "bf16"):
                 raise FormatError(f"bf16 components need uint16 bits or ml_dtypes bfloat16, "
@@ -189,24 +188,6 @@ class Writer:
         if not arr.flags.c_contiguous:
             arr = np.array(arr, order="C")
         return arr, storage, ltype
-
-    def _as_u64_index(self, name, role, arr):
-        if arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
-            raise FormatError("sparse index components must hold non-negative integers",
-                              path=self.path, obj=name, component=role)
-        return arr.astype("<u8")
-
-    def _check_dense(self, name, shape, prepared):
-        data = [p for p in prepared if p[0] == "data"]
-        if not data:
-            raise FormatError("a dense object needs a 'data' component", path=self.path,
-                              obj=name)
-        _, arr, storage, ltype = data[0]
-        ratio = dtypes.element_ratio(storage, ltype)
-        storage_elems = arr.size * (2 if arr.dtype.kind == "c" else 1)
-        if storage_elems != math.prod(shape) * ratio:
-            raise FormatError(f"'data' holds {arr.size} elements, shape {list(shape)} "
-                              "needs a different count", path=self.path, obj=name)
 
     def _check_name(self, name):
         attrs.check_name(name, "object names", path=self.path)

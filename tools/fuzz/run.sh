@@ -1,20 +1,20 @@
 #!/bin/bash
-# Run the fuzz targets against the sanitized build for a given time each.
-#   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, all three)
+# Run the fuzz targets against the sanitized build for a given time each (seven).
+#   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, every target)
 # Corpora live in build/fuzz-corpus/<target> (seeded from tests/data for the reader);
 # crashes are written to build/fuzz-crashes/; copy each into tests/data/fuzz-regressions/
 # and the test suite replays it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}; shift || true
-targets=${*:-reader kernels sparse importers}
+targets=${*:-reader kernels sparse importers manifest quantized cli}
 [ -d build/fuzz ] || bash tools/fuzz/build.sh
 asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 mkdir -p build/fuzz-crashes
 for t in $targets; do
   corpus=build/fuzz-corpus/$t
   mkdir -p "$corpus"
-  [ "$t" = reader ] && cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true
+  case $t in reader|cli) cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true;; esac
   [ "$t" = importers ] && [ ! -e "$corpus/seed-npy" ] && python tools/fuzz/seed_importers.py "$corpus"
   echo "== fuzz_$t for ${secs}s"
   PYTHONPATH=build/fuzz:tools/fuzz LD_PRELOAD="$asan" \

@@ -4,7 +4,7 @@ import io
 import json
 import struct
 import sys
-import zipfile
+
 from pathlib import Path
 
 import numpy as np

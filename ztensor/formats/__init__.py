@@ -1,25 +1,52 @@
-"""READ 5: components -> the object a caller gets, one entry per ``format``.
+"""READ 5 / WRITE 1: one module per object ``format``, the one home of its rules.
 
-Every format reads into a :class:`ztensor.Tensor` holding its components;
-format-specific views (scipy sparse matrices, dequantized weights) build on it.
-Formats this version does not know are returned the same way, as the spec asks.
+Each module (``dense``, ``sparse`` for sparse_csr and sparse_coo, ``quantized``
+for quantized_group) provides the same four steps, and nothing outside it knows a
+format's rules:
+
+* ``check_entry(checker, name, shape, components)``: manifest checks, run at open
+  by ``manifest.Checker`` and by the writer before it writes (so the writer cannot
+  write what the reader refuses);
+* ``prepare(format, shape, prepared, **where)`` (write side): turn the caller's
+  arrays into what is stored (sparse indices become u64) and validate them;
+* ``assemble(spec, arrays, **where)`` (read side): the checked components, shaped;
+* ``ROLES``: the components the format defines; the primary one (whose dtype an
+  object reports) is in ``spec.PRIMARY_ROLES``.
+
+Formats this version does not know pass through :data:`GENERIC`: components kept
+exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
+these formats by ``ztensor/legacy.py``.
 """
 from ztensor.formats import dense, quantized, sparse
 
-ASSEMBLERS = {"dense": dense.assemble, "quantized_group": quantized.assemble,
-              "sparse_csr": sparse.assemble, "sparse_coo": sparse.assemble}
+
+class _Generic:
+    """An object of a format this version does not know: no rules beyond the
+    generic ones, components as stored."""
+
+    ROLES = ()
+
+    @staticmethod
+    def check_entry(checker, name, shape, comps):
+        pass
+
+    @staticmethod
+    def prepare(fmt, shape, prepared, **where):
+        return prepared
+
+    @staticmethod
+    def assemble(spec, arrays, **where):
+        return arrays
 
 
-def assemble(spec, arrays):
-    """A Tensor from ``spec`` and its decoded component arrays (role -> array)."""
-    return ASSEMBLERS.get(spec.format, generic)(spec, arrays)
+GENERIC = _Generic()
+HANDLERS = {"dense": dense, "sparse_csr": sparse, "sparse_coo": sparse,
+            "quantized_group": quantized}
 
 
-def generic(spec, arrays):
-    from ztensor.tensor import Tensor
-
-    return Tensor(arrays, shape=spec.shape, format=spec.format,
-                  attributes=spec.attributes, types=types_of(spec))
+def handler(fmt):
+    """The module owning ``fmt``'s rules (GENERIC for unknown formats)."""
+    return HANDLERS.get(fmt, GENERIC)
 
 
 def types_of(spec) -> dict:

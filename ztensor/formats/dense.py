@@ -1,10 +1,78 @@
-"""``dense``: one component ``data``, row-major, in the object's logical shape."""
-from ztensor.tensor import Tensor
+"""``dense``: one component ``data``, row-major, in the object's logical shape.
+
+The one home of the dense rules, used by the manifest check at open, by the
+writer before it writes, and by the reader when it views or assembles:
+
+* the shape's bytes must fit in memory (below 2**63): a dense object becomes one
+  array (:func:`check_entry`);
+* ``data`` holds exactly shape x element size bytes, decoded (:func:`check_entry`
+  on the manifest, :func:`prepare` on arrays);
+* a raw, native-order ``data`` without a logical type is a plain view of the file
+  (:func:`view_plan`).
+"""
+from __future__ import annotations
+
+import math
+
+from ztensor import dtypes
+from ztensor.errors import FormatError
+from ztensor.objects import shape_problem
+
+ROLES = ("data",)
 
 
-def assemble(spec, arrays):
-    data = arrays["data"].reshape(spec.shape)
-    from ztensor.formats import types_of
+def check_entry(checker, name, shape, comps):
+    """Manifest check at open (and in the writer): ``checker`` reports failures."""
+    problem = shape_problem(shape)
+    if problem:
+        checker.fail(f"shape: {problem}", name)
+    data = comps.get("data")
+    if data is None:
+        checker.fail("dense object has no 'data' component", name)
+    expected = math.prod(shape) * dtypes.element_ratio(data.dtype, data.type) \
+        * dtypes.STORAGE[data.dtype].itemsize
+    if data.encoding == "raw":
+        if data.length != expected:
+            checker.fail(f"length {data.length} != {expected} bytes for its shape and dtype",
+                         name, "data")
+    elif data.uncompressed_length is None:  # v0.1/v1.1: the shape says the size
+        checker.check_zstd_size(name, "data", expected, 1, data.dtype, data.length)
+        data.uncompressed_length = expected
+    elif data.uncompressed_length != expected:
+        checker.fail(f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
+                     "for its shape and dtype", name, "data")
 
-    return Tensor({**arrays, "data": data}, shape=spec.shape, format="dense",
-                  attributes=spec.attributes, types=types_of(spec))
+
+def prepare(fmt, shape, prepared, **where):
+    """Write side: ``prepared`` is [(role, array, storage, logical type)]; ``data``
+    must hold the shape's element count (checked again, in bytes, by check_entry)."""
+    data = [p for p in prepared if p[0] == "data"]
+    if not data:
+        raise FormatError("a dense object needs a 'data' component", **where)
+    _, arr, storage, ltype = data[0]
+    storage_elems = arr.size * (2 if arr.dtype.kind == "c" else 1)
+    if storage_elems != math.prod(shape) * dtypes.element_ratio(storage, ltype):
+        raise FormatError(f"'data' holds {arr.size} elements, shape {list(shape)} needs a "
+                          "different count", **where)
+    return prepared
+
+
+def view_plan(spec):
+    """(numpy dtype, count, offset) when the object is a plain raw view of the file
+    (no logical type, no bf16, no byte swap, not a v0.1 sparse blob), else False."""
+    from ztensor import components
+
+    if spec.format != "dense" or spec.legacy is not None:
+        return False
+    comp = spec.components["data"]
+    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16":
+        return False
+    dtype = components.storage_dtype(comp)
+    if not (dtype.isnative or dtype.itemsize == 1):
+        return False
+    return dtype, comp.length // dtype.itemsize, comp.offset
+
+
+def assemble(spec, arrays, **where):
+    """Read side: ``data`` in the object's shape."""
+    return {**arrays, "data": arrays["data"].reshape(spec.shape)}

@@ -32,21 +32,31 @@ BITS = (2, 4, 8)
 _OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
 
 
-def assemble(spec, arrays):
-    """Read side: components in their 2-D layout when the sizes fit the convention,
-    else left 1-D (a file from another convention still reads)."""
-    from ztensor.formats import types_of
+def check_entry(checker, name, shape, comps):
+    """Manifest check at open: nothing beyond the generic checks.  A quantized
+    object in another convention is still a valid object (read() returns its
+    components as stored); dequantize() is where a convention must be ours."""
 
-    tensor = Tensor(arrays, shape=spec.shape, format="quantized_group",
-                    attributes=spec.attributes, types=types_of(spec))
+
+def prepare(fmt, shape, prepared, **where):
+    """Write side: components are stored as given (read() gives them back)."""
+    return prepared
+
+
+def assemble(spec, arrays, **where):
+    """Read side: components in their 2-D layout when the object follows our
+    convention (and then g_idx values are checked: one outside [0, G) is corrupt),
+    else left 1-D (a file from another convention still reads)."""
+    probe = Tensor(arrays, shape=spec.shape, format="quantized_group",
+                   attributes=spec.attributes)
     try:
-        layout = _Layout.from_tensor(tensor)
+        layout = _Layout.from_tensor(probe, {"obj": spec.name, **where})
     except (FormatError, UnsupportedError):
-        return tensor
-    tensor.components = {role: layout.shaped(role, arr) for role, arr in arrays.items()}
-    if "g_idx" in arrays:  # our convention: a group number outside [0, G) is corrupt
+        return arrays
+    shaped = {role: layout.shaped(role, arr) for role, arr in arrays.items()}
+    if "g_idx" in arrays:
         layout.check_g_idx(arrays["g_idx"])
-    return tensor
+    return shaped
 
 
 class _Layout:

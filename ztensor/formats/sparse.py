@@ -8,6 +8,11 @@
 
 Index components are written as ``u64`` (the v1.2 MUST); any integer dtype is read.
 With scipy installed, :func:`to_scipy` turns a checked object into a scipy.sparse array.
+
+The one home of the sparse rules: the reader checks what it assembles with
+:func:`validate`, the writer prepares index components with :func:`prepare` (which
+validates too).  Objects are anything with ``format``, ``shape`` and
+``components`` (a :class:`ztensor.Tensor`), so this module needs no Tensor.
 """
 from __future__ import annotations
 
@@ -16,10 +21,37 @@ from typing import Any
 import numpy as np
 
 from ztensor.errors import FormatError
-from ztensor.tensor import Tensor
 
 FORMATS = ("sparse_csr", "sparse_coo")
 ROLES = {"sparse_csr": ("values", "indices", "indptr"), "sparse_coo": ("values", "coords")}
+INDEX_ROLES = {"sparse_csr": ("indices", "indptr"), "sparse_coo": ("coords",)}
+
+
+def check_entry(checker, name, shape, comps):
+    """Manifest check at open: nothing beyond the generic checks (any shape whose
+    dimensions are below 2**63; the data is checked when read)."""
+
+
+def prepare(fmt, shape, prepared, **where):
+    """Write side: index components become ``u64`` (non-negative integers only),
+    then the whole object is validated.  ``prepared``: [(role, array, storage, type)]."""
+    out = []
+    for role, arr, storage, ltype in prepared:
+        if role in INDEX_ROLES[fmt] and storage != "u64":
+            if arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
+                raise FormatError("sparse index components must hold non-negative integers",
+                                  component=role, **where)
+            arr, storage = arr.astype("<u8"), "u64"
+        out.append((role, arr, storage, ltype))
+    validate(_Parts(fmt, shape, {role: arr for role, arr, _, _ in out}), **where)
+    return out
+
+
+class _Parts:
+    __slots__ = ("format", "shape", "components")
+
+    def __init__(self, fmt, shape, components):
+        self.format, self.shape, self.components = fmt, tuple(shape), components
 
 
 def _index(arr, role, where):
@@ -29,7 +61,7 @@ def _index(arr, role, where):
     return arr.reshape(-1)
 
 
-def validate(t: Tensor, **where: Any) -> None:
+def validate(t: Any, **where: Any) -> None:
     """Raise FormatError unless the sparse object's components fit each other and
     its shape.  ``where`` (path, obj) names the object in the error."""
     missing = [r for r in ROLES[t.format] if r not in t.components]
@@ -65,6 +97,8 @@ def _validate_csr(t, nnz, where):
 
 def _validate_coo(t, nnz, where):
     ndim = len(t.shape)
+    if ndim == 0:
+        raise FormatError("sparse_coo needs at least one dimension, got shape []", **where)
     coords = _index(t.components["coords"], "coords", where)
     if coords.size != ndim * nnz:
         raise FormatError(f"coords has {coords.size} entries, {ndim} dims x {nnz} values need "
@@ -78,30 +112,26 @@ def _validate_coo(t, nnz, where):
                                   component="coords", **where)
 
 
-def assemble(spec, arrays):
+def assemble(spec, arrays, **where):
     """Read side: the components, checked."""
-    from ztensor.formats import types_of
-
-    t = Tensor(arrays, shape=spec.shape, format=spec.format, attributes=spec.attributes,
-               types=types_of(spec))
-    validate(t, obj=spec.name)
-    return t
+    validate(_Parts(spec.format, spec.shape, arrays), obj=spec.name, **where)
+    return arrays
 
 
-def from_scipy(matrix: Any) -> Tensor:
-    """A sparse_csr (CSR/CSC/other inputs converted) or sparse_coo (COO input) object
-    from a scipy.sparse matrix or array."""
+def from_scipy(matrix: Any):
+    """(format, shape, components) of a scipy.sparse matrix or array: sparse_coo for
+    COO input, else sparse_csr (CSC and other layouts converted)."""
     if matrix.format == "coo":
         coo = matrix
         coords = np.concatenate([np.asarray(coo.row), np.asarray(coo.col)]).astype("<u8")
-        return Tensor({"values": np.asarray(coo.data), "coords": coords}, shape=coo.shape,
-                      format="sparse_coo")
+        return "sparse_coo", coo.shape, {"values": np.asarray(coo.data), "coords": coords}
     csr = matrix.tocsr()
-    return Tensor({"values": np.asarray(csr.data), "indices": np.asarray(csr.indices),
-                   "indptr": np.asarray(csr.indptr)}, shape=csr.shape, format="sparse_csr")
+    return "sparse_csr", csr.shape, {"values": np.asarray(csr.data),
+                                     "indices": np.asarray(csr.indices),
+                                     "indptr": np.asarray(csr.indptr)}
 
 
-def to_scipy(t: Tensor) -> Any:
+def to_scipy(t: Any) -> Any:
     """A checked sparse object as a scipy.sparse array (scipy required)."""
     import scipy.sparse
 

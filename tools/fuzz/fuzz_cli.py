@@ -1,0 +1,33 @@
+"""Fuzz target 7: the ztensor command on an arbitrary file (ls, info, verify, diff,
+text and --json).  Every run returns an exit code of 0, 1 or 2 and writes valid
+JSON where asked: never a traceback, never a terminal escape from the file."""
+import io
+import json
+import os
+import tempfile
+
+from common import run, ztensor  # noqa: F401 - instruments ztensor first
+
+from ztensor import cli
+
+DIR = tempfile.mkdtemp(prefix="fuzz-cli-")
+
+
+def test_one_input(data: bytes):
+    path = os.path.join(DIR, "input.zt")
+    with open(path, "wb") as f:
+        f.write(data)
+    for argv in (["ls", path], ["ls", "--json", path], ["info", path],
+                 ["info", "--json", path], ["verify", "-q", path], ["diff", path, path]):
+        out = io.StringIO()
+        code = cli.main(argv, out=out)
+        assert code in (0, 1, 2), (argv, code)
+        text = out.getvalue()
+        if "--json" in argv and code == 0:
+            json.loads(text)
+        if "--json" not in argv:
+            assert "\x1b" not in text, argv
+
+
+if __name__ == "__main__":
+    run(test_one_input)
