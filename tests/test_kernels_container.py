@@ -8,12 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ztensor
+from backends import PARAMS
 from ztensor import _fallback, kernels
 
-IMPLS = [pytest.param(_fallback, id="fallback")]
-if kernels.backend == "c":
-    from ztensor import _kernels
-    IMPLS.insert(0, pytest.param(_kernels, id="c"))
+IMPLS = PARAMS
 
 
 # ------------------------------------------------------------------ crc32c

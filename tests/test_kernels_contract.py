@@ -6,12 +6,10 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import _fallback, _status, kernels
+from backends import MODULES
+from ztensor import _status, kernels
 
-IMPLS = [_fallback]
-if kernels.backend == "c":
-    from ztensor import _kernels
-    IMPLS.append(_kernels)
+IMPLS = MODULES
 
 U8 = np.zeros(64, np.uint8)
 

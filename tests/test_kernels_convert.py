@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from backends import PARAMS
 from ztensor import _fallback, kernels
 
 try:
@@ -17,10 +18,7 @@ needs_ml = pytest.mark.skipif(ml_dtypes is None, reason="the ml_dtypes oracle is
 
 FP8 = {"f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
        "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
-IMPLS = [pytest.param(_fallback, id="fallback")]
-if kernels.backend == "c":
-    from ztensor import _kernels
-    IMPLS.insert(0, pytest.param(_kernels, id="c"))
+IMPLS = PARAMS
 
 
 def ml(name):

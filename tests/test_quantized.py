@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ztensor
+from backends import MODULES
 from ztensor import _fallback, kernels
 
 try:
@@ -73,10 +74,7 @@ def test_dequantize_matches_autogptq_formula(bits, act_order, fmt):
     np.testing.assert_array_equal(gotbf.view(np.uint16), bf16_bits(oracle))
 
 
-IMPLS = [_fallback]
-if kernels.backend == "c":
-    from ztensor import _kernels
-    IMPLS.append(_kernels)
+IMPLS = MODULES
 
 
 @settings(max_examples=60)
