@@ -51,7 +51,7 @@ def test_convert_gguf(gguf_file, tmp_path):
         for name, arr in tensors.items():
             np.testing.assert_array_equal(r[name], arr)
             assert r.metadata(name).shape == arr.shape
-        assert r.metadata("bf").dtype == "bf16"
+        assert r.metadata("bf").storage_dtype == "bf16"
         np.testing.assert_array_equal(r.read("bf").components["data"].view(np.uint16), bf16_bits)
         q = r.read("q8")
         assert q.format == "gguf_blocks" and q.shape == (2, 64)

@@ -289,7 +289,7 @@ def test_fp8_and_bf16_via_type_and_dtype(tmp_path, monkeypatch):
             np.testing.assert_array_equal(r.read_numpy(t, dtype=np.float16),
                                           expect.astype(np.float16))
             assert r[t].dtype == np.dtype(ml_type)
-        assert r.metadata("bf16").dtype == "bf16" and r.metadata("f8_e5m2").type == "f8_e5m2"
+        assert r.metadata("bf16").storage_dtype == "bf16" and r.metadata("f8_e5m2").type == "f8_e5m2"
     monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
     from ztensor import dtypes
     dtypes.ml_dtypes_module.cache_clear()

@@ -38,7 +38,7 @@ def test_metadata_fields(model):
     with ztensor.Reader(path) as r:
         meta = r.metadata("a.weight")
         assert meta.shape == (8, 4) and meta.format == "dense"
-        assert meta.dtype == "f16" and meta.type is None
+        assert meta.dtype == "float16" and meta.storage_dtype == "f16" and meta.type is None
         assert meta.attributes == {"role": "weight"}
         comp = meta.components["data"]
         assert comp.offset % 64 == 0 and comp.length == 64 and comp.encoding == "raw"

@@ -71,8 +71,8 @@ def test_ml_dtypes_roundtrip(tmp_path):
             got = r[name]
             assert got.dtype == a.dtype
             np.testing.assert_array_equal(got.view(np.uint8), a.view(np.uint8))
-        assert r.metadata("bfloat16").dtype == "bf16" and r.metadata("bfloat16").type is None
-        assert (r.metadata("float8_e5m2").dtype, r.metadata("float8_e5m2").type) == \
+        assert r.metadata("bfloat16").storage_dtype == "bf16" and r.metadata("bfloat16").type is None
+        assert (r.metadata("float8_e5m2").storage_dtype, r.metadata("float8_e5m2").type) == \
             ("u8", "f8_e5m2")
 
 

@@ -65,7 +65,7 @@ def test_torch_round_trip_every_dtype(tmp_path):
         assert back[k].dtype == v.dtype and back[k].shape == v.shape, k
         assert torch.equal(bits(back[k]), bits(v)), k
     with ztensor.Reader(tmp_path / "t.zt") as r:
-        assert (r.metadata("bf16").dtype, r.metadata("e4m3").type) == ("bf16", "f8_e4m3fn")
+        assert (r.metadata("bf16").storage_dtype, r.metadata("e4m3").type) == ("bf16", "f8_e4m3fn")
 
 
 def test_torch_zero_copy_load_is_copy_on_write(tmp_path):

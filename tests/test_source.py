@@ -3,6 +3,7 @@ symlinks, long names, truncation under a reader (hostile input, round two, class
 import gc
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
@@ -155,7 +156,8 @@ def test_sigbus_is_what_mapping_a_truncated_file_risks(model, tmp_path):
         r.read_numpy("t7", copy=True)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert out.returncode == -7  # SIGBUS
+    # the signal itself, or AddressSanitizer's report of it in the sanitized test run
+    assert out.returncode == -signal.SIGBUS or b"BUS" in out.stderr, out
 
 
 def test_directory_and_fifo_are_clean_errors(tmp_path):

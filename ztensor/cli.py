@@ -66,7 +66,7 @@ def _dump_json(value, out):
 
 
 def _type_label(obj) -> str:
-    return f"{obj.dtype}/{obj.type}" if obj.type else str(obj.dtype)
+    return f"{obj.storage_dtype}/{obj.type}" if obj.type else str(obj.storage_dtype)
 
 
 def _encoding_label(obj) -> str:

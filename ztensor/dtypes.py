@@ -146,3 +146,14 @@ def swap_width(dtype: np.dtype) -> int:
     if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
         return 0
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+
+# The names the reference implementation (PyPI ztensor 1.2.3) reports as an object's
+# dtype, which code written against it compares with: numpy's names, bf16 as
+# "bfloat16" (ml_dtypes').  ObjectSpec.dtype uses them; the spec's own names ("f32")
+# stay in ObjectSpec.storage_dtype and in every ComponentSpec.dtype (docs/migrating.md).
+REFERENCE_NAMES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
+    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
+    "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8", "bool": "bool",
+}

@@ -21,6 +21,8 @@ __all__ = [
     "ObjectNotFoundError",
     "WriteError",
     "KernelArgumentError",
+    "ClosedError",
+    "SafetensorError",
 ]
 
 
@@ -62,8 +64,12 @@ class ZTensorError(Exception):
         return self._render()
 
 
-class FormatError(ZTensorError, ValueError):
-    """The file (or an object handed to the writer) breaks the zTensor format."""
+class FormatError(ZTensorError, ValueError, RuntimeError):
+    """The file (or an object handed to the writer) breaks the zTensor format.
+
+    A ``ValueError`` (the input is wrong) and, for code written against the
+    reference implementation, which raised ``RuntimeError`` for corrupt files, a
+    ``RuntimeError`` too."""
 
 
 class ChecksumError(ZTensorError):
@@ -85,6 +91,11 @@ class ObjectNotFoundError(ZTensorError, KeyError):
     """No object of that name in the file."""
 
 
+class ClosedError(ZTensorError, RuntimeError):
+    """A closed (or failed) Reader or Writer was used.  A ``RuntimeError``, as the
+    reference implementation's "Writer is already finished"."""
+
+
 class KernelArgumentError(ZTensorError, ValueError):
     """A call to a kernel in :mod:`ztensor.kernels` broke its contract (buffer sizes
     that do not fit, an unknown type code).  Raised the same by both backends."""
@@ -96,6 +107,10 @@ class WriteError(ZTensorError, OSError):
     def __init__(self, message: str, *, errno=None, **where):
         ZTensorError.__init__(self, message, **where)
         self.errno = errno
+
+
+# safetensors' name for its one error class: ``except SafetensorError`` keeps working
+SafetensorError = ZTensorError
 
 
 def _short(value) -> str:

@@ -10,25 +10,15 @@
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Dict, Optional
 
 import numpy as np
 
+from ztensor import _save
 from ztensor.reader import Reader
 from ztensor.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load"]
-
-
-def _check_metadata(metadata):
-    if metadata is None:
-        return None
-    if not isinstance(metadata, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise ValueError("metadata must be a dict of str to str (as in safetensors)")
-    return metadata
 
 
 def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[str, str]] = None,
@@ -45,8 +35,13 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
         zstd for every tensor (True: level 3; an int: that level).
     checksum : None, "crc32c" or "sha256"
     """
-    with Writer(filename, attributes=_check_metadata(metadata)) as w:
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
+    with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
         for name, array in tensors.items():
+            if not isinstance(array, np.ndarray):
+                raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received "
+                                 f"{type(array)}")
             w.write_numpy(name, array, compress=compression, checksum=checksum)
 
 
@@ -60,20 +55,8 @@ def load_file(filename, *, copy: bool = False) -> Dict[str, np.ndarray]:
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,
          compression=False, checksum=None) -> bytes:
     """The zTensor file for ``tensors``, as bytes."""
-    return file_bytes(save_file, tensors, metadata, compression=compression, checksum=checksum)
-
-
-def file_bytes(save_file_function, *args, **kwargs) -> bytes:
-    """Run a ``save_file(tensors, path, ...)`` into a temporary file and return its
-    bytes (the Writer writes files: that is what makes it atomic)."""
-    fd, path = tempfile.mkstemp(suffix=".zt")
-    os.close(fd)
-    try:
-        save_file_function(args[0], path, *args[1:], **kwargs)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        os.unlink(path)
+    return _save.to_bytes(save_file, tensors, metadata, compression=compression,
+                          checksum=checksum)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

@@ -91,8 +91,10 @@ class ComponentSpec:
 class ObjectSpec:
     """One named object: shape, format, attributes and components.
 
-    ``dtype`` and ``type`` are those of the object's primary component (``data``
-    for dense, ``values`` for sparse, ``packed_weight`` for quantized_group).
+    ``dtype``/``storage_dtype`` and ``type`` are those of the object's primary
+    component (``data`` for dense, ``values`` for sparse, ``packed_weight`` for
+    quantized_group): ``dtype`` by numpy's name (``"float32"``, as the reference
+    implementation reports it), ``storage_dtype`` by the spec's (``"f32"``).
     """
 
     __slots__ = ("name", "shape", "format", "attributes", "components", "legacy", "plan")
@@ -115,6 +117,15 @@ class ObjectSpec:
 
     @property
     def dtype(self):
+        """The primary component's element type by numpy's name (``"float32"``,
+        ``"bfloat16"``): the reference implementation's convention, which code
+        written against it compares with.  ``storage_dtype`` has the spec's name."""
+        comp = self.primary
+        return None if comp is None else dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
+
+    @property
+    def storage_dtype(self):
+        """The primary component's storage type by the spec's name (``"f32"``)."""
         comp = self.primary
         return None if comp is None else comp.dtype
 
@@ -134,7 +145,7 @@ class ObjectSpec:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "format": self.format,
-                "dtype": self.dtype, "type": self.type, "attributes": dict(self.attributes),
+                "dtype": self.dtype, "storage_dtype": self.storage_dtype, "type": self.type, "attributes": dict(self.attributes),
                 "components": {r: c.to_dict() for r, c in self.components.items()}}
 
     def __repr__(self):

@@ -13,7 +13,7 @@ import numpy as np
 
 from ztensor import components, convert, dtypes, formats, legacy, logical, spec
 from ztensor.formats import dense
-from ztensor.errors import ObjectNotFoundError, UnsupportedError, ZTensorError
+from ztensor.errors import ClosedError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
 from ztensor.manifest import decode_manifest
 from ztensor.objects import ObjectSpec
@@ -260,7 +260,7 @@ class Reader:
 
     def _require_open(self):
         if self._closed:
-            raise ZTensorError("reader is closed", path=self.path)
+            raise ClosedError("reader is closed", path=self.path)
 
     def __enter__(self) -> "Reader":
         return self

@@ -56,8 +56,8 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def get_tensor(self, name: str) -> Any:
         """The whole dense object ``name``."""
         if self._framework == "pt":
-            from ztensor.torch import _reader_to_torch
-            return _reader_to_torch(self._reader, name, copy=False, device=self._device)
+            from ztensor.torch_bridge import object_to_torch
+            return object_to_torch(self._reader, name, copy=False, device=self._device)
         return self._reader.read_numpy(name)
 
     def get_slice(self, name: str) -> "_Slice":
@@ -89,13 +89,13 @@ class _Slice:
         return list(self._meta.shape)
 
     def get_dtype(self) -> str:
-        key = self._meta.type or self._meta.dtype
+        key = self._meta.type or self._meta.storage_dtype
         return _SAFETENSORS_NAMES.get(key, key.upper())
 
     def __getitem__(self, index: Any) -> Any:
         view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
         part = np.array(view[index])                        # touches only those pages
         if self._owner._framework == "pt":
-            from ztensor.torch import _numpy_to_torch
-            return _numpy_to_torch(part, self._meta, self._owner._device)
+            from ztensor.torch_bridge import numpy_to_torch
+            return numpy_to_torch(part, self._meta, self._owner._device)
         return part

@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from ztensor.errors import FormatError, ZTensorError
+from ztensor.errors import ClosedError, FormatError
 
 
 class Source:
@@ -130,7 +130,7 @@ class Source:
 
     def _require_open(self):
         if self._closed:
-            raise ZTensorError("reader is closed", path=self.name)
+            raise ClosedError("reader is closed", path=self.name)
 
     @property
     def closed(self) -> bool:

@@ -1,154 +1,236 @@
-"""safetensors-style functions for torch (this module imports torch; nothing else in
-ztensor does).
+"""safetensors-style functions for PyTorch: switching is a one-line change.
 
->>> from ztensor.torch import save_file, load_file   # was: from safetensors.torch ...
+>>> from ztensor.torch import save_file, load_file    # was: from safetensors.torch ...
+>>> save_file({"w": torch.zeros(2, 3)}, "model.zt")
+>>> load_file("model.zt")["w"].shape
+torch.Size([2, 3])
 
 Supported dtypes, both ways: float64/32/16, bfloat16, the four float8 types,
-complex64/128, int64/32/16/8, uint8 (and uint16/32/64 where torch has them), bool.
-Loaded tensors are zero-copy over a private (copy-on-write) mapping of the file when
-the bytes allow it: writing to one changes neither the file nor other processes.
+int64/32/16/8, uint8 (and the wider unsigned types torch has), bool, complex64/128.
+
+The functions and helpers of ``safetensors.torch`` are here under the same names
+and with the same behaviour (shared and tied weights in ``save_model`` /
+``load_model``, ``_find_shared_tensors``, ``_remove_duplicate_names``,
+``storage_ptr``, ...).  Deliberate deviations are listed in docs/migrating.md:
+non-contiguous tensors are stored (safetensors refuses them), and shared-memory
+errors are a ``ztensor.FormatError``, which is both the ``RuntimeError``
+safetensors raises and the ``ValueError`` the reference ztensor raised.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Dict, Optional
+from collections import defaultdict
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-import numpy as np
 import torch
 
-from ztensor import components, dtypes
-from ztensor.errors import UnsupportedError
+from ztensor import _save
+from ztensor.errors import FormatError
 from ztensor.reader import Reader
 from ztensor.tensor import Tensor
+from ztensor.torch_bridge import object_to_torch, to_numpy_for_writing
 from ztensor.writer import Writer
 
-__all__ = ["save_file", "load_file", "save", "load"]
-
-# torch dtypes numpy cannot hold: stored as bit patterns with their spec type
-_BITS = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
-for _name, _spec in (("float8_e4m3fn", "f8_e4m3fn"), ("float8_e5m2", "f8_e5m2"),
-                     ("float8_e4m3fnuz", "f8_e4m3fnuz"), ("float8_e5m2fnuz", "f8_e5m2fnuz")):
-    if hasattr(torch, _name):
-        _BITS[getattr(torch, _name)] = (torch.uint8, np.uint8, _spec)
-_FROM_SPEC = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in _BITS.items()}
+__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
 
-def _to_numpy(t: torch.Tensor, name: str):
-    """(numpy array, types) holding exactly the tensor's elements."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    t = t.detach().cpu().contiguous()
-    if t.dtype in _BITS:
-        bits_torch, bits_np, spec = _BITS[t.dtype]
-        return t.view(bits_torch).numpy().view(bits_np), {"data": spec}
+# ------------------------------------------------------------------ storage helpers
+def storage_ptr(tensor: torch.Tensor) -> int:
+    """Address of the storage a tensor views (0 where there is none, e.g. meta)."""
     try:
-        return t.numpy(), {}
-    except TypeError:
-        raise UnsupportedError(f"torch dtype {t.dtype} cannot be stored", obj=name) from None
+        return tensor.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return 0
 
 
-def _check_shared(tensors):
-    """As safetensors: tensors sharing storage would be written twice and come back
-    as separate tensors, so they are refused."""
-    seen = {}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.device.type == "meta":
+def storage_size(tensor: torch.Tensor) -> int:
+    """Bytes of the storage a tensor views."""
+    try:
+        return tensor.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):
+        return tensor.nelement() * tensor.element_size()
+
+
+def _end_ptr(tensor: torch.Tensor) -> int:
+    """One past the last byte the tensor's elements occupy."""
+    if tensor.nelement():
+        return tensor.view(-1)[-1].data_ptr() + tensor.element_size()
+    return tensor.data_ptr()
+
+
+def _is_complete(tensor: torch.Tensor) -> bool:
+    """The tensor covers its whole storage, from its first byte."""
+    return (tensor.data_ptr() == storage_ptr(tensor)
+            and tensor.nelement() * tensor.element_size() == storage_size(tensor))
+
+
+def _filter_shared_not_shared(groups: List[Set[str]], state_dict: Dict[str, torch.Tensor]
+                              ) -> List[Set[str]]:
+    """Split each storage group into sets of names whose byte ranges overlap:
+    disjoint views of one storage are not shared (each is saved on its own)."""
+    out = []
+    for group in groups:
+        if len(group) < 2:
+            out.append(group)
             continue
-        key = (t.device, t.untyped_storage().data_ptr())
-        if key in seen:
+        spans = sorted((state_dict[n].data_ptr(), _end_ptr(state_dict[n]), n) for n in group)
+        current, end = {spans[0][2]}, spans[0][1]
+        for start, stop, name in spans[1:]:
+            if start >= end:
+                out.append(current)
+                current, end = {name}, stop
+            else:
+                current.add(name)
+                end = max(end, stop)
+        out.append(current)
+    return out
+
+
+def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+    """Sets of names whose tensors overlap in memory (singletons included)."""
+    by_storage: Dict[Any, Set[str]] = defaultdict(set)
+    for name, t in state_dict.items():
+        if t.device.type != "meta" and storage_ptr(t) != 0 and storage_size(t) != 0:
+            by_storage[(t.device, storage_ptr(t), storage_size(t))].add(name)
+    return _filter_shared_not_shared(sorted(by_storage.values(), key=sorted), state_dict)
+
+
+def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
+                            preferred_names: Optional[Iterable[str]] = None,
+                            discard_names: Optional[Iterable[str]] = None
+                            ) -> Dict[str, List[str]]:
+    """For each group of tied tensors: the name to keep -> the names to drop.  The
+    kept name covers its whole storage; among those, a preferred name wins, then one
+    not to discard, then the first in sorted order."""
+    preferred = set(preferred_names or ())
+    discard = set(discard_names or ())
+    to_remove: Dict[str, List[str]] = defaultdict(list)
+    for shared in _find_shared_tensors(state_dict):
+        if len(shared) == 1:
+            continue
+        complete = {n for n in shared if _is_complete(state_dict[n])}
+        if not complete:
             raise RuntimeError(
-                f"Some tensors share memory: {seen[key]!r} and {name!r}. This would store "
-                "the memory twice and load them back as separate tensors; pass clones "
-                "(t.clone()) of the ones you want to keep, as with safetensors.")
-        seen[key] = name
+                "Error while trying to find names to remove to save state dict, but found no "
+                f"suitable name to keep for saving amongst: {shared}. None is covering the "
+                "entire storage. Refusing to save/load the model since you could be storing "
+                "much more memory than needed.")
+        keep = sorted(complete)[0]
+        kept_not_discarded = complete - discard
+        if kept_not_discarded:
+            keep = sorted(kept_not_discarded)[0]
+        if preferred & complete:
+            keep = sorted(preferred & complete)[0]
+        for name in sorted(shared):
+            if name != keep:
+                to_remove[keep].append(name)
+    return to_remove
 
 
-def save_file(tensors: Dict[str, torch.Tensor], filename,
-              metadata: Optional[Dict[str, str]] = None, *, compression=False,
-              checksum=None) -> None:
-    """Write ``tensors`` (name -> torch.Tensor) as a zTensor file (see
-    :func:`ztensor.numpy.save_file` for the parameters)."""
-    from ztensor.numpy import _check_metadata
+def _check_tensors(tensors: Any) -> None:
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    sparse = [k for k, v in tensors.items()
+              if isinstance(v, torch.Tensor) and v.layout != torch.strided]
+    if sparse:
+        raise ValueError(f"You are trying to save sparse tensors: {sparse}, which this "
+                         "function does not support: convert them to dense first, or write "
+                         "them with ztensor.Writer as sparse objects.")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received "
+                             f"{type(v)}")
+    failing = [names for names in _find_shared_tensors(tensors) if len(names) > 1]
+    if failing:
+        raise FormatError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and "
+            f"potential differences when loading them again: {failing}. A potential way to "
+            "correctly save your model is to use `save_model`.")
 
-    _check_shared(tensors)
-    with Writer(filename, attributes=_check_metadata(metadata)) as w:
+
+# ------------------------------------------------------------------ files
+def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
+              metadata: Optional[Dict[str, str]] = None, *, compression: Any = False,
+              checksum: Optional[str] = None) -> None:
+    """Write ``tensors`` (name -> torch.Tensor) as a zTensor file.
+
+    Tensors may live on any device and have any strides (they are stored as
+    contiguous copies).  Tensors that overlap in memory are refused, as
+    safetensors does: use :func:`save_model` for tied weights."""
+    _check_tensors(tensors)
+    with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
         for name, t in tensors.items():
-            arr, types = _to_numpy(t, name)
-            w.write(name, Tensor({"data": arr}, shape=tuple(t.shape), types=types),
+            arr, type_name = to_numpy_for_writing(t, name)
+            w.write(name, Tensor({"data": arr}, shape=tuple(t.shape),
+                                 types={"data": type_name} if type_name else None),
                     compress=compression, checksum=checksum)
 
 
-def load_file(filename, device="cpu", *, copy: bool = False) -> Dict[str, torch.Tensor]:
-    """name -> torch.Tensor for every dense object of a file."""
+def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False
+              ) -> Dict[str, torch.Tensor]:
+    """name -> torch.Tensor for every dense object of a file, on ``device``.
+
+    On the CPU the tensors are zero-copy views of a private (copy-on-write) mapping
+    of the file unless ``copy``; elsewhere each tensor goes to the device directly."""
     with Reader(filename, copy_on_write=True) as r:
-        return {name: _reader_to_torch(r, name, copy=copy, device=device) for name in r.keys()}
+        return {name: object_to_torch(r, name, copy=copy, device=device) for name in r.keys()}
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
-         compression=False, checksum=None) -> bytes:
+         compression: Any = False, checksum: Optional[str] = None) -> bytes:
     """The zTensor file for ``tensors``, as bytes."""
-    from ztensor.numpy import file_bytes
+    return _save.to_bytes(save_file, tensors, metadata, compression=compression,
+                          checksum=checksum)
 
-    return file_bytes(save_file, tensors, metadata, compression=compression, checksum=checksum)
 
-
-def load(data: bytes, device="cpu") -> Dict[str, torch.Tensor]:
-    """name -> torch.Tensor from a zTensor file's bytes."""
+def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
+    """name -> torch.Tensor from a zTensor file's bytes (owned copies)."""
     with Reader(data) as r:
-        return {name: _reader_to_torch(r, name, copy=True, device=device) for name in r.keys()}
+        return {name: object_to_torch(r, name, copy=True, device=device) for name in r.keys()}
 
 
-def _reader_to_torch(reader, name, copy, device):
-    obj = reader.read(name, copy=copy)
-    if obj.format != "dense":
-        raise UnsupportedError(f"torch tensors come from dense objects; this one is "
-                               f"{obj.format!r}", path=reader.path, obj=name)
-    arr = obj.components["data"]
-    spec = obj.types.get("data")
-    if spec in _FROM_SPEC:                     # bits -> torch's own bf16 / float8 dtype
-        target, bits_torch = _FROM_SPEC[spec]
-        bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
-        t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
-        t = t.view(target)
-    elif spec is not None and spec not in ("complex64", "complex128"):
-        raise UnsupportedError(f"logical type {spec!r} has no torch dtype", path=reader.path,
-                               obj=name)
-    else:
-        t = _from_numpy(_native(arr, copy))
-    return t if device == "cpu" else t.to(device)
+# ------------------------------------------------------------------ models
+def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[str, str]] = None,
+               force_contiguous: bool = False) -> None:
+    """Save a model's state dict, keeping one copy of tied weights (the others are
+    named in the metadata, ``dropped name -> kept name``, as safetensors does)."""
+    state_dict = model.state_dict()
+    for kept, dropped in _remove_duplicate_names(state_dict).items():
+        for name in dropped:
+            metadata = {} if metadata is None else metadata
+            metadata.setdefault(name, kept)
+            del state_dict[name]
+    if force_contiguous:
+        state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    save_file(state_dict, filename, metadata)
 
 
-def _native(arr, copy):
-    """torch needs native byte order and writable memory (a read-only buffer, e.g.
-    bytes, is copied: torch has no read-only tensors)."""
-    if arr.dtype.itemsize > 1 and not arr.dtype.isnative:
-        return components.to_native(arr)
-    if not arr.flags.writeable:
-        return arr.copy()
-    return arr
+def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
+               device: Any = "cpu") -> Tuple[List[str], List[str]]:
+    """Load a file written by :func:`save_model` (or any state dict file) into
+    ``model``; tied weights dropped at save time are not reported missing.
 
-
-def _from_numpy(arr):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.from_numpy(arr)
-
-
-def _numpy_to_torch(arr, meta, device):
-    """A slice read through safe_open(framework="pt") as a torch tensor of the
-    object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values)."""
-    key = meta.type or meta.dtype
-    if key in _FROM_SPEC:
-        target, _ = _FROM_SPEC[key]
-        if dtypes.is_ml_dtype(arr.dtype):
-            width = np.uint16 if arr.dtype.itemsize == 2 else np.uint8
-            return _reader_bits(arr.view(width), target, device)
-        t = torch.from_numpy(np.ascontiguousarray(arr, np.float32)).to(target)
-    else:
-        t = _from_numpy(_native(np.ascontiguousarray(arr), True))
-    return t if device == "cpu" else t.to(device)
-
-
-def _reader_bits(bits, target, device):
-    t = torch.from_numpy(bits.view(np.int16) if bits.dtype.itemsize == 2 else bits).view(target)
-    return t if device == "cpu" else t.to(device)
+    Returns (missing, unexpected) names; with ``strict``, either being non-empty
+    is a RuntimeError."""
+    state_dict = load_file(filename, device=device)
+    model_state = model.state_dict()
+    to_remove = _remove_duplicate_names(model_state, preferred_names=state_dict.keys())
+    missing_list, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = set(missing_list)
+    unexpected = list(unexpected)
+    for group in to_remove.values():
+        for name in group:
+            if name in missing:
+                missing.remove(name)
+            else:
+                unexpected.append(name)
+    if strict and (missing or unexpected):
+        parts = []
+        if unexpected:
+            parts.append("Unexpected key(s) in state_dict: "
+                         + ", ".join(f'"{k}"' for k in sorted(unexpected)) + ".")
+        if missing:
+            parts.append("Missing key(s) in state_dict: "
+                         + ", ".join(f'"{k}"' for k in sorted(missing)) + ".")
+        raise RuntimeError(f"Error(s) in loading state_dict for {model.__class__.__name__}:\n\t"
+                           + "\n\t".join(parts))
+    return sorted(missing), unexpected

@@ -17,11 +17,11 @@ import numpy as np
 
 from ztensor import attributes as attrs
 from ztensor import components, convert, dtypes, kernels, spec
-from ztensor.errors import FormatError, UnsupportedError, WriteError, ZTensorError
+from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
 from ztensor.footer import encode_footer
 from ztensor.manifest import Checker, gc_paused, encode_manifest
 from ztensor import formats
-from ztensor.objects import ObjectSpec
+from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
 
 class Writer:
@@ -97,6 +97,75 @@ class Writer:
         arr, types = _encode_as(np.asarray(array), type)
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
                            checksum)
+
+    def add(self, name: str, array: Any, compress: Union[bool, int, None] = None,
+            checksum: Optional[str] = None) -> None:
+        """The reference implementation's name for :meth:`write_numpy`."""
+        self.write_numpy(name, array, compress=compress, checksum=checksum)
+
+    def write_torch(self, name: str, tensor: Any, *, compress: Union[bool, int, None] = None,
+                    checksum: Optional[str] = None, attributes: Optional[Dict[str, Any]] = None
+                    ) -> None:
+        """Write a dense object from a ``torch.Tensor`` (any device, any layout; bf16,
+        the float8 types and complex keep their torch dtype on the way back)."""
+        from ztensor.torch import to_numpy_for_writing
+        arr, type_name = to_numpy_for_writing(tensor, name)
+        arr, types = (arr, {"data": type_name}) if type_name else (arr, {})
+        self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes,
+                           compress, checksum)
+
+    def copy_from(self, reader: Any, name: str, *, as_name: Optional[str] = None) -> None:
+        """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)
+        into this file as it is stored: components byte for byte, with their
+        encodings and digests, nothing decoded.  Used by :meth:`append` and the
+        editing functions; version 0.1 and 1.1 objects are re-encoded instead
+        (their bytes may not be what v1.2 stores)."""
+        self._require_open()
+        target = name if as_name is None else as_name
+        self._check_name(target)
+        meta = reader.metadata(name)
+        if spec.parse_version(reader.version) != (1, 2) or meta.legacy is not None or any(
+                c.byteorder != "<" or not c.aligned for c in meta.components.values()):
+            obj = reader.read(name)
+            self._write_object(target, obj.format, obj.shape, obj.components, obj.types,
+                               obj.attributes, False, None)
+            return
+        comps = {}
+        for role, c in meta.components.items():
+            stored = reader.stored_bytes(name, role)
+
+            def copy_one(c=c, stored=stored, role=role):
+                self._blobs.pad(spec.ALIGNMENT)
+                offset = self._blobs.pos
+                if len(stored):
+                    self._blobs.write(stored)
+                return ComponentSpec(role, c.dtype, c.type, offset, c.length, c.encoding,
+                                     c.uncompressed_length, c.digest)
+            comps[role] = self._guard(copy_one)
+        self._objects[target] = ObjectSpec(target, meta.shape, meta.format,
+                                           dict(meta.attributes), comps)
+
+    @classmethod
+    def append(cls, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> "Writer":
+        """A Writer that adds objects to an existing zTensor file.
+
+        The new file is built beside the old one (every existing object copied as
+        stored, nothing decoded) and renamed over it when the Writer closes: until
+        then the old file is untouched, and a crash at any point leaves the old
+        file or the complete new one, never a mix (docs/editing.md).  Costs one copy
+        of the file's bytes, in exchange for that guarantee."""
+        from ztensor.reader import Reader
+        with Reader(path) as old:
+            if old.format != "zt":
+                raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
+            writer = cls(path, attributes=dict(old.attributes), **kwargs)
+            try:
+                for name in old.keys():
+                    writer.copy_from(old, name)
+            except BaseException:
+                writer.abort()
+                raise
+        return writer
 
     def write(self, name: str, obj: Any, *, compress: Union[bool, int] = False,
               checksum: Optional[str] = None) -> None:
@@ -216,12 +285,15 @@ class Writer:
             self.abort()
             raise WriteError(f"cannot finish the file: {exc.strerror}", path=self.path,
                              errno=exc.errno) from exc
+        self._size = self._blobs.pos
         self._blobs.close()
         self._state = "closed"
 
-    def finish(self) -> None:
-        """Same as :meth:`close` (the reference implementation's name)."""
+    def finish(self) -> int:
+        """:meth:`close`, returning the file's size in bytes (the reference
+        implementation's name and return value)."""
         self.close()
+        return self._size
 
     def abort(self) -> None:
         """Drop everything written so far; the final name is left untouched."""
@@ -248,7 +320,7 @@ class Writer:
 
     def _require_open(self):
         if self._state != "open":
-            raise ZTensorError(f"writer is {self._state}", path=self.path)
+            raise ClosedError(f"writer is {self._state}", path=self.path)
 
     def __enter__(self):
         return self

@@ -1,0 +1,30 @@
+"""What the safetensors-style save functions share (ztensor.numpy, ztensor.torch):
+their ``metadata`` rule and saving to bytes."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable, Dict, Optional
+
+
+def str_metadata(metadata: Optional[Dict[str, str]]) -> Optional[Dict[str, str]]:
+    """safetensors' rule: metadata is a dict of str to str (or None)."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ValueError("metadata must be a dict of str to str (as in safetensors)")
+    return metadata
+
+
+def to_bytes(save_file: Callable[..., None], tensors: Any, *args: Any, **kwargs: Any) -> bytes:
+    """Run ``save_file(tensors, path, ...)`` into a temporary file and return its
+    bytes (the Writer writes files: that is what makes it atomic)."""
+    fd, path = tempfile.mkstemp(suffix=".zt")
+    os.close(fd)
+    try:
+        save_file(tensors, path, *args, **kwargs)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)

@@ -1,0 +1,91 @@
+"""torch <-> numpy for the core: the one place that knows how torch tensors map to
+stored elements (bf16 and the float8 types as bit patterns with their spec type,
+complex as float pairs).  Imported only when torch is used: Reader.read_torch,
+Writer.write_torch, ztensor.torch and safe_open(framework="pt")."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from ztensor import components, dtypes
+from ztensor.errors import UnsupportedError
+
+# torch dtypes numpy cannot hold: stored as bit patterns with their spec type
+_BITS = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
+for _name, _spec in (("float8_e4m3fn", "f8_e4m3fn"), ("float8_e5m2", "f8_e5m2"),
+                     ("float8_e4m3fnuz", "f8_e4m3fnuz"), ("float8_e5m2fnuz", "f8_e5m2fnuz")):
+    if hasattr(torch, _name):
+        _BITS[getattr(torch, _name)] = (torch.uint8, np.uint8, _spec)
+_FROM_SPEC = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in _BITS.items()}
+
+
+def to_numpy_for_writing(t: torch.Tensor, name: str):
+    """(numpy array, spec type or None) holding exactly the tensor's elements."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    t = t.detach().cpu().contiguous()
+    if t.dtype in _BITS:
+        bits_torch, bits_np, spec = _BITS[t.dtype]
+        return t.view(bits_torch).numpy().view(bits_np), spec
+    try:
+        return t.numpy(), None
+    except TypeError:
+        raise UnsupportedError(f"torch dtype {t.dtype} cannot be stored", obj=name) from None
+
+
+def object_to_torch(reader, name, copy, device):
+    obj = reader.read(name, copy=copy)
+    if obj.format != "dense":
+        raise UnsupportedError(f"torch tensors come from dense objects; this one is "
+                               f"{obj.format!r}", path=reader.path, obj=name)
+    arr = obj.components["data"]
+    spec = obj.types.get("data")
+    if spec in _FROM_SPEC:                     # bits -> torch's own bf16 / float8 dtype
+        target, bits_torch = _FROM_SPEC[spec]
+        bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
+        t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
+        t = t.view(target)
+    elif spec is not None and spec not in ("complex64", "complex128"):
+        raise UnsupportedError(f"logical type {spec!r} has no torch dtype", path=reader.path,
+                               obj=name)
+    else:
+        t = _from_numpy(_native(arr, copy))
+    return t if device == "cpu" else t.to(device)
+
+
+def _native(arr, copy):
+    """torch needs native byte order and writable memory (a read-only buffer, e.g.
+    bytes, is copied: torch has no read-only tensors)."""
+    if arr.dtype.itemsize > 1 and not arr.dtype.isnative:
+        return components.to_native(arr)
+    if not arr.flags.writeable:
+        return arr.copy()
+    return arr
+
+
+def _from_numpy(arr):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.from_numpy(arr)
+
+
+def numpy_to_torch(arr, meta, device):
+    """A slice read through safe_open(framework="pt") as a torch tensor of the
+    object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values)."""
+    key = meta.type or meta.storage_dtype
+    if key in _FROM_SPEC:
+        target, _ = _FROM_SPEC[key]
+        if dtypes.is_ml_dtype(arr.dtype):
+            width = np.uint16 if arr.dtype.itemsize == 2 else np.uint8
+            return _reader_bits(arr.view(width), target, device)
+        t = torch.from_numpy(np.ascontiguousarray(arr, np.float32)).to(target)
+    else:
+        t = _from_numpy(_native(np.ascontiguousarray(arr), True))
+    return t if device == "cpu" else t.to(device)
+
+
+def _reader_bits(bits, target, device):
+    t = torch.from_numpy(bits.view(np.int16) if bits.dtype.itemsize == 2 else bits).view(target)
+    return t if device == "cpu" else t.to(device)
