@@ -127,7 +127,7 @@ def test_npz_whose_zip_directory_lies_is_refused(tmp_path):
         from ztensor import importers
         limit(int(sys.argv[1]))
         def convert():
-            for _ in importers.open_npz({str(path)!r})[1]:
+            for _ in importers.open_any({str(path)!r})[1]:
                 pass
         expect_clean_error(convert)
     """)

@@ -9,8 +9,10 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 ...     r["weight"]
 """
 from ztensor._version import __version__
-from ztensor.errors import (ChecksumError, FormatError, KernelArgumentError, LimitError,
-                            ObjectNotFoundError, UnsupportedError, WriteError, ZTensorError)
+from ztensor.edit import remove_tensors, replace_tensor
+from ztensor.errors import (ChecksumError, ClosedError, FormatError, KernelArgumentError,
+                            LimitError, ObjectNotFoundError, SafetensorError, UnsupportedError,
+                            WriteError, ZTensorError)
 from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
@@ -20,10 +22,20 @@ from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.writer import Writer
 
+# the reference implementation's name for what metadata() returns
+TensorMetadata = ObjectSpec
+
+
+def open(path, **kwargs) -> Reader:  # noqa: A001 - the reference's name
+    """Open a tensor file of any kind Reader reads (zTensor, safetensors, PyTorch,
+    npy/npz, GGUF, ONNX, HDF5), told by its bytes."""
+    return Reader(path, **kwargs)
+
 __all__ = [
     "__version__", "backend", "Reader", "Writer", "Tensor", "Limits", "DEFAULT_LIMITS",
     "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
-    "KernelArgumentError",
+    "KernelArgumentError", "ClosedError", "SafetensorError", "TensorMetadata", "open",
+    "remove_tensors", "replace_tensor",
 ]

@@ -41,7 +41,7 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
     return np.frombuffer(stored, dtype)
 
 
-def zstd_decode(stored, size, limits, **where):
+def zstd_decode(stored, size, limits, out=None, **where):
     """Decode a zstd stream (one or more frames, skippable ones too) that must yield
     exactly ``size`` bytes (``size=None``, v1.1 files: whatever it yields, up to the
     per-component limit).
@@ -58,9 +58,12 @@ def zstd_decode(stored, size, limits, **where):
         raise FormatError(f"uncompressed_length {size} is more than {len(stored)} bytes of "
                           "zstd data can produce", **where)
     want = cap if size is None else size
+    if out is not None and (size is None or len(out) != size):
+        raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
     reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
     try:
-        out = _alloc(min(want, _FIRST_GUESS_RATIO * len(stored) + _CHUNK), where)
+        if out is None:  # else: the caller's buffer, of exactly the declared size
+            out = _alloc(min(want, _FIRST_GUESS_RATIO * len(stored) + _CHUNK), where)
         done = 0
         while True:
             if done == len(out):

@@ -157,3 +157,21 @@ REFERENCE_NAMES = {
     "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
     "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8", "bool": "bool",
 }
+
+
+# safetensors' dtype names <-> zTensor (numpy little-endian storage, logical type);
+# the one table for reading .safetensors, writing them, and safe_open's get_dtype().
+SAFETENSORS_STORAGE = {
+    "F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<u2", "bf16"),
+    "I64": ("<i8", None), "I32": ("<i4", None), "I16": ("<i2", None), "I8": ("i1", None),
+    "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
+    "BOOL": ("?", None), "F8_E4M3": ("u1", "f8_e4m3fn"), "F8_E5M2": ("u1", "f8_e5m2"),
+    "C64": ("<c8", None),
+}
+# spec dtype (or logical type) -> safetensors' name
+SAFETENSORS_NAMES = {
+    "f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "i64": "I64", "i32": "I32",
+    "i16": "I16", "i8": "I8", "u64": "U64", "u32": "U32", "u16": "U16", "u8": "U8",
+    "bool": "BOOL", "f8_e4m3fn": "F8_E4M3", "f8_e5m2": "F8_E5M2", "complex64": "C64",
+    "complex128": "C128", "f8_e4m3fnuz": "F8_E4M3FNUZ", "f8_e5m2fnuz": "F8_E5M2FNUZ",
+}

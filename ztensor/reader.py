@@ -11,11 +11,11 @@ from typing import Any, Dict, List, Optional, Union, overload
 
 import numpy as np
 
-from ztensor import components, convert, dtypes, formats, legacy, logical, spec
+from ztensor import components, convert, dtypes, foreign, formats, legacy, logical, spec
 from ztensor.formats import dense
 from ztensor.errors import ClosedError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
-from ztensor.manifest import decode_manifest
+from ztensor.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
 from ztensor.source import Source
@@ -66,6 +66,17 @@ class Reader:
         self._closed = True  # until the manifest is checked (and for __del__)
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
+        self._foreign = None
+        kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
+            and os.path.isfile(source) else None
+        if kind is not None:  # another tensor format: read-only, through ztensor/foreign
+            self._source = None
+            self.path = os.fspath(source)
+            self._foreign = foreign.open_foreign(self.path, kind)
+            self._manifest = Manifest(None, self._foreign.attributes,
+                                      {n: e.spec for n, e in self._foreign.entries.items()})
+            self._closed = False
+            return
         self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap)
         self.path = self._source.name
         try:
@@ -79,9 +90,17 @@ class Reader:
 
     # ------------------------------------------------------------ mapping API
     @property
-    def version(self) -> str:
-        """The file's format version string, e.g. ``"1.2.0"`` (``"0.1.0"`` for v0.1)."""
+    def version(self) -> Optional[str]:
+        """The file's zTensor version string, e.g. ``"1.2.0"`` (``"0.1.0"`` for v0.1);
+        None for other formats."""
         return self._manifest.version
+
+    @property
+    def format(self) -> str:
+        """What kind of file this is, by the reference implementation's names:
+        ``"zt"``, ``"safetensors"``, ``"pickle"`` (PyTorch), ``"npy"``, ``"npz"``,
+        ``"gguf"``, ``"onnx"`` or ``"hdf5"``."""
+        return "zt" if self._foreign is None else self._foreign.format
 
     @property
     def attributes(self) -> Dict[str, Any]:
@@ -148,6 +167,8 @@ class Reader:
         if dtype is not None:
             return self._read_converted(name, np.dtype(dtype))
         obj = self.metadata(name)
+        if self._foreign is not None:
+            return self._foreign_numpy(obj, copy)
         plan = obj.plan
         if plan is None:
             plan = obj.plan = dense.view_plan(obj)
@@ -193,6 +214,13 @@ class Reader:
         if isinstance(name, list):
             return {n: self.read(n, copy=copy) for n in name}
         obj = self.metadata(name)
+        if self._foreign is not None:
+            self._require_open()
+            t = self._foreign.entries[name].load()
+            if copy:
+                t = Tensor({r: np.array(a) for r, a in t.components.items()}, shape=t.shape,
+                           format=t.format, attributes=t.attributes, types=t.types)
+            return t
         if obj.legacy is not None:  # a v0.1 sparse blob: lifted to v1.2 sparse components
             blob = self._component(obj, obj.components["data"], copy)
             arrays = legacy.assemble(obj, blob, path=self.path, obj=name)
@@ -229,6 +257,8 @@ class Reader:
         from ztensor import digests
 
         self._require_open()
+        if self._foreign is not None:
+            return 0  # other formats carry no digests
         checked = 0
         for name in self._manifest.names():
             for role, comp in self._manifest.get(name).components.items():
@@ -239,6 +269,66 @@ class Reader:
                 digests.verify(stored, comp.digest, path=self.path, obj=name, component=role)
                 checked += 1
         return checked
+
+    def _foreign_numpy(self, obj, copy):
+        self._require_open()
+        comp = obj.components["data"]
+        arr = self._foreign.entries[obj.name].load().components["data"]
+        arr = logical.as_values(np.asarray(arr), comp.dtype, comp.type)
+        if copy:
+            arr = np.array(arr, dtype=arr.dtype.newbyteorder("=") if arr.dtype.itemsize > 1
+                           and arr.dtype.kind not in "V" else arr.dtype, order="C")
+        return arr.reshape(obj.shape)
+
+    # ------------------------------------------------------------ the reference's calls
+    def read_tensors(self, names: List[str], *, copy: bool = False) -> Dict[str, np.ndarray]:
+        """name -> array for several dense objects (the reference's name for
+        ``read_numpy(list)``)."""
+        return self.read_numpy(list(names), copy=copy)
+
+    def read_torch(self, name: Any, *, copy: bool = False, device: Any = "cpu") -> Any:
+        """A dense object as a ``torch.Tensor`` (a list of names gives a dict).
+
+        bf16 and the float8 types come back as torch's own dtypes.  On the CPU, raw
+        objects are zero-copy views of a private copy-on-write mapping unless
+        ``copy``; with another ``device`` each tensor is moved there once."""
+        from ztensor.torch_bridge import object_to_torch
+        if isinstance(name, list):
+            return {n: self.read_torch(n, copy=copy, device=device) for n in name}
+        # torch has no read-only tensors: views of the file need Reader(...,
+        # copy_on_write=True) (ztensor.torch.load_file uses it); otherwise each
+        # tensor gets its own memory
+        return object_to_torch(self, name, copy=copy, device=device)
+
+    def read_into(self, name: Any, dst: Any = None) -> None:
+        """Decode (or copy) a dense object straight into ``dst``: a numpy array or a
+        torch tensor of the object's shape and element type (bf16/float8 as torch's
+        dtypes, ml_dtypes' or their uint16/uint8 bits).  zstd data is decoded into
+        ``dst``'s own memory when it is contiguous: no intermediate array.  A dict
+        ``{name: dst}`` fills several, in file order.
+
+        Raises TypeError without ``dst``; ValueError when its shape or dtype does not
+        match the object."""
+        from ztensor import into
+        if isinstance(name, dict):
+            order = sorted(name, key=lambda n: min((c.offset for c in self.metadata(n)
+                                                    .components.values()), default=0))
+            for n in order:
+                into.read_into(self, n, name[n])
+            return
+        if dst is None:
+            raise TypeError("read_into(name, dst): dst is required when name is a str")
+        into.read_into(self, name, dst)
+
+    def stored_bytes(self, name: str, role: str) -> memoryview:
+        """The stored (possibly compressed) bytes of one component, as in the file."""
+        self._require_open()
+        if self._foreign is not None:
+            raise UnsupportedError("stored bytes are a zTensor notion", path=self.path,
+                                   obj=name)
+        comp = self.metadata(name).components[role]
+        return self._source.view(comp.offset, comp.length, "component", obj=name,
+                                 component=role)
 
     def _component(self, obj, comp, copy):
         self._require_open()
@@ -256,7 +346,10 @@ class Reader:
         """Release the file.  Safe to call twice, and while arrays are alive."""
         if not self._closed:
             self._closed = True
-            self._source.close()
+            if self._source is not None:
+                self._source.close()
+            if self._foreign is not None:
+                self._foreign.close()
 
     def _require_open(self):
         if self._closed:
@@ -276,5 +369,6 @@ class Reader:
             self.close()
 
     def __repr__(self):
-        state = "closed" if self._closed else f"{len(self)} objects"
-        return f"<ztensor.Reader {os.fspath(self.path)!r} v{self.version} ({state})>"
+        state = "closed" if self._closed else f"{len(self)} tensor(s)"
+        kind = f"zt v{self.version}" if self._foreign is None else self.format
+        return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"

@@ -12,16 +12,10 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from ztensor import dtypes
 from ztensor.errors import UnsupportedError
 from ztensor.reader import Reader
 
-# spec dtype (and logical type) -> the names safetensors' get_dtype() returns
-_SAFETENSORS_NAMES = {
-    "f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "i64": "I64", "i32": "I32",
-    "i16": "I16", "i8": "I8", "u64": "U64", "u32": "U32", "u16": "U16", "u8": "U8",
-    "bool": "BOOL", "f8_e4m3fn": "F8_E4M3", "f8_e5m2": "F8_E5M2", "complex64": "C64",
-    "complex128": "C128", "f8_e4m3fnuz": "F8_E4M3FNUZ", "f8_e5m2fnuz": "F8_E5M2FNUZ",
-}
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 
 
@@ -90,7 +84,7 @@ class _Slice:
 
     def get_dtype(self) -> str:
         key = self._meta.type or self._meta.storage_dtype
-        return _SAFETENSORS_NAMES.get(key, key.upper())
+        return dtypes.SAFETENSORS_NAMES.get(key, key.upper())
 
     def __getitem__(self, index: Any) -> Any:
         view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data

@@ -93,6 +93,10 @@ class Source:
                 os.close(fd)  # the mapping needs no descriptor of ours
 
     @property
+    def copy_on_write(self) -> bool:
+        return self._copy_on_write
+
+    @property
     def mapped(self) -> bool:
         """True when views are zero-copy slices of memory (a mapping or a buffer)."""
         return self._fd is None

@@ -89,3 +89,10 @@ def numpy_to_torch(arr, meta, device):
 def _reader_bits(bits, target, device):
     t = torch.from_numpy(bits.view(np.int16) if bits.dtype.itemsize == 2 else bits).view(target)
     return t if device == "cpu" else t.to(device)
+
+
+def torch_bits_dtype(dtype):
+    """(torch integer dtype, numpy dtype) that hold a torch dtype numpy lacks
+    (bf16, float8) bit for bit, or None."""
+    found = _BITS.get(dtype)
+    return None if found is None else (found[0], found[1])

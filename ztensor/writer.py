@@ -342,7 +342,8 @@ class Writer:
             self.abort()
 
     def __repr__(self):
-        return f"<ztensor.Writer {self.path!r} ({self._state}, {len(self._objects)} objects)>"
+        state = "finished" if self._state == "closed" else self._state  # the reference's word
+        return f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
 
 
 def _encode_as(arr, type_name):

@@ -1,0 +1,158 @@
+"""Other tensor files, read-only: the one home of every foreign format.
+
+``Reader(path)`` and ``ztensor convert`` open files that are not zTensor through
+this package.  The format is told by the file's bytes, not its name (an
+extension only breaks the tie for ONNX, whose protobuf has no magic):
+
+| format        | module            | how it is told                          |
+|---------------|-------------------|-----------------------------------------|
+| ``safetensors`` | safetensors_file  | 8-byte LE header size, then ``{``        |
+| ``npy``       | numpy_files       | ``\\x93NUMPY``                            |
+| ``npz``       | numpy_files       | a zip of ``.npy`` members                |
+| ``pickle``    | pytorch           | a zip holding ``data.pkl`` (torch.save)  |
+| ``gguf``      | gguf (ztensor/gguf.py) | ``GGUF``                           |
+| ``hdf5``      | hdf5_file (h5py)  | ``\\x89HDF\\r\\n\\x1a\\n``                    |
+| ``onnx``      | onnx_file (onnx)  | a ``.onnx`` name                         |
+
+Each module returns a :class:`ForeignFile`: the format's name (as the reference
+implementation reports it in ``Reader.format``), file attributes, and per tensor
+a validated :class:`~ztensor.objects.ObjectSpec` and a loader giving the
+:class:`~ztensor.tensor.Tensor` (views of the mapped file where the format allows).
+Every offset, size and shape is checked before use, as for zTensor files.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from ztensor import dtypes
+from ztensor.errors import FormatError, UnsupportedError
+from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.tensor import Tensor
+
+FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
+
+
+class Entry:
+    """One tensor of a foreign file: its spec, and how to get it."""
+
+    __slots__ = ("spec", "load")
+
+    def __init__(self, spec: ObjectSpec, load: Callable[[], Tensor]) -> None:
+        self.spec = spec
+        self.load = load
+
+
+class ForeignFile:
+    """A foreign file opened for reading."""
+
+    def __init__(self, path: str, format: str, attributes: Dict[str, Any],
+                 entries: Dict[str, Entry], closer: Optional[Callable[[], None]] = None):
+        self.path = path
+        self.format = format
+        self.attributes = attributes
+        self.entries = entries
+        self._closer = closer
+
+    def close(self) -> None:
+        if self._closer is not None:
+            closer, self._closer = self._closer, None
+            closer()
+
+
+def spec_of(name: str, tensor: Tensor, offset: int = 0) -> ObjectSpec:
+    """The ObjectSpec a loaded Tensor has (components at ``offset`` when the format
+    places them in the file, else 0)."""
+    comps = {}
+    for role, arr in tensor.components.items():
+        arr = np.asarray(arr)
+        found = dtypes.spec_types_for(arr.dtype)
+        if found is None:
+            raise UnsupportedError(f"numpy dtype {arr.dtype} has no zTensor type", obj=name,
+                                   component=role)
+        storage, ltype = found
+        ltype = tensor.types.get(role, ltype)
+        if ltype == "bf16":
+            storage, ltype = "bf16", None
+        comps[role] = ComponentSpec(role, storage, ltype, offset, arr.nbytes)
+    return ObjectSpec(name, tensor.shape, tensor.format, tensor.attributes, comps)
+
+
+def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
+    """An entry whose tensor is already at hand (a view: nothing to load)."""
+    return Entry(spec_of(name, tensor, offset), lambda: tensor)
+
+
+def sniff(path: str) -> Optional[str]:
+    """The foreign format of the file at ``path``, or None (zTensor, or unknown)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+        size = os.fstat(f.fileno()).st_size
+    if head[:4] in (b"ZTEN",):
+        return None
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "hdf5"
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return None
+        if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            return "pickle"
+        return "npz"
+    if len(head) >= 9 and head[8:9] == b"{":
+        header_len = int.from_bytes(head[:8], "little")
+        if 2 <= header_len <= size - 8:
+            return "safetensors"
+    if head[:1] == b"\x80" and os.path.splitext(path)[1].lower() in (".pt", ".pth", ".bin",
+                                                                      ".pkl", ".ckpt"):
+        return "legacy-pickle"
+    if os.path.splitext(path)[1].lower() == ".onnx":
+        return "onnx"
+    return None
+
+
+def open_foreign(path: str, fmt: str) -> ForeignFile:
+    """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`)."""
+    if fmt == "safetensors":
+        from ztensor.foreign import safetensors_file
+        return safetensors_file.open_file(path)
+    if fmt in ("npy", "npz"):
+        from ztensor.foreign import numpy_files
+        return numpy_files.open_npy(path) if fmt == "npy" else numpy_files.open_npz(path)
+    if fmt == "pickle":
+        from ztensor.foreign import pytorch
+        return pytorch.open_file(path)
+    if fmt == "gguf":
+        from ztensor import gguf
+        attributes, tensors = gguf.open_gguf(path)
+        return ForeignFile(path, "gguf", attributes,
+                           {name: eager(name, t) for name, t in tensors})
+    if fmt == "hdf5":
+        from ztensor.foreign import hdf5_file
+        return hdf5_file.open_file(path)
+    if fmt == "onnx":
+        from ztensor.foreign import onnx_file
+        return onnx_file.open_file(path)
+    if fmt == "legacy-pickle":
+        raise UnsupportedError("a legacy (pre-1.6, non-zip) PyTorch pickle: only torch.save's "
+                               "zip format is read (re-save it with a current torch)", path=path)
+    raise FormatError(f"unknown foreign format {fmt!r}", path=path)
+
+
+def optional_import(module: str, what: str, path: str):
+    """Import an optional package, or say which one to install."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UnsupportedError(f"reading {what} files needs the '{module}' package "
+                               f"(pip install {module})", path=path) from None

@@ -1,0 +1,90 @@
+"""``.safetensors``: an 8-byte LE header size, a JSON header, the data; read zero-copy.
+
+The header is parsed here (no safetensors dependency) and every entry is checked:
+dtype known, shape of non-negative integers that numpy can make, data_offsets
+inside the data section and exactly shape x item size, no two tensors overlapping
+(safetensors itself refuses overlaps).  The file is memory-mapped; tensors are
+views of it."""
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from ztensor import dtypes
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.foreign import ForeignFile, eager
+from ztensor.objects import shape_problem
+from ztensor.tensor import Tensor
+
+MAX_HEADER = 100 << 20
+
+
+def open_file(path) -> ForeignFile:
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise FormatError("not a safetensors file: shorter than its 8-byte header size",
+                              path=name)
+        header_len = struct.unpack("<Q", f.read(8))[0]
+        if header_len > MAX_HEADER:
+            raise LimitError(f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}",
+                             path=name)
+        if 8 + header_len > size:
+            raise FormatError("safetensors header runs past the end of the file", path=name)
+        try:
+            header = json.loads(f.read(header_len))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
+        except RecursionError:  # json nests on the C stack, bounded by the recursion limit
+            raise FormatError("safetensors header nests too deeply", path=name) from None
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if not isinstance(header, dict):
+        raise FormatError("safetensors header is not a JSON object", path=name)
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise FormatError("safetensors __metadata__ is not an object", path=name)
+    start, data_len = 8 + header_len, size - 8 - header_len
+    parsed = sorted(((k, _entry(name, k, v, data_len)) for k, v in header.items()),
+                    key=lambda kv: kv[1][2])
+    end = 0
+    for key, (_, _, begin, _, stop) in parsed:
+        if begin < end:
+            raise FormatError("tensor overlaps the one before it in the data section",
+                              path=name, obj=key)
+        end = max(end, stop)
+    entries = {}
+    for key, (np_dtype, shape, begin, ltype, _) in parsed:
+        arr = np.frombuffer(data, np_dtype, math.prod(shape), start + begin).reshape(shape)
+        tensor = Tensor({"data": arr}, shape=shape, types={"data": ltype} if ltype else None)
+        entries[key] = eager(key, tensor, start + begin)
+    return ForeignFile(name, "safetensors", dict(metadata), entries)
+
+
+def _entry(path, key, info, data_len):
+    if not isinstance(info, dict):
+        raise FormatError("entry is not an object", path=path, obj=key)
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if dtype not in dtypes.SAFETENSORS_STORAGE:
+        raise UnsupportedError(f"safetensors dtype {dtype!r} is not supported", path=path,
+                               obj=key)
+    if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
+            or not isinstance(offsets, list) or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)):
+        raise FormatError("malformed shape or data_offsets", path=path, obj=key)
+    storage, ltype = dtypes.SAFETENSORS_STORAGE[dtype]
+    np_dtype = np.dtype(storage)
+    problem = (f"shape has {len(shape)} dimensions (at most 64)" if len(shape) > 64
+               else shape_problem(shape, np_dtype.itemsize))
+    if problem:
+        raise FormatError(problem, path=path, obj=key)
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len or end - begin != math.prod(shape) * np_dtype.itemsize:
+        raise FormatError(f"data_offsets {offsets} do not fit shape {shape} of {dtype} inside "
+                          f"{data_len} data bytes", path=path, obj=key)
+    return np_dtype, tuple(shape), begin, ltype, end

@@ -1,0 +1,110 @@
+"""``Reader.read_into``: decode or copy one dense object straight into memory the
+caller owns (a numpy array, or a torch tensor on any device).
+
+The destination must have the object's shape and element type; its memory is
+used as it is: raw data is copied in once (byte-swapped on the way on big-endian
+hosts), zstd data is decoded into it directly when it is contiguous.  A torch
+tensor on another device is filled through one CPU staging buffer (pinned for
+CUDA) and copied over once."""
+from __future__ import annotations
+
+from typing import Any, Callable, Tuple
+
+import numpy as np
+
+from ztensor import components, dtypes, logical
+from ztensor.errors import UnsupportedError
+
+# logical/storage type -> the numpy dtypes whose memory holds its elements exactly
+_BITS = {"bf16": np.dtype(np.uint16), "f8_e4m3fn": np.dtype(np.uint8),
+         "f8_e5m2": np.dtype(np.uint8), "f8_e4m3fnuz": np.dtype(np.uint8),
+         "f8_e5m2fnuz": np.dtype(np.uint8)}
+
+
+def read_into(reader: Any, name: str, dst: Any) -> None:
+    obj = reader.metadata(name)
+    if obj.format != "dense":
+        raise UnsupportedError(f"read_into fills dense objects; this one is {obj.format!r}",
+                               path=reader.path, obj=name)
+    comp = obj.components["data"]
+    target, finish = _as_numpy(dst)
+    if tuple(target.shape) != tuple(obj.shape):
+        raise ValueError(f"{reader.path}: object {name!r}: destination has shape "
+                         f"{tuple(target.shape)}, the object is {tuple(obj.shape)}")
+    key = comp.type or comp.dtype
+    elements = _element_dtype(comp)
+    bits = _BITS.get(key)
+    ok = (target.dtype.newbyteorder("=") == elements.newbyteorder("=")
+          or (bits is not None and target.dtype == bits)
+          or (dtypes.is_ml_dtype(target.dtype) and bits is not None
+              and target.dtype.itemsize == bits.itemsize
+              and dtypes.ml_dtype(_ML_NAMES.get(key, "")) == target.dtype))
+    if not ok:
+        raise ValueError(f"{reader.path}: object {name!r}: destination dtype {target.dtype} "
+                         f"does not hold {key} elements (expected {elements}"
+                         + (f" or {bits}" if bits is not None else "") + ")")
+    flat = target.reshape(-1) if target.flags.c_contiguous else None
+    zt = getattr(reader, "_foreign", None) is None
+    if (zt and comp.encoding == "zstd" and flat is not None and target.dtype.isnative
+            and comp.byteorder == "<" and not _big_endian_host()):
+        stored = reader.stored_bytes(name, "data")
+        if reader._verify and comp.digest is not None:
+            from ztensor import digests
+            digests.verify(stored, comp.digest, path=reader.path, obj=name, component="data")
+        components.zstd_decode(stored, comp.uncompressed_length, reader._limits,
+                               out=flat.view(np.uint8), path=reader.path, obj=name,
+                               component="data")
+    else:
+        source = reader.read(name).components["data"]
+        source = np.asarray(source)
+        if source.dtype != target.dtype and source.dtype.itemsize == target.dtype.itemsize \
+                and source.dtype.newbyteorder("=") != target.dtype.newbyteorder("="):
+            source = source.view(target.dtype.newbyteorder(source.dtype.byteorder)
+                                 if source.dtype.byteorder in "<>" else target.dtype)
+        np.copyto(target, source.reshape(target.shape), casting="unsafe"
+                  if source.dtype.kind == target.dtype.kind else "same_kind")
+    finish()
+
+
+_ML_NAMES = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
+             "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
+
+
+def _element_dtype(comp) -> np.dtype:
+    arr = np.empty(0, components.storage_dtype(comp))
+    return logical.as_elements(arr, comp.dtype, comp.type).dtype
+
+
+def _big_endian_host() -> bool:
+    import sys
+    return sys.byteorder == "big"
+
+
+def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
+    """(writable numpy array over the destination's memory, or a staging buffer,
+    and what to run afterwards)."""
+    if isinstance(dst, np.ndarray):
+        if not dst.flags.writeable:
+            raise ValueError("read_into: the destination array is read-only")
+        return dst, lambda: None
+    module = type(dst).__module__
+    if module.startswith("torch"):
+        return _torch_target(dst)
+    raise TypeError(f"read_into: dst must be a numpy array or a torch tensor, not "
+                    f"{type(dst).__name__}")
+
+
+def _torch_target(dst):
+    import torch
+
+    from ztensor.torch_bridge import torch_bits_dtype
+    bits = torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
+    if dst.device.type == "cpu" and dst.is_contiguous():
+        view = dst.view(bits[0]) if bits else dst
+        arr = view.numpy()
+        return (arr.view(bits[1]) if bits else arr), lambda: None
+    staging = torch.empty(dst.shape, dtype=dst.dtype, device="cpu",
+                          pin_memory=dst.device.type == "cuda" and torch.cuda.is_available())
+    view = staging.view(bits[0]) if bits else staging
+    arr = view.numpy()
+    return (arr.view(bits[1]) if bits else arr), lambda: dst.copy_(staging)
