@@ -18,6 +18,7 @@ from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.reader import Reader
 from ztensor.safe import safe_open
+from ztensor.serialize import deserialize, serialize, serialize_file
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.writer import Writer
@@ -37,5 +38,5 @@ __all__ = [
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
     "KernelArgumentError", "ClosedError", "SafetensorError", "TensorMetadata", "open",
-    "remove_tensors", "replace_tensor",
+    "remove_tensors", "replace_tensor", "serialize", "serialize_file", "deserialize",
 ]

@@ -15,7 +15,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ztensor import _save
-from ztensor.reader import Reader
+from ztensor.reader import Reader, open_bytes
 from ztensor.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load"]
@@ -60,6 +60,6 @@ def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = No
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:
-    """name -> array from a zTensor file's bytes (owned copies)."""
-    with Reader(data) as r:
+    """name -> array from a zTensor (or safetensors) file's bytes (owned copies)."""
+    with open_bytes(data) as r:
         return {name: r.read_numpy(name, copy=True) for name in r.keys()}

@@ -372,3 +372,20 @@ class Reader:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
         return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"
+
+
+def open_bytes(data: Any, **kwargs: Any) -> Reader:
+    """A Reader over a file's bytes: zTensor, or safetensors (as ``safetensors``'
+    ``load`` takes them); other formats are read from files."""
+    view = memoryview(data).cast("B")
+    if bytes(view[:4]) != b"ZTEN" and len(view) >= 9 and view[8] == ord("{"):
+        import tempfile
+        fd, path = tempfile.mkstemp(suffix=".safetensors")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(view)
+            reader = Reader(path, **kwargs)
+        finally:
+            os.unlink(path)  # the mapping keeps the bytes; nothing is left on disk
+        return reader
+    return Reader(data, **kwargs)

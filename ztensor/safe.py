@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import UnsupportedError
+from ztensor.errors import ClosedError, SafetensorError, UnsupportedError
 from ztensor.reader import Reader
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
@@ -37,18 +37,36 @@ class safe_open:  # noqa: N801 - the name safetensors users know
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
         self._device = device
-        self._reader = Reader(filename, copy_on_write=self._framework == "pt")
+        try:
+            self._reader = Reader(filename, copy_on_write=self._framework == "pt")
+        except FileNotFoundError:
+            # safetensors' words, which name the path
+            raise FileNotFoundError(f"No such file or directory: {os.fspath(filename)}") \
+                from None
+
+    def _open_reader(self) -> Reader:
+        if self._reader._closed:  # safetensors: the handle is unusable after `with`
+            raise ClosedError("the file was closed (safe_open is used after its with block)",
+                              path=self._reader.path)
+        return self._reader
 
     def keys(self) -> List[str]:
         """Object names, in file order."""
-        return self._reader.keys()
+        return self._open_reader().keys()
+
+    def offset_keys(self) -> List[str]:
+        """Object names in the order of their bytes in the file."""
+        r = self._open_reader()
+        return sorted(r.keys(), key=lambda n: min((c.offset for c in r.metadata(n)
+                                                   .components.values()), default=0))
 
     def metadata(self) -> Optional[Dict[str, Any]]:
         """The file's attributes (safetensors' ``__metadata__``), or None if empty."""
-        return dict(self._reader.attributes) or None
+        return dict(self._open_reader().attributes) or None
 
     def get_tensor(self, name: str) -> Any:
         """The whole dense object ``name``."""
+        self._open_reader()
         if self._framework == "pt":
             from ztensor.torch_bridge import object_to_torch
             return object_to_torch(self._reader, name, copy=False, device=self._device)
@@ -57,6 +75,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def get_slice(self, name: str) -> "_Slice":
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
         the bytes of other rows are never touched)."""
+        self._open_reader()
         return _Slice(self, name)
 
     def close(self) -> None:
@@ -87,9 +106,89 @@ class _Slice:
         return dtypes.SAFETENSORS_NAMES.get(key, key.upper())
 
     def __getitem__(self, index: Any) -> Any:
+        shape = self._meta.shape
+        selection = _selection(index, shape, self._name, self._owner._reader.path)
         view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
-        part = np.array(view[index])                        # touches only those pages
+        part = np.array(view[selection])                    # touches only those pages
         if self._owner._framework == "pt":
             from ztensor.torch_bridge import numpy_to_torch
             return numpy_to_torch(part, self._meta, self._owner._device)
         return part
+
+
+def _render(index) -> str:
+    def one(i):
+        if isinstance(i, slice):
+            text = ("" if i.start is None else str(i.start)) + ":" + \
+                ("" if i.stop is None else str(i.stop))
+            return text + (f":{i.step}" if i.step is not None else "")
+        return repr(i)
+    return "[" + ", ".join(one(i) for i in index) + "]"
+
+
+def _selection(index: Any, shape, name, path):
+    """A numpy index for a safetensors-style slice, checked first: integers and
+    slices (step 1 or more) per dimension, ``...``, an empty list; every bound
+    inside the shape.  Errors are SafetensorError with safetensors' words."""
+    items = index if isinstance(index, tuple) else (index,)
+    if any(i is Ellipsis for i in items):
+        at = items.index(Ellipsis)
+        fill = len(shape) - (len(items) - 1)
+        items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1:]
+    if len(items) > len(shape):
+        raise _slice_error(f"Error during slicing {_render(items)} with shape "
+                           f"{list(shape)}: too many indices ({len(items)} for {len(shape)} "
+                           "dimensions)", name, path)
+    out = []
+    for dim, item in enumerate(items):
+        size = shape[dim]
+        if isinstance(item, list):
+            if item:
+                raise _slice_error("Non empty lists are not implemented", name, path)
+            out.append(np.array([], dtype=np.intp))
+            continue
+        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            i = int(item)
+            if i < -size:
+                raise _slice_error(f"Invalid index {i} for dimension {dim} of size {size}",
+                                   name, path)
+            if i >= size:
+                raise _slice_error(f"Error during slicing {_render(items)} with shape "
+                                   f"{list(shape)}: index {i} out of bounds for tensor "
+                                   f"dimension #{dim} of size {size}", name, path)
+            out.append(i)
+            continue
+        if isinstance(item, slice):
+            if item.step is not None and (not isinstance(item.step, int) or item.step < 1):
+                raise _slice_error(f"Error during slicing {_render(items)} with shape "
+                                   f"{list(shape)}: step {item.step!r} is not a positive "
+                                   "integer", name, path)
+            for bound in (item.start, item.stop):
+                if bound is not None and not isinstance(bound, (int, np.integer)):
+                    raise _slice_error(f"Error during slicing {_render(items)}: slice bounds "
+                                       "must be integers", name, path)
+                if bound is not None and bound < -size:
+                    raise _slice_error(f"Invalid index {bound} for dimension {dim} of size "
+                                       f"{size}", name, path)
+            if item.stop is not None and item.stop > size:
+                raise _slice_error(f"Error during slicing {_render(items)} with shape "
+                                   f"{list(shape)}: index {item.stop - 1} out of bounds for "
+                                   f"tensor dimension #{dim} of size {size}", name, path)
+            out.append(item)
+            continue
+        raise _slice_error(f"Error during slicing {_render(items)}: unsupported index "
+                           f"{type(item).__name__}", name, path)
+    return tuple(out)
+
+
+class SliceError(SafetensorError, IndexError):
+    """A get_slice index that does not fit the tensor.  Its message is safetensors'
+    own wording (code written against safetensors compares it); ``path`` and ``obj``
+    say where."""
+
+    def _render(self) -> str:
+        return self.message
+
+
+def _slice_error(message, name, path):
+    return SliceError(message, path=path, obj=name)

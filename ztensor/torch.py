@@ -25,7 +25,7 @@ import torch
 
 from ztensor import _save
 from ztensor.errors import FormatError
-from ztensor.reader import Reader
+from ztensor.reader import Reader, open_bytes
 from ztensor.tensor import Tensor
 from ztensor.torch_bridge import object_to_torch, to_numpy_for_writing
 from ztensor.writer import Writer
@@ -91,7 +91,8 @@ def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
     for name, t in state_dict.items():
         if t.device.type != "meta" and storage_ptr(t) != 0 and storage_size(t) != 0:
             by_storage[(t.device, storage_ptr(t), storage_size(t))].add(name)
-    return _filter_shared_not_shared(sorted(by_storage.values(), key=sorted), state_dict)
+    # first-appearance order, as safetensors gives it
+    return _filter_shared_not_shared(list(by_storage.values()), state_dict)
 
 
 def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
@@ -105,8 +106,6 @@ def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
     discard = set(discard_names or ())
     to_remove: Dict[str, List[str]] = defaultdict(list)
     for shared in _find_shared_tensors(state_dict):
-        if len(shared) == 1:
-            continue
         complete = {n for n in shared if _is_complete(state_dict[n])}
         if not complete:
             raise RuntimeError(
@@ -132,9 +131,10 @@ def _check_tensors(tensors: Any) -> None:
     sparse = [k for k, v in tensors.items()
               if isinstance(v, torch.Tensor) and v.layout != torch.strided]
     if sparse:
-        raise ValueError(f"You are trying to save sparse tensors: {sparse}, which this "
-                         "function does not support: convert them to dense first, or write "
-                         "them with ztensor.Writer as sparse objects.")
+        raise ValueError(f"You are trying to save a sparse tensors: `{sparse}` which this "
+                         "library does not support. You can make it a dense tensor before "
+                         "saving with `.to_dense()` but be aware this might make a much "
+                         "larger file than needed.")
     for k, v in tensors.items():
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received "
@@ -183,8 +183,8 @@ def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = 
 
 
 def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
-    """name -> torch.Tensor from a zTensor file's bytes (owned copies)."""
-    with Reader(data) as r:
+    """name -> torch.Tensor from a zTensor (or safetensors) file's bytes (owned copies)."""
+    with open_bytes(data) as r:
         return {name: object_to_torch(r, name, copy=True, device=device) for name in r.keys()}
 
 

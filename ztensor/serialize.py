@@ -1,0 +1,92 @@
+"""safetensors' low-level functions: ``serialize``, ``serialize_file`` and
+``deserialize``, over zTensor files.
+
+A tensor is given as ``{"dtype": str, "shape": [int], "data": bytes}`` (the dtype
+by torch's name without ``torch.``, e.g. ``"float32"``, ``"bfloat16"``, or by
+safetensors', e.g. ``"F32"``); the bytes are the elements, little-endian, row-major.
+``deserialize`` reads zTensor and safetensors bytes alike."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ztensor import _save, dtypes
+from ztensor.errors import SafetensorError
+
+# torch-style names -> (numpy little-endian storage, logical type); safetensors'
+# names come from dtypes.SAFETENSORS_STORAGE
+_TORCH_NAMES = {
+    "float64": ("<f8", None), "float32": ("<f4", None), "float16": ("<f2", None),
+    "bfloat16": ("<u2", "bf16"), "int64": ("<i8", None), "int32": ("<i4", None),
+    "int16": ("<i2", None), "int8": ("i1", None), "uint64": ("<u8", None),
+    "uint32": ("<u4", None), "uint16": ("<u2", None), "uint8": ("u1", None),
+    "bool": ("?", None), "float8_e4m3fn": ("u1", "f8_e4m3fn"),
+    "float8_e5m2": ("u1", "f8_e5m2"), "float8_e4m3fnuz": ("u1", "f8_e4m3fnuz"),
+    "float8_e5m2fnuz": ("u1", "f8_e5m2fnuz"), "complex64": ("<c8", None),
+    "complex128": ("<c16", None),
+}
+_NAME_OF = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
+            "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
+
+
+def _arrays(tensor_dict: Any):
+    if not isinstance(tensor_dict, dict):
+        raise SafetensorError(f"expected a dict of tensors, got {type(tensor_dict).__name__}")
+    for name, info in tensor_dict.items():
+        if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
+            raise SafetensorError(f"tensor {name!r} needs 'dtype', 'shape' and 'data'")
+        kind = _TORCH_NAMES.get(info["dtype"]) or dtypes.SAFETENSORS_STORAGE.get(info["dtype"])
+        if kind is None:
+            raise SafetensorError(f"tensor {name!r}: unknown dtype {info['dtype']!r}")
+        shape = info["shape"]
+        if not isinstance(shape, (list, tuple)) or not all(
+                type(d) is int and d >= 0 for d in shape):
+            raise SafetensorError(f"tensor {name!r}: shape must be a list of sizes")
+        dtype = np.dtype(kind[0])
+        data = memoryview(info["data"]).cast("B")
+        if len(data) != math.prod(shape) * dtype.itemsize:
+            raise SafetensorError(f"tensor {name!r}: {len(data)} bytes of data, shape "
+                                  f"{list(shape)} of {info['dtype']} needs "
+                                  f"{math.prod(shape) * dtype.itemsize}")
+        yield name, np.frombuffer(data, dtype).reshape(shape), kind[1]
+
+
+def serialize_file(tensor_dict: Dict[str, Dict[str, Any]], filename: Any,
+                   metadata: Optional[Dict[str, str]] = None) -> None:
+    """Write tensors given as dtype/shape/bytes dicts to a zTensor file."""
+    from ztensor.tensor import Tensor
+    from ztensor.writer import Writer
+
+    with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
+        for name, arr, ltype in _arrays(tensor_dict):
+            w.write(name, Tensor({"data": arr}, types={"data": ltype} if ltype else None))
+
+
+def serialize(tensor_dict: Dict[str, Dict[str, Any]],
+              metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The zTensor file of tensors given as dtype/shape/bytes dicts, as bytes."""
+    return _save.to_bytes(serialize_file, tensor_dict, metadata)
+
+
+def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
+    """[(name, {"dtype", "shape", "data"})] of a zTensor or safetensors file's bytes,
+    in file order."""
+    from ztensor.reader import open_bytes
+
+    out = []
+    with open_bytes(data) as r:
+        for name in r.keys():
+            meta = r.metadata(name)
+            comp = meta.components["data"]
+            arr = np.ascontiguousarray(r.read(name).components["data"])
+            if arr.dtype.itemsize > 1 and not arr.dtype.isnative or arr.dtype.byteorder == ">":
+                arr = arr.astype(arr.dtype.newbyteorder("<"))
+            name_of = _NAME_OF.get(comp.type or comp.dtype) or dtypes.REFERENCE_NAMES.get(
+                comp.dtype, comp.dtype)
+            if comp.type in ("complex64", "complex128"):
+                name_of = comp.type
+            out.append((name, {"dtype": name_of, "shape": list(meta.shape),
+                               "data": arr.tobytes()}))
+    return out
