@@ -303,3 +303,40 @@ def test_broken_pipe_is_quiet(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m ztensor ls {path} | head -1", shell=True,
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.startswith("NAME") and proc.stderr == "", proc.stderr
+
+
+def test_convert_writes_the_format_the_output_name_says(tmp_path, capsys):
+    st = pytest.importorskip("safetensors.numpy")
+    tensors = {"w": np.arange(12, dtype=np.float32).reshape(3, 4),
+               "i": np.arange(5, dtype=np.int64), "h": np.ones(3, np.float16)}
+    src = tmp_path / "in.safetensors"
+    st.save_file(tensors, str(src), metadata={"format": "np"})
+    zt = tmp_path / "mid.zt"
+    assert main(["convert", "-q", str(src), str(zt)]) == 0
+    back = tmp_path / "back.safetensors"
+    assert main(["convert", "-q", str(zt), str(back)]) == 0
+    loaded = st.load_file(str(back))                       # read by safetensors itself
+    assert loaded.keys() == tensors.keys()
+    for name, arr in tensors.items():
+        assert loaded[name].dtype == arr.dtype
+        np.testing.assert_array_equal(loaded[name], arr)
+    from safetensors import safe_open as st_open
+    with st_open(str(back), framework="np") as f:
+        assert f.metadata() == {"format": "np"}
+    # safetensors -> zt -> safetensors: every tensor's bytes and the metadata are equal
+    original = st.load_file(str(src))
+    assert all(loaded[n].tobytes() == original[n].tobytes() for n in tensors)
+    npz = tmp_path / "out.npz"
+    assert main(["convert", "-q", str(zt), str(npz)]) == 0
+    with np.load(npz) as z:
+        np.testing.assert_array_equal(z["w"], tensors["w"])
+    code = main(["convert", str(zt), str(tmp_path / "out.bin")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write .bin files" in err and not (tmp_path / "out.bin").exists()
+    q = tmp_path / "q.zt"
+    with ztensor.Writer(q) as w:
+        w.write("q", ztensor.quantize(np.ones((8, 64), np.float32), group_size=32))
+    code = main(["convert", str(q), str(tmp_path / "q.safetensors")])
+    err = capsys.readouterr().err
+    assert code == 2 and "quantized_group object cannot be expressed" in err
+    assert not (tmp_path / "q.safetensors").exists()

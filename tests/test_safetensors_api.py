@@ -95,3 +95,115 @@ def test_torch_bytes_and_safe_open(tmp_path):
         part = f.get_slice("x")[1:]
         assert part.dtype == torch.bfloat16 and part.tolist() == [[3, 4, 5]]
         assert f.get_slice("x").get_dtype() == "BF16"
+
+
+# ------------------------------------------------------------------ safetensors parity
+def test_save_model_dedupes_tied_weights_and_load_model_restores_them(tmp_path):
+    torch = pytest.importorskip("torch")
+    from ztensor.torch import load_model, save_model
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight          # tied
+
+    model = Tied()
+    path = tmp_path / "tied.zt"
+    save_model(model, path)
+    with ztensor.Reader(path) as r:
+        assert sorted(r.keys()) == ["emb.weight"]       # one copy on disk
+        assert r.attributes == {"head.weight": "emb.weight"}
+    fresh = Tied()
+    missing, unexpected = load_model(fresh, path)
+    assert missing == [] and unexpected == []
+    assert torch.equal(fresh.head.weight, model.emb.weight)
+
+    class Untied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.extra = torch.nn.Linear(2, 2)
+
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_model(Untied(), path)
+    missing, unexpected = load_model(Untied(), path, strict=False)
+    assert "extra.weight" in missing
+
+
+def test_storage_helpers_and_shared_detection():
+    torch = pytest.importorskip("torch")
+    from ztensor.torch import (_end_ptr, _find_shared_tensors, _is_complete,
+                               _remove_duplicate_names, storage_ptr, storage_size)
+    a = torch.zeros(10)
+    head, tail = a[:4], a[4:]
+    assert storage_ptr(head) == storage_ptr(a) and storage_size(tail) == 40
+    assert _end_ptr(head) == head.data_ptr() + 16 and _is_complete(a)
+    assert not _is_complete(head)
+    # disjoint views of one storage are not shared; overlapping ones are
+    assert _find_shared_tensors({"h": head, "t": tail}) == [{"h"}, {"t"}]
+    assert _find_shared_tensors({"a": a, "h": head}) == [{"a", "h"}]
+    assert _remove_duplicate_names({"a": a, "h": head}) == {"a": ["h"]}
+    with pytest.raises(RuntimeError, match="no suitable name"):
+        _remove_duplicate_names({"h": head})
+
+
+def test_save_file_checks_its_argument(tmp_path):
+    torch = pytest.importorskip("torch")
+    from ztensor.torch import load_file, save_file
+    with pytest.raises(ValueError, match="Expected a dict"):
+        save_file([torch.zeros(2)], tmp_path / "x.zt")
+    with pytest.raises(ValueError, match="sparse"):
+        save_file({"s": torch.eye(3).to_sparse()}, tmp_path / "x.zt")
+    a = torch.arange(10.0)
+    with pytest.raises(ValueError, match="share memory") as exc:
+        save_file({"a": a, "b": a[2:5]}, tmp_path / "x.zt")
+    assert isinstance(exc.value, RuntimeError)          # safetensors' type too
+    save_file({"h": a[:5], "t": a[5:]}, tmp_path / "d.zt")  # disjoint views: fine
+    back = load_file(tmp_path / "d.zt")
+    assert back["t"].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0]
+    nc = torch.arange(12.0).reshape(3, 4).t()            # stored (safetensors refuses)
+    save_file({"nc": nc}, tmp_path / "nc.zt")
+    assert torch.equal(load_file(tmp_path / "nc.zt")["nc"], nc)
+
+
+def test_serialize_deserialize_round_trip():
+    data = {"a": {"dtype": "float32", "shape": [2, 2],
+                  "data": np.arange(4, dtype="<f4").tobytes()},
+            "b": {"dtype": "BF16", "shape": [3], "data": bytes(6)}}
+    blob = ztensor.serialize(data, metadata={"k": "v"})
+    out = dict(ztensor.deserialize(blob))
+    assert out["a"] == data["a"] and out["b"]["dtype"] == "bfloat16"
+    assert out["b"]["shape"] == [3] and out["b"]["data"] == bytes(6)
+    with pytest.raises(ztensor.SafetensorError):
+        ztensor.serialize({"x": {"dtype": "float32", "shape": [1]}})
+    with pytest.raises(ztensor.SafetensorError):
+        ztensor.serialize({"x": {"dtype": "float32", "shape": [2], "data": bytes(4)}})
+
+
+def test_safe_open_slices_errors_and_lifetime(tmp_path):
+    path = tmp_path / "s.zt"
+    a = np.arange(50, dtype=np.float32).reshape(10, 5)
+    with ztensor.Writer(path) as w:
+        w.write_numpy("a", a)
+    with ztensor.safe_open(path, framework="np") as f:
+        s = f.get_slice("a")
+        np.testing.assert_array_equal(s[2:, -1], a[2:, -1])
+        assert s[3].shape == (5,) and s[tuple()].shape == (10, 5) and s[[]].shape == (0, 5)
+        np.testing.assert_array_equal(s[..., 1:3], a[:, 1:3])
+        np.testing.assert_array_equal(s[::3], a[::3])
+        for index, words in (((slice(2, None), -6), "Invalid index -6 for dimension 1 of size 5"),
+                             (([0, 1],), "Non empty lists are not implemented"),
+                             ((slice(None, 20),), "index 19 out of bounds for tensor "
+                                                  "dimension #0 of size 10"),
+                             ((slice(None, None, -1),), "step -1"),
+                             ((0, 0, 0), "too many indices")):
+            with pytest.raises(ztensor.SafetensorError) as exc:
+                s[index]
+            assert words in str(exc.value) and exc.value.obj == "a"
+        assert f.offset_keys() == ["a"]
+    with pytest.raises(ztensor.SafetensorError):
+        f.keys()
+    with pytest.raises(FileNotFoundError, match="missing.zt"):
+        ztensor.safe_open(tmp_path / "missing.zt", framework="np")

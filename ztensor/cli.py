@@ -191,10 +191,20 @@ def _refuse_overwrite(path, force):
 
 
 def cmd_convert(args, out):
-    from ztensor import importers
+    from ztensor import exporters, importers
     from ztensor.writer import Writer
 
+    kind = exporters.format_for(args.output)  # the output's name says its format
     _refuse_overwrite(args.output, args.force)
+    if kind != "zt":
+        progress = Progress(os.path.getsize(args.input), args.quiet)
+        with Reader(args.input) as reader:
+            write = exporters.write_safetensors if kind == "safetensors" \
+                else exporters.write_npz
+            count = write(reader, args.output, progress=progress.add)
+        progress.finish()
+        _report(args, out, {"input": args.input, "output": args.output, "objects": count})
+        return 0
     attributes, tensors = importers.open_any(args.input)
     progress = Progress(os.path.getsize(args.input), args.quiet)
     count = 0

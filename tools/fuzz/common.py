@@ -13,6 +13,9 @@ with atheris.instrument_imports(include=["ztensor"]):
     import ztensor.gguf  # noqa: F401
     import ztensor.importers  # noqa: F401
     import ztensor.legacy  # noqa: F401
+    import ztensor.foreign.numpy_files  # noqa: F401
+    import ztensor.foreign.pytorch  # noqa: F401
+    import ztensor.foreign.safetensors_file  # noqa: F401
 
 # a fuzzed file may declare large sizes legitimately; keep them small enough that the
 # run measures bugs, not RAM (allocations beyond these are bugs)

@@ -28,3 +28,21 @@ info = struct.pack("<Q", 1) + b"w" + struct.pack("<I", 2) + struct.pack("<QQ", 3
 head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + kv + info
 head += bytes(-len(head) % 32)
 (out / "seed-gguf").write_bytes(b"\x03" + head + arr.tobytes())
+
+# a torch.save zip checkpoint, built by hand (no torch needed): the pickle of
+# {"w": tensor} with its storage member, as torch 2.x writes it
+import zipfile  # noqa: E402
+
+# protocol 2: {"w": _rebuild_tensor_v2(storage('FloatStorage', '0', 'cpu', 6), 0, (2, 3),
+# (3, 1), False, OrderedDict())}
+pkl = (b"\x80\x02}q\x00X\x01\x00\x00\x00wq\x01ctorch._utils\n_rebuild_tensor_v2\nq\x02"
+       b"((X\x07\x00\x00\x00storageq\x03ctorch\nFloatStorage\nq\x04X\x01\x00\x00\x000q\x05"
+       b"X\x03\x00\x00\x00cpuq\x06K\x06tq\x07QK\x00K\x02K\x03\x86q\x08K\x03K\x01\x86q\t\x89"
+       b"ccollections\nOrderedDict\nq\n)Rq\x0btq\x0cRq\rs.")
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    z.writestr("ckpt/data.pkl", pkl)
+    z.writestr("ckpt/byteorder", "little")
+    z.writestr("ckpt/data/0", arr.tobytes())
+    z.writestr("ckpt/version", "3")
+(out / "seed-torch").write_bytes(b"\x00" + buf.getvalue())
