@@ -117,7 +117,13 @@ ZT_CLONES
 static void build_tables(const float *scale, const float *zero, size_t count, size_t L,
                          float *values) {
     for (size_t i = 0; i < count; i++)
-        for (size_t c = 0; c < L; c++) values[i * L + c] = ((float)c - zero[i]) * scale[i];
+        for (size_t c = 0; c < L; c++) {
+            /* a float variable per step: C rounds each assignment to float even where
+             * the compiler evaluates float expressions in double (GCC on s390x in ISO
+             * mode), so the result is the same two roundings as numpy's everywhere */
+            const float diff = (float)c - zero[i];
+            values[i * L + c] = diff * scale[i];
+        }
 }
 
 /* Direct path (8-bit codes): compute each value of one row. */
@@ -129,8 +135,10 @@ static void direct_row(const zt_dequant_args *a, size_t n, const uint32_t *words
     for (size_t kw = 0; kw < a->K / per; kw++)
         for (size_t j = 0; j < per; j++) {
             size_t k = kw * per + j, gk = a->g_idx ? group_of(a, k) : g;
-            float code = (float)((words[kw] >> (a->bits * j)) & mask);
-            put(a->out, n * a->K + k, (code - zero[gk]) * scale[gk], a->out_type);
+            const float code = (float)((words[kw] >> (a->bits * j)) & mask);
+            const float diff = code - zero[gk];   /* rounded to float: see build_tables */
+            const float value = diff * scale[gk];
+            put(a->out, n * a->K + k, value, a->out_type);
             if (--left == 0) {
                 g++;
                 left = a->group_size;

@@ -340,3 +340,14 @@ def test_convert_writes_the_format_the_output_name_says(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "quantized_group object cannot be expressed" in err
     assert not (tmp_path / "q.safetensors").exists()
+
+
+def test_convert_compress_flag_never_swallows_the_input(tmp_path):
+    src = tmp_path / "a.npy"
+    np.save(src, np.zeros(1000, np.float32))
+    for argv, level in ((["--compress"], 3), (["--compress=7"], 7), (["--compress", "--level",
+                                                                       "5"], 5)):
+        out = tmp_path / f"out{level}.zt"
+        assert main(["convert", *argv, str(src), str(out), "-q"]) == 0
+        with ztensor.Reader(out) as r:
+            assert r.metadata("a").components["data"].encoding == "zstd"

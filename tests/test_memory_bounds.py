@@ -22,6 +22,12 @@ PRELUDE = textwrap.dedent("""
     def limit(extra):
         used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+        try:  # is the limit enforced?  (qemu-user, for one, does not pass it on)
+            probe = bytearray(2 * extra + (64 << 20))
+        except MemoryError:
+            return
+        del probe
+        print("RLIMIT_AS NOT ENFORCED"); sys.exit(77)
     def v1_file(manifest, blobs=b""):
         body = b"ZTEN1000" + blobs
         body += bytes(-len(body) % 64)
@@ -42,6 +48,9 @@ def run_child(body: str, timeout=120):
     code = PRELUDE + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", code, str(ALLOWANCE)], capture_output=True,
                           text=True, timeout=timeout)
+    if proc.returncode == 77 and "RLIMIT_AS NOT ENFORCED" in proc.stdout:
+        pytest.skip("RLIMIT_AS is not enforced on this host (an emulator): the bounds "
+                    "are tested on native hosts")
     return proc.returncode, proc.stdout + proc.stderr
 
 

@@ -320,3 +320,31 @@ def test_worked_example_in_docs():
         attributes={"bits": 4, "group_size": 8, "packing": "8_per_i32"})
     np.testing.assert_array_equal(ztensor.dequantize(t, dtype=np.float32), [
         [-3.5, -3, -2.5, -2, -1.5, -1, -0.5, 0], [15, -15, 15, -15, 15, -15, 15, -15]])
+
+
+def test_fp8_type_means_encode_and_saturate_is_torchs_rule(tmp_path):
+    path = tmp_path / "f8.zt"
+    with ztensor.Writer(path) as w:
+        with pytest.raises(ztensor.FormatError, match="ambiguous|already be encoded"):
+            w.write_numpy("codes", np.array([56, 64, 126], np.uint8), type="f8_e4m3fn")
+        w.write_numpy("v", np.array([1, 2, 448, 1e6, -np.inf, np.nan], np.float32),
+                      type="f8_e4m3fn")
+        w.write_numpy("s", np.array([1, 2, 448, 1e6, -np.inf, np.nan], np.float32),
+                      type="f8_e4m3fn", saturate=True)
+        w.write_numpy("i", np.array([1, 2, 3], np.int32), type="f8_e5m2")  # values
+    with ztensor.Reader(path) as r:
+        v = r.read_numpy("v", dtype=np.float32)
+        s = r.read_numpy("s", dtype=np.float32)
+        assert v[:3].tolist() == [1, 2, 448] and np.isnan(v[3]) and np.isnan(v[4])
+        assert s[:5].tolist() == [1, 2, 448, 448, -448] and np.isnan(s[5])
+        assert r.read_numpy("i", dtype=np.float32).tolist() == [1, 2, 3]
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1, 2, 448, 1e6, -float("inf")])
+    assert s[:5].tolist() == x.to(torch.float8_e4m3fn).float().tolist()
+
+
+def test_dequantize_takes_torch_dtypes():
+    torch = pytest.importorskip("torch")
+    q = ztensor.quantize(np.ones((8, 64), np.float32), group_size=32)
+    assert ztensor.dequantize(q, dtype=torch.float16).dtype == np.float16
+    assert ztensor.dequantize(q, dtype=torch.float32).dtype == np.float32

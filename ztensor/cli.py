@@ -369,9 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("convert", "dequantize"):
             p.add_argument("--force", action="store_true", help="replace an existing output")
         if name == "convert":
-            p.add_argument("--compress", nargs="?", const=True, default=False,
-                           type=_compress_level, metavar="LEVEL",
-                           help="zstd-compress every component (default level 3)")
+            p.add_argument("--compress", action="store_true",
+                           help="zstd-compress every component (level 3, or --level)")
+            p.add_argument("--level", type=_compress_level, default=None, metavar="LEVEL",
+                           help="the zstd level for --compress (also --compress=LEVEL)")
             p.add_argument("--checksum", choices=["crc32c", "sha256"])
         if name == "dequantize":
             p.add_argument("--dtype", choices=["float16", "float32", "bfloat16"],
@@ -379,8 +380,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_compress_level(argv):
+    """``--compress=5`` -> ``--compress --level 5``: a bare ``--compress`` takes no
+    value, so ``convert --compress IN OUT`` never mistakes IN for a level."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--compress="):
+            out += ["--compress", "--level", arg.split("=", 1)[1]]
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv=None, out=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(_split_compress_level(argv))
+    if getattr(args, "compress", False) and getattr(args, "level", None) is not None:
+        args.compress = args.level
+    elif getattr(args, "level", None) is not None:
+        args.compress = args.level
     out = out or sys.stdout
     handler = COMMANDS[args.command][0]
     try:

@@ -63,7 +63,7 @@ class Writer:
     def write_numpy(self, name: str, array: Any, *, compress: Union[bool, int] = False,
                     checksum: Optional[str] = None,
                     attributes: Optional[Dict[str, Any]] = None,
-                    type: Optional[str] = None) -> None:
+                    type: Optional[str] = None, saturate: bool = False) -> None:
         """Write a dense object.
 
         Parameters
@@ -84,6 +84,14 @@ class Writer:
             Store float values as ``"bf16"`` or an FP8 type (``"f8_e4m3fn"``,
             ``"f8_e5m2"``, ``"f8_e4m3fnuz"``, ``"f8_e5m2fnuz"``), encoded by the C
             kernels with round-to-nearest-even (ml_dtypes' rules; ml_dtypes not needed).
+            ``type=`` always encodes values: uint8/uint16 arrays are refused as
+            ambiguous (they may be encoded bits already; store bits with
+            ``write(name, Tensor({"data": codes}, types={"data": type}))``).
+        saturate : bool
+            FP8 only.  False (the default, ml_dtypes' rule): values beyond the type's
+            range become NaN (or infinity for ``f8_e5m2``).  True: they, and
+            infinities, become the largest finite value with their sign (torch's rule
+            for ``float8_e4m3fn``); NaN stays NaN.
 
         Raises
         ------
@@ -94,9 +102,12 @@ class Writer:
         WriteError
             The file could not be written; the writer is then abandoned.
         """
-        arr, types = _encode_as(np.asarray(array), type)
+        arr, types = _encode_as(np.asarray(array), type, saturate)
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
                            checksum)
+
+    def __enter__(self) -> "Writer":
+        return self
 
     def add(self, name: str, array: Any, compress: Union[bool, int, None] = None,
             checksum: Optional[str] = None) -> None:
@@ -322,9 +333,6 @@ class Writer:
         if self._state != "open":
             raise ClosedError(f"writer is {self._state}", path=self.path)
 
-    def __enter__(self):
-        return self
-
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.close()
@@ -346,15 +354,33 @@ class Writer:
         return f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
 
 
-def _encode_as(arr, type_name):
-    """(array to store, types) for write_numpy's ``type=``."""
+# the largest finite value of each FP8 type (what saturate=True clips to)
+FP8_MAX = {"f8_e4m3fn": 448.0, "f8_e5m2": 57344.0, "f8_e4m3fnuz": 240.0,
+           "f8_e5m2fnuz": 57344.0}
+
+
+def _encode_as(arr, type_name, saturate=False):
+    """(array to store, types) for write_numpy's ``type=``: it always means "encode
+    these values".  uint8/uint16 input is refused: such arrays are as likely to be
+    FP8/bf16 bit patterns as numbers, and guessing wrong changes every value."""
     if type_name is None:
+        if saturate:
+            raise ValueError("saturate= applies to type='f8_...' encodings only")
         return arr, {}
     if arr.dtype.kind not in "fiu":
         raise UnsupportedError(f"type={type_name!r} needs real numbers, not {arr.dtype}")
+    if type_name in ("bf16", "bfloat16", *dtypes.FP8_TYPES) and arr.dtype in (
+            np.dtype(np.uint8), np.dtype(np.uint16)):
+        raise FormatError(f"type={type_name!r} encodes values, and {arr.dtype} data may "
+                          "already be encoded bits: pass float values to encode, or store "
+                          "bits as they are with write(name, Tensor({'data': codes}, "
+                          f"types={{'data': {type_name!r}}}))")
     if type_name in ("bf16", "bfloat16"):
         return convert.float32_to_bf16(arr), {"data": "bf16"}
     if type_name in dtypes.FP8_TYPES:
+        if saturate:  # overflow and infinities to the largest finite value; NaN stays
+            limit = FP8_MAX[type_name]
+            arr = np.clip(np.asarray(arr, np.float32), -limit, limit)
         return convert.float_to_fp8(arr, type_name), {"data": type_name}
     raise ValueError(f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, "
                      f"not {type_name!r}")

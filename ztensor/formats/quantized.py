@@ -232,6 +232,8 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
 def _output_type(dtype):
     from ztensor import dtypes
 
+    if type(dtype).__module__ == "torch":  # torch.float16 and friends: by their names
+        dtype = str(dtype).rsplit(".", 1)[-1]
     if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
         return kernels.BF16, dtypes.ml_dtype("bfloat16") or np.dtype(np.uint16)
     dt = np.dtype(dtype)
