@@ -207,3 +207,38 @@ def test_safe_open_slices_errors_and_lifetime(tmp_path):
         f.keys()
     with pytest.raises(FileNotFoundError, match="missing.zt"):
         ztensor.safe_open(tmp_path / "missing.zt", framework="np")
+
+
+def test_quantized_objects_in_the_safetensors_style_loaders(tmp_path):
+    """A GPTQ model in .zt loads the way people load models: under GPTQ checkpoint
+    names that GPTQ loaders take, or dequantized on request."""
+    from ztensor.formats import quantized
+    from ztensor.numpy import load_file
+    w = np.random.default_rng(3).standard_normal((64, 256)).astype(np.float32)
+    q = ztensor.quantize(w, bits=4, group_size=128)
+    path = tmp_path / "gptq.zt"
+    with ztensor.Writer(path) as out:
+        out.write("layer.q_proj.weight", q)
+        out.write_numpy("layer.norm.weight", np.ones(64, np.float32))
+    flat = load_file(path)
+    assert set(flat) == {"layer.q_proj.qweight", "layer.q_proj.qzeros", "layer.q_proj.scales",
+                         "layer.q_proj.g_idx", "layer.norm.weight"}
+    assert flat["layer.q_proj.qweight"].dtype == np.int32
+    direct = ztensor.dequantize(q, dtype=np.float32)
+    via_gptq = ztensor.dequantize({k.split(".")[-1]: v for k, v in flat.items()
+                                   if k.startswith("layer.q_proj.")}, bits=4,
+                                  group_size=128, checkpoint_format="gptq", dtype=np.float32)
+    np.testing.assert_array_equal(via_gptq, direct)            # what a GPTQ loader computes
+    assert quantized.to_gptq(q)["qzeros"].shape == (2, 64 * 4 // 32)
+    deq = load_file(path, dequantize=True)
+    np.testing.assert_array_equal(deq["layer.q_proj.weight"], direct.astype(np.float16))
+    with ztensor.safe_open(path, framework="np") as f:
+        assert "layer.q_proj.scales" in f.keys()
+        np.testing.assert_array_equal(f.get_tensor("layer.q_proj.g_idx"),
+                                      np.arange(256) // 128)
+        assert f.get_tensor("layer.q_proj.weight").shape == (64, 256)
+    torch = pytest.importorskip("torch")
+    from ztensor.torch import load_file as load_pt
+    pt = load_pt(path)
+    assert pt["layer.q_proj.qweight"].dtype == torch.int32
+    assert load_pt(path, dequantize=True)["layer.q_proj.weight"].dtype == torch.float16

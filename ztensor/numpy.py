@@ -45,11 +45,18 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
             w.write_numpy(name, array, compress=compression, checksum=checksum)
 
 
-def load_file(filename, *, copy: bool = False) -> Dict[str, np.ndarray]:
-    """name -> array for every dense object.  ``copy=False`` gives zero-copy
-    read-only views of the memory-mapped file (they keep it mapped)."""
+def load_file(filename, *, copy: bool = False, dequantize: bool = False
+              ) -> Dict[str, np.ndarray]:
+    """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
+    read-only views of the memory-mapped file (they keep it mapped).
+
+    Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
+    ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
+    ``dequantize=True`` (ztensor/checkpoint.py)."""
+    from ztensor import checkpoint
     with Reader(filename) as r:
-        return {name: r.read_numpy(name, copy=copy) for name in r.keys()}
+        return {key: checkpoint.array(r, name, role, copy=copy)
+                for key, (name, role) in checkpoint.entries(r, dequantize).items()}
 
 
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import ClosedError, SafetensorError, UnsupportedError
+from ztensor.errors import ClosedError, ObjectNotFoundError, SafetensorError, UnsupportedError
 from ztensor.reader import Reader
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
@@ -32,11 +32,13 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     """
 
     def __init__(self, filename: Union[str, "os.PathLike[str]"], framework: str = "np",
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", *, dequantize: bool = False) -> None:
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
         self._device = device
+        self._dequantize = dequantize
+        self._checkpoint = None
         try:
             self._reader = Reader(filename, copy_on_write=self._framework == "pt")
         except FileNotFoundError:
@@ -50,9 +52,17 @@ class safe_open:  # noqa: N801 - the name safetensors users know
                               path=self._reader.path)
         return self._reader
 
+    def _entries(self):
+        from ztensor import checkpoint
+        if self._checkpoint is None:
+            self._checkpoint = checkpoint.entries(self._open_reader(), self._dequantize)
+        return self._checkpoint
+
     def keys(self) -> List[str]:
-        """Object names, in file order."""
-        return self._open_reader().keys()
+        """Tensor names, in file order (quantized objects under their GPTQ checkpoint
+        names, or their own with ``dequantize=True``: see ztensor/checkpoint.py)."""
+        self._open_reader()
+        return list(self._entries())
 
     def offset_keys(self) -> List[str]:
         """Object names in the order of their bytes in the file."""
@@ -65,12 +75,28 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return dict(self._open_reader().attributes) or None
 
     def get_tensor(self, name: str) -> Any:
-        """The whole dense object ``name``."""
-        self._open_reader()
+        """The whole tensor ``name``: a dense object, a quantized object by its own
+        name (dequantized), or one of its GPTQ checkpoint names (``.qweight``...)."""
+        from ztensor import checkpoint
+        reader = self._open_reader()
+        if name in reader:
+            if reader.metadata(name).format == "dense":
+                if self._framework == "pt":
+                    from ztensor.torch_bridge import object_to_torch
+                    return object_to_torch(reader, name, copy=False, device=self._device)
+                return reader.read_numpy(name)
+            if reader.metadata(name).format != "quantized_group":
+                checkpoint.entries(reader)  # raises, naming the object and what to use
+            arr = checkpoint.array(reader, name, None)
+        else:
+            target = self._entries().get(name)
+            if target is None:
+                raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
+            arr = checkpoint.array(reader, *target)
         if self._framework == "pt":
-            from ztensor.torch_bridge import object_to_torch
-            return object_to_torch(self._reader, name, copy=False, device=self._device)
-        return self._reader.read_numpy(name)
+            from ztensor.torch_bridge import numpy_to_torch_plain
+            return numpy_to_torch_plain(arr, self._device)
+        return arr
 
     def get_slice(self, name: str) -> "_Slice":
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects

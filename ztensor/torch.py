@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+import numpy as np
 import torch
 
 from ztensor import _save
 from ztensor.errors import FormatError
 from ztensor.reader import Reader, open_bytes
 from ztensor.tensor import Tensor
-from ztensor.torch_bridge import object_to_torch, to_numpy_for_writing
+from ztensor.torch_bridge import numpy_to_torch_plain, object_to_torch, to_numpy_for_writing
 from ztensor.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
@@ -165,14 +166,25 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
                     compress=compression, checksum=checksum)
 
 
-def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False
-              ) -> Dict[str, torch.Tensor]:
-    """name -> torch.Tensor for every dense object of a file, on ``device``.
+def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
+              dequantize: bool = False) -> Dict[str, torch.Tensor]:
+    """name -> torch.Tensor for every tensor of a file, on ``device``.
 
     On the CPU the tensors are zero-copy views of a private (copy-on-write) mapping
-    of the file unless ``copy``; elsewhere each tensor goes to the device directly."""
+    of the file unless ``copy``; elsewhere each tensor goes to the device directly.
+    Quantized (GPTQ) objects come under GPTQ checkpoint names, or dequantized with
+    ``dequantize=True`` (see :func:`ztensor.numpy.load_file`)."""
+    from ztensor import checkpoint
+    out = {}
     with Reader(filename, copy_on_write=True) as r:
-        return {name: object_to_torch(r, name, copy=copy, device=device) for name in r.keys()}
+        for key, (name, role) in checkpoint.entries(r, dequantize).items():
+            if role is None and r.metadata(name).format == "dense":
+                out[key] = object_to_torch(r, name, copy=copy, device=device)
+            else:
+                arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
+                                       else None)
+                out[key] = numpy_to_torch_plain(arr, device)
+    return out
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,

@@ -100,3 +100,10 @@ def torch_bits_dtype(dtype):
     (bf16, float8) bit for bit, or None."""
     found = _BITS.get(dtype)
     return None if found is None else (found[0], found[1])
+
+
+def numpy_to_torch_plain(arr, device):
+    """A torch tensor owning a copy of a plain numpy array (native order)."""
+    t = _from_numpy(np.array(arr, dtype=arr.dtype.newbyteorder("=")
+                             if arr.dtype.itemsize > 1 else arr.dtype))
+    return t if device == "cpu" else t.to(device)

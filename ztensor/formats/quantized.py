@@ -315,6 +315,46 @@ def from_gptq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray,
                   attributes={**_attributes(bits, group_size), **(attributes or {})})
 
 
+def to_gptq(t: Tensor) -> Dict[str, np.ndarray]:
+    """A quantized_group object in our convention as a GPTQ checkpoint's tensors
+    (the inverse of :func:`from_gptq`): ``qweight`` int32 ``[K*bits/32, N]`` as
+    stored, ``qzeros`` int32 ``[G, N*bits/32]`` holding ``zero - 1`` packed LSB-first
+    (AutoGPTQ's v1 layout), ``scales`` ``[G, N]`` and ``g_idx`` int32 ``[K]``
+    (``k // group_size`` when the object has none, as AutoGPTQ writes it)."""
+    inputs = _from_tensor(t)
+    layout = inputs.layout
+    mask = (1 << layout.bits) - 1
+    if inputs.zeros is None:
+        zero = np.full((layout.G, layout.N), 1 << (layout.bits - 1), np.int64)
+    else:
+        z = np.asarray(t.components["zeros"])
+        z = z.view(np.uint16) if z.dtype.name == "bfloat16" else z
+        z = _float_values(z).reshape(layout.G, layout.N)
+        if not np.array_equal(z, np.round(z)) or z.min(initial=0) < 0 or z.max(initial=0) > mask:
+            raise UnsupportedError("zero points that are not integer codes cannot be GPTQ "
+                                   "qzeros: load with dequantize=True")
+        zero = z.astype(np.int64)
+    if layout.N % layout.per:
+        raise UnsupportedError(f"N={layout.N} is not a multiple of {layout.per}: GPTQ qzeros "
+                               "need whole int32 words")
+    stored = ((zero - 1) & mask).astype(np.uint32).reshape(layout.G, layout.N // layout.per,
+                                                          layout.per)
+    shifts = np.arange(layout.per, dtype=np.uint32) * layout.bits
+    qzeros = np.bitwise_or.reduce(stored << shifts, axis=2).astype(np.uint32).view(np.int32)
+    g_idx = (np.asarray(inputs.g_idx, np.int32) if inputs.g_idx is not None
+             else (np.arange(layout.K) // layout.group_size).astype(np.int32))
+    scales = np.asarray(t.components["scales"]).reshape(layout.G, layout.N)
+    return {"qweight": np.asarray(t.components["packed_weight"]).reshape(-1, layout.N)
+            .view(np.int32), "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+
+
+def _float_values(arr):
+    """Float values of an f16/f32 array, or of bf16 bits (uint16)."""
+    if arr.dtype == np.uint16:
+        return (arr.astype(np.uint32) << 16).view(np.float32)
+    return arr.astype(np.float64)
+
+
 def _attributes(bits, group_size):
     return {"bits": bits, "group_size": group_size, "packing": f"{32 // bits}_per_i32",
             "pack_axis": 0, "pack_order": "lsb_first"}

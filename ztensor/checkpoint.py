@@ -1,0 +1,59 @@
+"""The checkpoint view of a file: the flat name -> tensor mapping that
+safetensors-style loaders (``ztensor.numpy.load_file``, ``ztensor.torch.load_file``,
+``safe_open``) hand out, for files that hold more than dense objects.
+
+* dense objects: under their own names;
+* quantized_group objects (GPTQ): by default under the names GPTQ checkpoints use,
+  so existing GPTQ loaders (AutoGPTQ, GPTQModel, transformers) take them as they
+  are: ``<prefix>.qweight``, ``.qzeros`` (v1 layout: zero - 1), ``.scales`` and
+  ``.g_idx``, where ``<prefix>`` is the object's name without a trailing
+  ``.weight``; with ``dequantize=True``, under their own name as the dense weight;
+* other formats (sparse, unknown): a FormatError naming the object and saying what
+  to use instead (``Reader.read``).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from ztensor.errors import UnsupportedError
+
+GPTQ_ROLES = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optional[str]]]:
+    """checkpoint name -> (object name, GPTQ role or None), in file order."""
+    out: Dict[str, Tuple[str, Optional[str]]] = {}
+    for name in reader.keys():
+        fmt = reader.metadata(name).format
+        if fmt == "dense" or (fmt == "quantized_group" and dequantize):
+            out[name] = (name, None)
+        elif fmt == "quantized_group":
+            prefix = name[:-len(".weight")] if name.endswith(".weight") else name
+            for role in GPTQ_ROLES:
+                out[f"{prefix}.{role}"] = (name, role)
+        else:
+            raise UnsupportedError(f"a {fmt} object has no flat tensor form: read it with "
+                                   "Reader.read()", path=reader.path, obj=name)
+    return out
+
+
+def array(reader: Any, name: str, role: Optional[str], *, copy: bool = False,
+          dtype: Any = None) -> np.ndarray:
+    """The numpy array behind one checkpoint name."""
+    meta = reader.metadata(name)
+    if meta.format == "dense":
+        return reader.read_numpy(name, copy=copy)
+    from ztensor.formats import quantized
+    obj = reader.read(name)
+    if role is None:
+        return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))
+    return quantized.to_gptq(obj)[role]
+
+
+def _scale_dtype(obj) -> Any:
+    scales = np.asarray(obj.components["scales"])
+    if scales.dtype == np.uint16 or scales.dtype.name == "bfloat16":
+        return "bfloat16"
+    return np.float32 if scales.dtype == np.float32 else np.float16
