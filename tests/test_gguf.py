@@ -77,9 +77,6 @@ def test_lying_gguf_files_fail_cleanly(gguf_file, tmp_path, capsys):
         "truncated": data[: len(data) // 2],
         "count": data[:8] + struct.pack("<Q", 1 << 40) + data[16:],
         "dims": data[:name_at + 15] + struct.pack("<I", 99) + data[name_at + 19:],
-        "type": lie(data, b"tok_embd.weight" + data[name_at + 15:name_at + 19],
-                    b"tok_embd.weight" + data[name_at + 15:name_at + 19])[:name_at + 15 + 4 + 16]
-        + struct.pack("<I", 77) + data[name_at + 15 + 4 + 16 + 4:],
         "offset": data[:name_at + 15 + 4 + 16 + 4] + struct.pack("<Q", 1 << 40)
         + data[name_at + 15 + 4 + 16 + 4 + 8:],
     }
@@ -90,3 +87,48 @@ def test_lying_gguf_files_fail_cleanly(gguf_file, tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and "Traceback" not in err and err.startswith("ztensor: "), label
         assert not (tmp_path / f"{label}.zt").exists(), label
+    # an unknown ggml type is not a lie: the tensor is kept as raw bytes, with a warning
+    unknown = data[:name_at + 15 + 4 + 16] + struct.pack("<I", 77) \
+        + data[name_at + 15 + 4 + 16 + 4:]
+    p = tmp_path / "unknown.gguf"
+    p.write_bytes(unknown)
+    with pytest.warns(UserWarning, match="ggml type 77"):
+        assert main(["convert", str(p), str(tmp_path / "unknown.zt"), "-q"]) == 0
+    with ztensor.Reader(tmp_path / "unknown.zt") as r:
+        assert r.metadata("tok_embd.weight").format == "gguf_blocks"
+
+
+def test_key_value_arrays_whole_and_unknown_types_kept(tmp_path):
+    path = tmp_path / "vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    tokens = [f"tok{i}" for i in range(32000)]
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.scores", [float(i) / 8 for i in range(32000)])
+    w.add_tensor("norm", np.arange(8, dtype=np.float32))
+    tq = getattr(gguf.GGMLQuantizationType, "TQ1_0", None)
+    if tq is not None:
+        assert int(tq) not in zgguf.GGML_TYPES  # a type this version does not know
+        block, nbytes = gguf.GGML_QUANT_SIZES[tq]
+        raw = np.arange(2 * nbytes, dtype=np.uint8)
+        w.add_tensor("ternary", raw.reshape(1, 2 * nbytes), raw_shape=(1, 2 * nbytes),
+                     raw_dtype=tq)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.warns(UserWarning, match="ggml type"):
+        r = ztensor.Reader(path)
+    with r:
+        assert r.attributes["gguf.tokenizer.ggml.tokens"] == tokens
+        assert r.attributes["gguf.tokenizer.ggml.scores"][8] == 1.0
+        np.testing.assert_array_equal(r["norm"], np.arange(8, dtype=np.float32))
+        if tq is not None:
+            t = r.read("ternary")
+            assert t.format == "gguf_blocks" and t.attributes["ggml_type_id"] == int(tq)
+            assert np.asarray(t.components["blocks"])[:2 * nbytes].tolist() == \
+                raw.tolist()[:2 * nbytes]
+    out = tmp_path / "vocab.zt"
+    with pytest.warns(UserWarning):
+        assert main(["convert", "-q", str(path), str(out)]) == 0
+    with ztensor.Reader(out) as z:              # nothing lost on the way to .zt
+        assert z.attributes["gguf.tokenizer.ggml.tokens"] == tokens

@@ -9,9 +9,12 @@ into the data section), then the data section at the next multiple of
 Float and integer tensors become dense objects (shape outermost first, as numpy);
 quantized tensors keep their blocks untouched as one ``u8`` component ``blocks`` of
 an object with format ``gguf_blocks`` and attributes naming the ggml type and block
-geometry.  Key/values become file attributes ``gguf.<key>`` (arrays longer than
-4,096 items are summarized).  Every count, length and offset is checked against the
-file before use.
+geometry.  Key/values become file attributes ``gguf.<key>``, arrays whole (a 32,000-entry
+tokenizer vocabulary is a list of 32,000 strings: attribute values are plain data, and
+each item takes at least a byte of the file, so the manifest grows with the file).  A
+tensor of a ggml type this module does not know is kept too, as the raw bytes up to the
+next tensor (format ``gguf_blocks``, attribute ``ggml_type_id``), with a warning.
+Every count, length and offset is checked against the file before use.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import math
 import mmap
 import os
 import struct
+import warnings
 from typing import Any, Dict, Iterator, Tuple, Union
 
 import numpy as np
@@ -46,7 +50,9 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 STRING, ARRAY = 8, 9
 MAX_COUNT = 1 << 24          # tensors or key/values in one file
 MAX_DIMS = 8
-MAX_ARRAY_ATTRIBUTE = 4096
+MAX_ARRAY_DEPTH = 8          # arrays of arrays
+_NUMPY_SCALARS = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4",
+                  7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 
 
 class _Cursor:
@@ -78,15 +84,16 @@ class _Cursor:
             return self.unpack(_SCALARS[vtype], what)
         if vtype == STRING:
             return self.string(what)
-        if vtype == ARRAY and depth == 0:
+        if vtype == ARRAY and depth < MAX_ARRAY_DEPTH:
             etype, count = self.unpack("<I", what), self.unpack("<Q", what)
             if count > len(self.data) - self.pos:   # every item takes at least a byte
                 raise FormatError(f"GGUF {what}: array of {count} items cannot fit",
                                   path=self.path)
-            items = [self.value(etype, what, 1) for _ in range(count)]
-            if count > MAX_ARRAY_ATTRIBUTE:
-                return f"<array of {count} items>"
-            return items
+            if etype in _NUMPY_SCALARS:              # numbers: one read, not a loop
+                dtype = np.dtype(_NUMPY_SCALARS[etype])
+                raw = self.take(count * dtype.itemsize, what)
+                return np.frombuffer(raw, dtype).tolist()
+            return [self.value(etype, what, depth + 1) for _ in range(count)]
         raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
 
 
@@ -117,11 +124,31 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]
     if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
         raise FormatError(f"general.alignment {alignment!r} is not a power of two", path=name)
     start = -(-cur.pos // alignment) * alignment
+    if start > size and infos:
+        raise FormatError("the data section starts past the end of the file", path=name)
+    # an unknown type's size is unknown: its bytes run to the next tensor's offset
+    ends = sorted({offset for _, _, _, offset in infos} | {size - start})
+    unknown_length = {}
     for tname, dims, gtype, offset in infos:
-        _check_extent(name, tname, dims, gtype, offset, start, size)
+        if gtype in GGML_TYPES:
+            _check_extent(name, tname, dims, gtype, offset, start, size)
+            continue
+        if start + offset > size:
+            raise FormatError(f"data at {offset} lies past the end of the file", path=name,
+                              obj=tname)
+        following = [e for e in ends if e > offset]
+        unknown_length[tname] = (following[0] if following else size - start) - offset
+        warnings.warn(f"{name}: tensor {tname!r} has ggml type {gtype}, which this version "
+                      "does not know: kept as its raw bytes (format gguf_blocks)",
+                      UserWarning, stacklevel=2)
 
     def tensors():
         for tname, dims, gtype, offset in infos:
+            if tname in unknown_length:
+                blocks = np.frombuffer(data, np.uint8, unknown_length[tname], start + offset)
+                yield tname, Tensor({"blocks": blocks}, shape=tuple(reversed(dims)),
+                                    format="gguf_blocks", attributes={"ggml_type_id": gtype})
+                continue
             yield tname, _tensor(data, tname, dims, gtype, start + offset)
     return attributes, tensors()
 
@@ -133,8 +160,8 @@ def _tensor_info(cur, path):
         raise FormatError(f"{n_dims} dimensions (at most {MAX_DIMS})", path=path, obj=tname)
     dims = [cur.unpack("<Q", f"dims of {tname}") for _ in range(n_dims)]
     gtype, offset = cur.unpack("<I", f"type of {tname}"), cur.unpack("<Q", f"offset of {tname}")
-    if gtype not in GGML_TYPES:
-        raise UnsupportedError(f"ggml type {gtype} is not known", path=path, obj=tname)
+    if gtype not in GGML_TYPES and any(d >= 1 << 63 for d in dims):
+        raise FormatError("a dimension is not below 2**63", path=path, obj=tname)
     return tname, dims, gtype, offset
 
 
