@@ -88,5 +88,8 @@ def test_buffer_sources_read_the_same(tmp_path):
             same(r["y"], arr)
             assert not r["y"].flags.writeable
             assert r.path == "<bytes>"
+    with ztensor.Reader(io.BytesIO(raw)) as r:       # a file object: read as needed
+        same(r["y"], arr)
+        assert r.path == "<file object>"
     with pytest.raises(TypeError):
-        ztensor.Reader(io.BytesIO(raw))
+        ztensor.Reader(12345)

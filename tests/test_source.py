@@ -223,3 +223,73 @@ def test_descriptor_limit_is_respected_by_the_writer(tmp_path):
         with ztensor.Writer(tmp_path / f"{i}.zt") as w:
             w.write_numpy("a", np.arange(2))
     assert len(os.listdir("/proc/self/fd")) < min(soft, 1024)
+
+
+class CountingFile:
+    """A seekable binary file object that counts the bytes it hands out and can be
+    told to cut its data short (a server that stops mid-response)."""
+
+    def __init__(self, data, cut=None):
+        import io
+        self._f = io.BytesIO(data)
+        self.served = 0
+        self.cut = cut
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=0):
+        return self._f.seek(offset, whence)
+
+    def readinto(self, buf):
+        pos = self._f.tell()
+        if self.cut is not None and pos >= self.cut:
+            return 0
+        view = memoryview(buf)
+        if self.cut is not None:
+            view = view[:max(0, self.cut - pos)]
+        n = self._f.readinto(view)
+        self.served += n
+        return n
+
+
+def test_file_objects_fetch_only_what_is_read(tmp_path):
+    path = tmp_path / "big.zt"
+    with ztensor.Writer(path) as w:
+        for i in range(16):
+            w.write_numpy(f"t{i}", np.full(1 << 16, i, np.float32))   # 256 KiB each
+    data = path.read_bytes()
+    f = CountingFile(data)
+    with ztensor.Reader(f) as r:
+        opened = f.served
+        assert opened < 8192                   # footer + manifest only
+        assert (r["t5"] == 5).all()
+        assert f.served - opened == 1 << 18    # that tensor, nothing else
+    with ztensor.safe_open(CountingFile(data), framework="np") as s:
+        assert s.keys()[0] == "t0" and s.get_tensor("t3")[0] == 3
+
+
+def test_a_source_that_stops_short_is_a_clean_error(tmp_path):
+    path = tmp_path / "m.zt"
+    with ztensor.Writer(path) as w:
+        w.write_numpy("a", np.arange(1 << 16, dtype=np.float32))
+    data = path.read_bytes()
+    f = CountingFile(data)
+    r = ztensor.Reader(f)
+    f.cut = 1000                               # the server dies after byte 1000
+    with pytest.raises(ztensor.FormatError, match="ends at byte 1000"):
+        r["a"]
+
+
+def test_fsspec_urls(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    path = tmp_path / "m.zt"
+    with ztensor.Writer(path, attributes={"k": "v"}) as w:
+        w.write_numpy("a", np.arange(7), compress=True, checksum="crc32c")
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/models/m.zt", path.read_bytes())
+    with ztensor.Reader("memory://models/m.zt", verify=True) as r:
+        assert r.attributes == {"k": "v"} and r["a"].tolist() == list(range(7))
+        assert r.verify() == 1
+    with fsspec.open(f"file://{path}", "rb") as f, ztensor.Reader(f) as r:
+        assert r["a"][3] == 3

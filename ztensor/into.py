@@ -46,14 +46,18 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
     flat = target.reshape(-1) if target.flags.c_contiguous else None
     zt = getattr(reader, "_foreign", None) is None
     if (zt and comp.encoding == "zstd" and flat is not None and target.dtype.isnative
-            and comp.byteorder == "<" and not _big_endian_host()):
+            and comp.byteorder == "<"):
         stored = reader.stored_bytes(name, "data")
         if reader._verify and comp.digest is not None:
             from ztensor import digests
             digests.verify(stored, comp.digest, path=reader.path, obj=name, component="data")
-        components.zstd_decode(stored, comp.uncompressed_length, reader._limits,
-                               out=flat.view(np.uint8), path=reader.path, obj=name,
-                               component="data")
+        raw = flat.view(np.uint8)
+        components.zstd_decode(stored, comp.uncompressed_length, reader._limits, out=raw,
+                               path=reader.path, obj=name, component="data")
+        width = dtypes.swap_width(target.dtype)   # 0 on little-endian hosts
+        if width:  # little-endian bytes -> native order, in place
+            from ztensor import kernels
+            kernels.bswap(raw, raw, width)
     else:
         source = reader.read(name).components["data"]
         source = np.asarray(source)
@@ -73,11 +77,6 @@ _ML_NAMES = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float
 def _element_dtype(comp) -> np.dtype:
     arr = np.empty(0, components.storage_dtype(comp))
     return logical.as_elements(arr, comp.dtype, comp.type).dtype
-
-
-def _big_endian_host() -> bool:
-    import sys
-    return sys.byteorder == "big"
 
 
 def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:

@@ -5,6 +5,7 @@ touched; reading an object touches only that object's bytes.
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Any, Dict, List, Optional, Union, overload
@@ -13,7 +14,7 @@ import numpy as np
 
 from ztensor import components, convert, dtypes, foreign, formats, legacy, logical, spec
 from ztensor.formats import dense
-from ztensor.errors import ClosedError, ObjectNotFoundError, UnsupportedError
+from ztensor.errors import ClosedError, LimitError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
 from ztensor.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
@@ -21,13 +22,31 @@ from ztensor.tensor import Tensor
 from ztensor.source import Source
 
 
+def _memory_is_a_limit(method):
+    """A legitimate object larger than the memory left is a LimitError naming it,
+    never a bare MemoryError (docs/safety.md)."""
+    @functools.wraps(method)
+    def wrapper(self, name=None, *args, **kwargs):
+        try:
+            return method(self, name, *args, **kwargs) if name is not None \
+                else method(self, *args, **kwargs)
+        except MemoryError:
+            raise LimitError("not enough memory for this read", path=self.path,
+                             obj=name if isinstance(name, str) else None) from None
+    return wrapper
+
+
 class Reader:
     """Read a zTensor file (v1.2, v1.1 or legacy v0.1).
 
     Parameters
     ----------
-    source : str, os.PathLike, bytes, bytearray or memoryview
-        A path (memory-mapped, read-only) or the file's bytes.
+    source : str, os.PathLike, URL, file object, bytes, bytearray or memoryview
+        A path (memory-mapped, read-only); an fsspec URL (``s3://``, ``https://``,
+        ``memory://``..., needs fsspec); a seekable binary file object (an open file,
+        ``io.BytesIO``, an fsspec file: only the footer, the manifest and the
+        components read are fetched); or the file's bytes.  Other tensor formats
+        (safetensors, PyTorch, ...) are read from local paths.
     verify : bool
         Check each component's digest whenever it is read.
     limits : ztensor.Limits, optional
@@ -60,7 +79,8 @@ class Reader:
     threads; reads do not modify it.
     """
 
-    def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview], *,
+    def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any],
+                 *,
                  verify: bool = False, limits: Optional[spec.Limits] = None,
                  copy_on_write: bool = False, mmap: bool = True) -> None:
         self._closed = True  # until the manifest is checked (and for __del__)
@@ -139,6 +159,7 @@ class Reader:
     def read_numpy(self, name: List[str], *, copy: bool = ...,
                    dtype: Any = ...) -> Dict[str, np.ndarray]: ...
 
+    @_memory_is_a_limit
     def read_numpy(self, name, *, copy=False, dtype=None):
         """A dense object as a numpy array of its logical shape and dtype.
 
@@ -205,6 +226,7 @@ class Reader:
     @overload
     def read(self, name: List[str], *, copy: bool = ...) -> Dict[str, Tensor]: ...
 
+    @_memory_is_a_limit
     def read(self, name, *, copy=False):
         """Any object as a :class:`ztensor.Tensor` with every component as an array.
 
@@ -286,6 +308,7 @@ class Reader:
         ``read_numpy(list)``)."""
         return self.read_numpy(list(names), copy=copy)
 
+    @_memory_is_a_limit
     def read_torch(self, name: Any, *, copy: bool = False, device: Any = "cpu") -> Any:
         """A dense object as a ``torch.Tensor`` (a list of names gives a dict).
 
@@ -300,6 +323,7 @@ class Reader:
         # tensor gets its own memory
         return object_to_torch(self, name, copy=copy, device=device)
 
+    @_memory_is_a_limit
     def read_into(self, name: Any, dst: Any = None) -> None:
         """Decode (or copy) a dense object straight into ``dst``: a numpy array or a
         torch tensor of the object's shape and element type (bf16/float8 as torch's

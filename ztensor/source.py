@@ -52,6 +52,12 @@ class Source:
         self._fd = None
         self._map = None
         self._view = None
+        self._file = None
+        if isinstance(source, str) and "://" in source and not source.startswith("file://"):
+            source = _open_url(source)       # fsspec: s3://, https://, memory://, ...
+        if hasattr(source, "seek") and (hasattr(source, "readinto") or hasattr(source, "read")):
+            self._open_fileobj(source)
+            return
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
             self._open_file(self.name, mmap)
@@ -92,6 +98,20 @@ class Source:
             if fd is not None:
                 os.close(fd)  # the mapping needs no descriptor of ours
 
+    def _open_fileobj(self, f) -> None:
+        """A seekable binary file object (an open file, io.BytesIO, an fsspec file):
+        read with seek + read under the lock; only what is asked for is fetched."""
+        if hasattr(f, "seekable") and not f.seekable():
+            raise TypeError("a file object source must be seekable")
+        if hasattr(f, "mode") and "b" not in str(getattr(f, "mode", "b")):
+            raise TypeError("a file object source must be opened in binary mode")
+        self.name = os.fspath(getattr(f, "path", None) or getattr(f, "name", None)
+                              or "<file object>") if isinstance(
+            getattr(f, "path", None) or getattr(f, "name", None), (str, os.PathLike)) \
+            else "<file object>"
+        self._file = f
+        self.size = f.seek(0, os.SEEK_END)
+
     @property
     def copy_on_write(self) -> bool:
         return self._copy_on_write
@@ -99,7 +119,7 @@ class Source:
     @property
     def mapped(self) -> bool:
         """True when views are zero-copy slices of memory (a mapping or a buffer)."""
-        return self._fd is None
+        return self._fd is None and self._file is None
 
     def _check(self, offset, length, what, where):
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -112,6 +132,9 @@ class Source:
         self._check(offset, length, what, where)
         with self._lock:
             self._require_open()
+            if self._file is not None:
+                return memoryview(_read_exactly(self._file, offset, length, self.name, what,
+                                                where)).toreadonly()
             if self._fd is None:
                 return self._view[offset:offset + length]
             fd = self._fd
@@ -124,7 +147,7 @@ class Source:
         """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
         caller's manifest checks): a view when mapped, a copy otherwise."""
         nbytes = count * dtype.itemsize
-        if self._fd is not None:
+        if not self.mapped:
             return np.frombuffer(self.view(offset, nbytes, "component"), dtype, count)
         self._check(offset, nbytes, "component", {})
         with self._lock:
@@ -149,6 +172,7 @@ class Source:
             self._view = None
             fd, self._fd = self._fd, None
             mapping, self._map = self._map, None
+            self._file = None  # the caller's file object: theirs to close
         if mapping is not None:
             try:
                 mapping.close()
@@ -173,6 +197,38 @@ def _pread_exactly(fd, offset, length, name, what, where):
                               f"{offset + length} (it shrank while open)", path=name, **where)
         done += n
     return out
+
+
+def _read_exactly(f, offset, length, name, what, where):
+    """``length`` bytes at ``offset`` of a file object; a short read (the file
+    shrank, a server cut the response) is a FormatError, never fewer bytes."""
+    f.seek(offset)
+    out = bytearray(length)
+    view = memoryview(out)
+    done = 0
+    while done < length:
+        if hasattr(f, "readinto"):
+            n = f.readinto(view[done:])
+        else:
+            chunk = f.read(length - done)
+            n = len(chunk) if chunk else 0
+            view[done:done + n] = chunk or b""
+        if not n:
+            raise FormatError(f"{what}: the source ends at byte {offset + done}, before "
+                              f"{offset + length}", path=name, **where)
+        done += n
+    return out
+
+
+def _open_url(url):
+    """An fsspec URL as a seekable file object (fsspec is optional)."""
+    try:
+        import fsspec
+    except ImportError:
+        from ztensor.errors import UnsupportedError
+        raise UnsupportedError("reading URLs needs the 'fsspec' package (pip install fsspec)",
+                               path=url) from None
+    return fsspec.open(url, "rb").open()
 
 
 def _pread_into(fd, view, offset):
