@@ -19,7 +19,6 @@ Every count, length and offset is checked against the file before use.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import struct
 import warnings
@@ -29,6 +28,7 @@ import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import shape_problem
+from ztensor.source import Source
 from ztensor.tensor import Tensor
 
 # ggml type id -> (name, elements per block, bytes per block, numpy dtype or None)
@@ -101,10 +101,10 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]
               ) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
     """(attributes, iterator of (name, Tensor)) for a GGUF file."""
     name = os.fspath(path)
-    with open(name, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    cur = _Cursor(memoryview(data), name)
+    source = Source(name)   # the one home of bounds checks
+    size = source.size
+    data = source.view(0, size, "file")
+    cur = _Cursor(data, name)
     if bytes(cur.take(4, "magic")) != b"GGUF":
         raise FormatError("not a GGUF file (magic)", path=name)
     version = cur.unpack("<I", "version")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import math
-import mmap
 import os
 import pickle
 import zipfile
@@ -33,6 +32,7 @@ import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
+from ztensor.source import Source
 from ztensor.tensor import Tensor
 
 MAX_PICKLE = 256 << 20   # data.pkl holds structure, not data: far below this in practice
@@ -174,9 +174,7 @@ def open_file(path) -> ForeignFile:
     if order not in ("little", "big"):
         archive.close()
         raise FormatError(f"byteorder {order[:20]!r}", path=name)
-    with open(name, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+    source = Source(name)   # the one home of bounds checks: members are views of it
     cache: Dict[str, _Storage] = {}
 
     def storage(key, dtype, numel):
@@ -184,21 +182,25 @@ def open_file(path) -> ForeignFile:
         if member is None:
             raise FormatError(f"storage {key[:40]!r} is not in the archive", path=name)
         if key not in cache:
-            cache[key] = _Storage(_member_bytes(archive, member, mapped, size, name), dtype)
+            cache[key] = _Storage(_member_bytes(archive, member, source, name), dtype)
         return cache[key]
 
     info = members[pkl]
     if info.file_size > MAX_PICKLE:
+        archive.close()
+        source.close()
         raise LimitError(f"data.pkl of {info.file_size} bytes exceeds {MAX_PICKLE}", path=name)
     try:
         raw = archive.read(pkl)
         obj = RestrictedUnpickler(io.BytesIO(raw), storage).load()
     except FormatError as exc:
         archive.close()
+        source.close()
         raise FormatError(exc.message, path=name) from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
             KeyError, OverflowError, RecursionError, zipfile.BadZipFile, OSError) as exc:
         archive.close()
+        source.close()
         raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
                           f"{str(exc)[:200]}", path=name) from None
     archive.close()
@@ -211,22 +213,21 @@ def open_file(path) -> ForeignFile:
         tensor = Tensor({"data": arr}, shape=arr.shape,
                         types={"data": record.ltype} if record.ltype else None)
         entries[key] = eager(key, tensor)
-    return ForeignFile(name, "pickle", attributes, entries)
+    return ForeignFile(name, "pickle", attributes, entries, closer=source.close)
 
 
-def _member_bytes(archive, info, mapped, size, path):
+def _member_bytes(archive, info, source, path):
     """A storage member's bytes: a view of the mapped file when stored uncompressed
     (torch.save stores them so), else decompressed."""
-    if info.compress_type == zipfile.ZIP_STORED and mapped is not None:
-        local = mapped[info.header_offset:info.header_offset + 30]
-        if len(local) == 30 and local[:4] == b"PK\x03\x04":
-            name_len = int.from_bytes(local[26:28], "little")
-            extra_len = int.from_bytes(local[28:30], "little")
-            start = info.header_offset + 30 + name_len + extra_len
-            if start + info.compress_size <= size:
-                return np.frombuffer(mapped, np.uint8, info.compress_size, start)
-        raise FormatError(f"storage member {info.filename[:60]!r} lies outside the file",
-                          path=path)
+    if info.compress_type == zipfile.ZIP_STORED and source.size:
+        local = bytes(source.view(info.header_offset, 30, "zip local header"))
+        if local[:4] != b"PK\x03\x04":
+            raise FormatError(f"storage member {info.filename[:60]!r}: no local header",
+                              path=path)
+        name_len = int.from_bytes(local[26:28], "little")
+        extra_len = int.from_bytes(local[28:30], "little")
+        start = info.header_offset + 30 + name_len + extra_len
+        return np.frombuffer(source.view(start, info.compress_size, "storage"), np.uint8)
     try:
         return np.frombuffer(archive.read(info), np.uint8)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import struct
 
@@ -19,6 +18,7 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
 from ztensor.objects import shape_problem
+from ztensor.source import Source
 from ztensor.tensor import Tensor
 
 MAX_HEADER = 100 << 20
@@ -26,24 +26,31 @@ MAX_HEADER = 100 << 20
 
 def open_file(path) -> ForeignFile:
     name = os.fspath(path)
-    with open(name, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < 8:
-            raise FormatError("not a safetensors file: shorter than its 8-byte header size",
-                              path=name)
-        header_len = struct.unpack("<Q", f.read(8))[0]
-        if header_len > MAX_HEADER:
-            raise LimitError(f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}",
-                             path=name)
-        if 8 + header_len > size:
-            raise FormatError("safetensors header runs past the end of the file", path=name)
-        try:
-            header = json.loads(f.read(header_len))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
-        except RecursionError:  # json nests on the C stack, bounded by the recursion limit
-            raise FormatError("safetensors header nests too deeply", path=name) from None
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    source = Source(name)   # the one home of bounds checks: every view below is checked
+    try:
+        return _parse(source, name)
+    except BaseException:
+        source.close()
+        raise
+
+
+def _parse(source, name) -> ForeignFile:
+    size = source.size
+    if size < 8:
+        raise FormatError("not a safetensors file: shorter than its 8-byte header size",
+                          path=name)
+    header_len = struct.unpack("<Q", source.view(0, 8, "header size"))[0]
+    if header_len > MAX_HEADER:
+        raise LimitError(f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}",
+                         path=name)
+    if 8 + header_len > size:
+        raise FormatError("safetensors header runs past the end of the file", path=name)
+    try:
+        header = json.loads(bytes(source.view(8, header_len, "header")))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
+    except RecursionError:  # json nests on the C stack, bounded by the recursion limit
+        raise FormatError("safetensors header nests too deeply", path=name) from None
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=name)
     metadata = header.pop("__metadata__", None) or {}
@@ -59,11 +66,12 @@ def open_file(path) -> ForeignFile:
                               path=name, obj=key)
         end = max(end, stop)
     entries = {}
-    for key, (np_dtype, shape, begin, ltype, _) in parsed:
-        arr = np.frombuffer(data, np_dtype, math.prod(shape), start + begin).reshape(shape)
+    for key, (np_dtype, shape, begin, ltype, stop) in parsed:
+        raw = source.view(start + begin, stop - begin, "tensor", obj=key)
+        arr = np.frombuffer(raw, np_dtype, math.prod(shape)).reshape(shape)
         tensor = Tensor({"data": arr}, shape=shape, types={"data": ltype} if ltype else None)
         entries[key] = eager(key, tensor, start + begin)
-    return ForeignFile(name, "safetensors", dict(metadata), entries)
+    return ForeignFile(name, "safetensors", dict(metadata), entries, closer=source.close)
 
 
 def _entry(path, key, info, data_len):
