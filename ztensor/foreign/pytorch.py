@@ -21,10 +21,13 @@ values (numbers, strings) become attributes.
 from __future__ import annotations
 
 import io
+import lzma
 import math
 import os
 import pickle
+import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from typing import Any, Dict, Tuple
 
@@ -157,8 +160,24 @@ class RestrictedUnpickler(pickle.Unpickler):
         return self._storages(pid[2], pid[1], pid[4])
 
 
+# what zipfile and its decompressors raise on a malformed archive
+_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+                   NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
+                   KeyError, IndexError, OverflowError)
+
+
 def open_file(path) -> ForeignFile:
     name = os.fspath(path)
+    try:
+        return _open(name)
+    except FormatError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
+                          f"{str(exc)[:200]}", path=name) from None
+
+
+def _open(name) -> ForeignFile:
     try:
         archive = zipfile.ZipFile(name)
         members = {info.filename: info for info in archive.infolist()}
