@@ -22,8 +22,11 @@ Every offset, size and shape is checked before use, as for zTensor files.
 """
 from __future__ import annotations
 
+import lzma
 import os
+import struct
 import zipfile
+import zlib
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -34,6 +37,12 @@ from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
+
+# what zipfile (and the decompressors behind it) raise on a malformed archive: found
+# by tools/fuzz/fuzz_importers.py (an unknown zip version is a NotImplementedError)
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+              NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
+              KeyError, IndexError, OverflowError, UnicodeDecodeError)
 
 
 class Entry:
@@ -103,7 +112,7 @@ def sniff(path: str) -> Optional[str]:
         try:
             with zipfile.ZipFile(path) as z:
                 names = z.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        except ZIP_ERRORS:
             return None
         if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
             return "pickle"

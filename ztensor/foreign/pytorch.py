@@ -21,20 +21,17 @@ values (numbers, strings) become attributes.
 from __future__ import annotations
 
 import io
-import lzma
 import math
 import os
 import pickle
-import struct
 import zipfile
-import zlib
 from collections import OrderedDict
 from typing import Any, Dict, Tuple
 
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.foreign import ForeignFile, eager
+from ztensor.foreign import ZIP_ERRORS, ForeignFile, eager
 from ztensor.source import Source
 from ztensor.tensor import Tensor
 
@@ -160,19 +157,13 @@ class RestrictedUnpickler(pickle.Unpickler):
         return self._storages(pid[2], pid[1], pid[4])
 
 
-# what zipfile and its decompressors raise on a malformed archive
-_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-                   NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
-                   KeyError, IndexError, OverflowError)
-
-
 def open_file(path) -> ForeignFile:
     name = os.fspath(path)
     try:
         return _open(name)
     except FormatError:
         raise
-    except _ARCHIVE_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
                           f"{str(exc)[:200]}", path=name) from None
 
