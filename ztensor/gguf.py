@@ -136,8 +136,9 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]
         if start + offset > size:
             raise FormatError(f"data at {offset} lies past the end of the file", path=name,
                               obj=tname)
-        following = [e for e in ends if e > offset]
-        unknown_length[tname] = (following[0] if following else size - start) - offset
+        following = [e for e in ends if e > offset]   # offsets are claims: cap at the file
+        end = min(following[0] if following else size - start, size - start)
+        unknown_length[tname] = max(end - offset, 0)
         warnings.warn(f"{name}: tensor {tname!r} has ggml type {gtype}, which this version "
                       "does not know: kept as its raw bytes (format gguf_blocks)",
                       UserWarning, stacklevel=2)
@@ -145,7 +146,8 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]
     def tensors():
         for tname, dims, gtype, offset in infos:
             if tname in unknown_length:
-                blocks = np.frombuffer(data, np.uint8, unknown_length[tname], start + offset)
+                blocks = np.frombuffer(source.view(start + offset, unknown_length[tname],
+                                                   "tensor data", obj=tname), np.uint8)
                 yield tname, Tensor({"blocks": blocks}, shape=tuple(reversed(dims)),
                                     format="gguf_blocks", attributes={"ggml_type_id": gtype})
                 continue
