@@ -164,18 +164,21 @@ class Checker:
     in the writer on every object before its bytes are written), so it is written
     for speed: one pass, no intermediate structures."""
 
-    def __init__(self, path, info, data_end, limits):
+    def __init__(self, path, info, data_end, limits, decoded_text=True):
         self.path = path
         self.info = info
         self.data_end = data_end
         self.limits = limits
         self.total_decoded = 0
+        # strings cbor2 decoded (strict UTF-8) cannot hold lone surrogates: at open
+        # only their type is checked; the writer's strings come from callers
+        self.check_name = _name_is_text if decoded_text else attrs.check_name
 
     def fail(self, message, name=None, role=None, cls=FormatError):
         raise cls(message, path=self.path, obj=name, component=role)
 
     def object_spec(self, name, obj) -> ObjectSpec:
-        attrs.check_name(name, "object names", path=self.path)
+        self.check_name(name, "object names", path=self.path)
         if type(obj) is not dict:
             self.fail(f"object must be a map, got {_kind(obj)}", name)
         shape = obj.get("shape")
@@ -191,7 +194,7 @@ class Checker:
         fmt = obj.get("format")
         if type(fmt) is not str or not fmt:
             self.fail(f"'format' must be a non-empty string, got {_show(fmt)}", name)
-        attrs.check_name(fmt, "'format'", path=self.path, obj=name)
+        self.check_name(fmt, "'format'", path=self.path, obj=name)
         attributes = attrs.check_optional_map(obj.get("attributes"), "attributes",
                                               path=self.path, obj=name)
         raw_components = obj.get("components")
@@ -204,7 +207,7 @@ class Checker:
         return ObjectSpec(name, shape, fmt, attributes, comps, obj.get(LEGACY))
 
     def component_spec(self, name, role, c) -> ComponentSpec:
-        attrs.check_name(role, "component names", path=self.path, obj=name)
+        self.check_name(role, "component names", path=self.path, obj=name)
         if type(c) is not dict:
             self.fail(f"component must be a map, got {_kind(c)}", name, role)
         dtype, ltype = c.get("dtype"), c.get("type")
@@ -303,6 +306,12 @@ class Checker:
         if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
                 algorithm + digest[len(algorithm):]):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
+
+
+def _name_is_text(name, what, **where):
+    if type(name) is not str or not name:
+        raise FormatError(f"{what} must be non-empty strings, got {_show(name)}", **where)
+    return name
 
 
 def _kind(value) -> str:

@@ -50,7 +50,8 @@ class Writer:
         self.path = os.fspath(path)
         self._attributes = _check_attributes(attributes, self.path)
         # the reader's own checks, run on every object before its bytes are written
-        self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS)
+        self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS,
+                                decoded_text=False)
         self._fsync = fsync
         self._objects: Dict[str, ObjectSpec] = {}
         self._target = _final_target(self.path)
