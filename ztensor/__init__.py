@@ -19,6 +19,7 @@ from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.reader import Reader
 from ztensor.safe import safe_open
 from ztensor.serialize import deserialize, serialize, serialize_file
+from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.writer import Writer
@@ -39,4 +40,5 @@ __all__ = [
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
     "KernelArgumentError", "ClosedError", "SafetensorError", "TensorMetadata", "open",
     "remove_tensors", "replace_tensor", "serialize", "serialize_file", "deserialize",
+    "save_sharded", "open_sharded", "ShardedReader",
 ]

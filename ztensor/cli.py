@@ -108,14 +108,17 @@ def cmd_info(reader, args, out):
             stored += comp.length
             decoded += comp.decoded_length or 0
             digests += comp.digest is not None
-    info = {"file": reader.path, "version": reader.version, "objects": len(reader),
+    info = {"file": reader.path, "version": getattr(reader, "version", None),
+            "format": reader.format, "objects": len(reader),
             "formats": formats, "stored_bytes": stored, "decoded_bytes": decoded,
             "digests": digests, "attributes": reader.attributes}
     if args.json:
         _dump_json(info, out)
         return 0
     out.write(f"file:        {info['file']}\n")
-    out.write(f"version:     {info['version']}\n")
+    out.write(f"format:      {info['format']}\n")
+    if info["version"] is not None:
+        out.write(f"version:     {info['version']}\n")
     out.write(f"objects:     {info['objects']}"
               + "".join(f"  {k}={v}" for k, v in sorted(formats.items())) + "\n")
     out.write(f"stored:      {_human(stored)} ({stored} bytes)\n")
@@ -159,7 +162,28 @@ def _nbytes(tensor) -> int:
     return sum(getattr(a, "nbytes", 0) for a in tensor.components.values())
 
 
+def _is_sharded(path):
+    return os.path.isdir(path) or str(path).endswith(".index.json")
+
+
+def _open_any(path):
+    """A Reader, or a ShardedReader for a checkpoint directory or index file."""
+    if _is_sharded(path):
+        from ztensor.sharded import open_sharded
+        return open_sharded(path)
+    return Reader(path)
+
+
 def cmd_verify(args, out):
+    if _is_sharded(args.file):  # every shard, as a file of its own
+        from ztensor.sharded import open_sharded
+        with open_sharded(args.file) as shards:
+            files = [os.path.join(shards.folder, f) for f in shards.shards]
+        code = 0
+        for file in files:
+            sub = argparse.Namespace(**{**vars(args), "file": file})
+            code = max(code, cmd_verify(sub, out))
+        return code
     problems, digests, objects = [], 0, 0
     with Reader(args.file, verify=True) as reader:
         progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
@@ -403,7 +427,7 @@ def main(argv=None, out=None) -> int:
     handler = COMMANDS[args.command][0]
     try:
         if args.command in ("ls", "info"):
-            with Reader(args.file) as reader:
+            with _open_any(args.file) as reader:
                 return handler(reader, args, out)
         return handler(args, out)
     except BrokenPipeError:

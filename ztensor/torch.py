@@ -18,6 +18,7 @@ safetensors raises and the ``ValueError`` the reference ztensor raised.
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -202,9 +203,12 @@ def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
 
 # ------------------------------------------------------------------ models
 def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[str, str]] = None,
-               force_contiguous: bool = False) -> None:
+               force_contiguous: bool = False, *, max_shard_size: Any = None) -> None:
     """Save a model's state dict, keeping one copy of tied weights (the others are
-    named in the metadata, ``dropped name -> kept name``, as safetensors does)."""
+    named in the metadata, ``dropped name -> kept name``, as safetensors does).
+
+    With ``max_shard_size`` (or when ``filename`` is a directory) the model is saved
+    as a sharded checkpoint in that directory (:func:`ztensor.save_sharded`)."""
     state_dict = model.state_dict()
     for kept, dropped in _remove_duplicate_names(state_dict).items():
         for name in dropped:
@@ -213,6 +217,12 @@ def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[st
             del state_dict[name]
     if force_contiguous:
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    if max_shard_size is not None or os.path.isdir(os.fspath(filename)):
+        from ztensor.sharded import save_sharded
+        _check_tensors(state_dict)
+        save_sharded(state_dict, filename, max_shard_size=max_shard_size or "5GB",
+                     metadata=metadata)
+        return
     save_file(state_dict, filename, metadata)
 
 
@@ -222,8 +232,13 @@ def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
     ``model``; tied weights dropped at save time are not reported missing.
 
     Returns (missing, unexpected) names; with ``strict``, either being non-empty
-    is a RuntimeError."""
-    state_dict = load_file(filename, device=device)
+    is a RuntimeError.  ``filename`` may be a sharded checkpoint's directory or index."""
+    if os.path.isdir(os.fspath(filename)) or os.fspath(filename).endswith(".index.json"):
+        from ztensor.sharded import open_sharded
+        with open_sharded(filename) as shards:
+            state_dict = {n: shards.read_torch(n, copy=True, device=device) for n in shards}
+    else:
+        state_dict = load_file(filename, device=device)
     model_state = model.state_dict()
     to_remove = _remove_duplicate_names(model_state, preferred_names=state_dict.keys())
     missing_list, unexpected = model.load_state_dict(state_dict, strict=False)

@@ -1,0 +1,291 @@
+"""Sharded checkpoints, the Hugging Face convention with ``.zt`` shards.
+
+A directory holds ``model-00001-of-00003.zt`` ... and ``model.zt.index.json``::
+
+    {"metadata": {"total_size": 123456}, "weight_map": {"layer.weight": "model-00001-of-00003.zt"}}
+
+the schema of ``model.safetensors.index.json``, so tools that read one read the other.
+
+Writing (:func:`save_sharded`): the split is planned first (greedily, in the order given,
+a tensor larger than ``max_shard_size`` alone in its shard); an index left by an earlier
+save is removed before any shard is written; every shard is written atomically (a
+``Writer``); the index is written last, atomically.  A crash at any point therefore
+leaves no index, or an index whose every shard is complete: never an index naming a
+shard that is not.
+
+Reading (:func:`open_sharded`): a directory (its ``*.zt.index.json`` or
+``*.safetensors.index.json``, or a single checkpoint file in it) or an index file; the
+Reader API over all shards, each shard opened on first use.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+
+import numpy as np
+
+from ztensor.errors import FormatError, ObjectNotFoundError
+from ztensor.reader import Reader
+from ztensor.writer import Writer
+
+PathLike = Union[str, "os.PathLike[str]"]
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def parse_size(size: Union[int, str]) -> int:
+    """``"5GB"`` (10^9, as Hugging Face counts), ``"500MiB"`` or an int of bytes."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        if size <= 0:
+            raise ValueError(f"max_shard_size must be positive, got {size}")
+        return size
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(size))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"max_shard_size must be positive, got {size!r}")
+    return value
+
+
+def _nbytes(value: Any) -> int:
+    if type(value).__module__.startswith("torch"):
+        return value.nelement() * value.element_size()
+    return int(np.asarray(value).nbytes)
+
+
+def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
+                 max_shard_size: Union[int, str] = "5GB", prefix: str = "model",
+                 metadata: Optional[Dict[str, str]] = None, compress: Any = False,
+                 checksum: Optional[str] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
+    """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
+    ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
+
+    ``metadata`` (str -> str) goes into every shard's attributes; ``progress`` is
+    called with (bytes done, bytes total) after each tensor.  Returns the shard
+    file names, in order."""
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
+    limit = parse_size(max_shard_size)
+    folder = os.fspath(directory)
+    os.makedirs(folder, exist_ok=True)
+    plan: List[List[str]] = [[]]
+    used = 0
+    for name, value in tensors.items():
+        size = _nbytes(value)
+        if plan[-1] and used + size > limit:
+            plan.append([])
+            used = 0
+        plan[-1].append(name)
+        used += size
+    plan = [names for names in plan if names] or [[]]
+    count = len(plan)
+    files = [f"{prefix}-{i + 1:05d}-of-{count:05d}.zt" for i in range(count)]
+    index_path = os.path.join(folder, f"{prefix}.zt.index.json")
+    if os.path.exists(index_path):
+        os.unlink(index_path)  # a crash from here on leaves no index, never a wrong one
+    total = sum(_nbytes(v) for v in tensors.values())
+    done = 0
+    weight_map = {}
+    for file, names in zip(files, plan):
+        with Writer(os.path.join(folder, file), attributes=metadata) as w:
+            for name in names:
+                value = tensors[name]
+                if type(value).__module__.startswith("torch"):
+                    w.write_torch(name, value, compress=compress, checksum=checksum)
+                else:
+                    w.write_numpy(name, value, compress=compress, checksum=checksum)
+                weight_map[name] = file
+                done += _nbytes(value)
+                if progress is not None:
+                    progress(done, total)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    _write_json_atomically(index_path, index)
+    return files
+
+
+def _write_json_atomically(path: str, value: Any) -> None:
+    from ztensor.writer import _create_temp
+    fd, tmp = _create_temp(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def find_index(path: PathLike) -> Optional[str]:
+    """The index file of a checkpoint directory (or the path itself, if it is one)."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return path if path.endswith(".index.json") else None
+    found = sorted(n for n in os.listdir(path) if n.endswith((".zt.index.json",
+                                                               ".safetensors.index.json")))
+    zt = [n for n in found if n.endswith(".zt.index.json")]
+    pick = (zt or found)[:1]
+    return os.path.join(path, pick[0]) if pick else None
+
+
+class ShardedReader:
+    """The Reader API over the shards of a checkpoint (see :func:`open_sharded`)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = os.fspath(path)
+        index = find_index(self.path)
+        self._readers: Dict[str, Reader] = {}
+        if index is None:
+            single = self._single_file(self.path)
+            self.folder = os.path.dirname(single)
+            with Reader(single) as r:
+                names = r.keys()
+            self._map = {n: os.path.basename(single) for n in names}
+            self._meta: Dict[str, Any] = {}
+            return
+        self.folder = os.path.dirname(index)
+        try:
+            with open(index, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise FormatError(f"not a readable index: {exc}", path=index) from None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise FormatError("an index needs a 'weight_map' of names to shard files",
+                              path=index)
+        for file in set(weight_map.values()):
+            if os.path.basename(file) != file or file in ("", ".", ".."):
+                raise FormatError(f"shard {file[:80]!r} is not a file beside the index",
+                                  path=index)
+        self._map = dict(weight_map)
+        meta = data.get("metadata") or {}
+        self._meta = meta if isinstance(meta, dict) else {}
+
+    @staticmethod
+    def _single_file(path):
+        if os.path.isfile(path):
+            return path
+        candidates = sorted(n for n in os.listdir(path)
+                            if n.endswith((".zt", ".safetensors")) and not n.startswith("."))
+        if len(candidates) != 1:
+            raise FormatError("no index (*.zt.index.json / *.safetensors.index.json) and not "
+                              "exactly one checkpoint file", path=path)
+        return os.path.join(path, candidates[0])
+
+    def _reader(self, name: str) -> Reader:
+        file = self._map.get(name) if isinstance(name, str) else None
+        if file is None:
+            raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
+        if file not in self._readers:
+            reader = Reader(os.path.join(self.folder, file))
+            missing = [n for n, f in self._map.items() if f == file and n not in reader]
+            if missing:
+                reader.close()
+                raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
+                                  "hold it", path=self.path)
+            self._readers[file] = reader
+        return self._readers[file]
+
+    # the Reader API
+    @property
+    def format(self) -> str:
+        return "sharded"
+
+    @property
+    def shards(self) -> List[str]:
+        return sorted(set(self._map.values()))
+
+    @property
+    def attributes(self) -> Dict[str, Any]:
+        return dict(self._meta)
+
+    def keys(self) -> List[str]:
+        return list(self._map)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __contains__(self, name: Any) -> bool:
+        return name in self._map
+
+    def __getitem__(self, name: str) -> Any:
+        return self.read_numpy(name)
+
+    def metadata(self, name: str) -> Any:
+        return self._reader(name).metadata(name)
+
+    def read_numpy(self, name: Any, **kwargs: Any) -> Any:
+        if isinstance(name, list):
+            return {n: self.read_numpy(n, **kwargs) for n in name}
+        return self._reader(name).read_numpy(name, **kwargs)
+
+    def read(self, name: Any, **kwargs: Any) -> Any:
+        if isinstance(name, list):
+            return {n: self.read(n, **kwargs) for n in name}
+        return self._reader(name).read(name, **kwargs)
+
+    def read_torch(self, name: Any, **kwargs: Any) -> Any:
+        if isinstance(name, list):
+            return {n: self.read_torch(n, **kwargs) for n in name}
+        return self._reader(name).read_torch(name, **kwargs)
+
+    def read_into(self, name: Any, dst: Any = None) -> None:
+        if isinstance(name, dict):
+            for n, d in name.items():
+                self._reader(n).read_into(n, d)
+            return
+        self._reader(name).read_into(name, dst)
+
+    def get_tensor(self, name: str) -> Any:
+        return self.read_numpy(name)
+
+    def get_slice(self, name: str) -> Any:
+        """safe_open's lazy slice of ``name``, over its shard (only the rows asked
+        for are read)."""
+        from ztensor.safe import safe_open
+        self._reader(name)  # the name must be in its shard
+        return safe_open(os.path.join(self.folder, self._map[name]),
+                         framework="np").get_slice(name)
+
+    def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> int:
+        checked = 0
+        shards = self.shards
+        for i, file in enumerate(shards):
+            with Reader(os.path.join(self.folder, file)) as r:
+                checked += r.verify()
+            if progress is not None:
+                progress(i + 1, len(shards))
+        return checked
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def __enter__(self) -> "ShardedReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, " \
+               f"{len(self)} tensor(s)]>"
+
+
+def open_sharded(path: PathLike) -> ShardedReader:
+    """The Reader API over a sharded checkpoint: a directory or an index file
+    (``.zt.index.json``, or ``.safetensors.index.json`` of safetensors shards)."""
+    return ShardedReader(path)
