@@ -137,13 +137,15 @@ def test_scanner_and_fallback_agree_on_verdicts():
     cases = [b"\xa0", b"\x9f\x01\xff", b"\xd8\x1c\xa0", b"\xa1\x01\x02", b"\x81" * 9 + b"\x00",
              b"\x7f\x61a\x41b\xff", b"\xf8\x01", b"\x5a\xff\xff\xff\xff\x00", b""]
     for raw in cases:
-        verdicts = []
-        for scan in (kernels.cbor_scan, _fallback.cbor_scan):
-            try:
-                verdicts.append(scan(raw, 8))
-            except ztensor.FormatError as exc:
-                verdicts.append(str(exc))
-        assert verdicts[0] == verdicts[1], raw
+        assert verdict(kernels.cbor_scan, raw) == verdict(_fallback.cbor_scan, raw), raw
+
+
+def verdict(scan, raw):
+    """What a scanner says of ``raw``: its result, or its error's words."""
+    try:
+        return scan(raw, 8)
+    except ztensor.FormatError as exc:
+        return str(exc)
 
 
 def test_overlapping_components_are_refused():

@@ -186,16 +186,6 @@ def test_resaving_keeps_mode_and_symlink(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_new_files_get_the_umask(tmp_path):
-    old = os.umask(0o027)
-    try:
-        with ztensor.Writer(tmp_path / "u.zt") as w:
-            w.write_numpy("a", np.arange(3))
-    finally:
-        os.umask(old)
-    assert stat.S_IMODE(os.stat(tmp_path / "u.zt").st_mode) == 0o640
-
-
 def test_names_at_the_filesystem_limit(tmp_path):
     limit = os.pathconf(tmp_path, "PC_NAME_MAX")
     path = tmp_path / ("n" * (limit - 3) + ".zt")
