@@ -228,7 +228,12 @@ def _open_url(url):
         from ztensor.errors import UnsupportedError
         raise UnsupportedError("reading URLs needs the 'fsspec' package (pip install fsspec)",
                                path=url) from None
-    return fsspec.open(url, "rb").open()
+    # no read-ahead: each read is one range request for exactly the bytes asked for
+    # (fsspec's default caches multi-megabyte blocks, far more than a manifest)
+    try:
+        return fsspec.open(url, "rb", cache_type="none").open()
+    except TypeError:  # a filesystem whose files take no cache_type
+        return fsspec.open(url, "rb").open()
 
 
 def _pread_into(fd, view, offset):

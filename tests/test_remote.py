@@ -1,0 +1,119 @@
+"""Remote range reads against a real HTTP server on loopback (nginx from Debian's
+packages; .ci/run installs it): only the footer, the manifest and the components
+asked for travel, counted from nginx's own access log."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import ztensor
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx")
+                                  else None)
+pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed "
+                                "(.ci/run installs it: apt-get install nginx-light)")
+
+CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+{user}
+events {{ worker_connections 64; }}
+http {{
+    log_format bytes '$request_method $uri $status $body_bytes_sent "$http_range"';
+    access_log {dir}/access.log bytes;
+    client_body_temp_path {dir}/tmp;
+    proxy_temp_path {dir}/tmp;
+    fastcgi_temp_path {dir}/tmp;
+    uwsgi_temp_path {dir}/tmp;
+    scgi_temp_path {dir}/tmp;
+    server {{
+        listen 127.0.0.1:{port};
+        root {dir}/www;
+        location / {{ }}
+    }}
+}}
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec")
+    (tmp_path / "www").mkdir()
+    (tmp_path / "tmp").mkdir()
+    port = free_port()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(CONF.format(dir=tmp_path, port=port,
+                                user="user root;" if os.geteuid() == 0 else ""))
+    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("nginx did not start: " + (tmp_path / "error.log").read_text()
+                    if (tmp_path / "error.log").exists() else "nginx did not start")
+
+    def served():
+        log = (tmp_path / "access.log").read_text() if (tmp_path / "access.log").exists() \
+            else ""
+        return sum(int(line.split()[3]) for line in log.splitlines() if line.strip())
+    yield f"http://127.0.0.1:{port}", tmp_path / "www", served
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_one_tensor_of_a_large_file_costs_that_tensor_and_the_manifest(server):
+    url, www, served = server
+    with ztensor.Writer(www / "big.zt") as w:
+        for i in range(48):
+            w.write_numpy(f"t{i}", np.full(1 << 18, i, np.float32))   # 1 MiB each
+    size = os.path.getsize(www / "big.zt")
+    with ztensor.Reader(f"{url}/big.zt") as r:
+        time.sleep(0.2)
+        after_open = served()
+        assert after_open < 16 << 10                       # footer and manifest
+        arr = r.read_numpy("t7")
+        assert (arr == 7).all()
+    time.sleep(0.2)                                        # nginx writes its log after
+    total = served()
+    assert total - after_open == 1 << 20                   # exactly that tensor
+    assert total < (1 << 20) + (16 << 10) and total < size // 40
+
+
+def test_verify_and_zstd_over_http(server):
+    url, www, served = server
+    with ztensor.Writer(www / "z.zt") as w:
+        w.write_numpy("z", np.arange(100_000, dtype=np.int64), compress=True,
+                      checksum="sha256")
+    with ztensor.Reader(f"{url}/z.zt", verify=True) as r:
+        assert r.verify() == 1 and r["z"][99_999] == 99_999
+
+
+def test_a_lying_server_is_a_clean_error(server):
+    url, www, served = server
+    with ztensor.Writer(www / "m.zt") as w:
+        w.write_numpy("a", np.arange(10))
+    r = ztensor.Reader(f"{url}/m.zt")
+    (www / "m.zt").write_bytes(b"short")                   # the file changes under us
+    with pytest.raises((ztensor.ZTensorError, OSError)):
+        r["a"]
+    with pytest.raises(FileNotFoundError):
+        ztensor.Reader(f"{url}/missing.zt")
