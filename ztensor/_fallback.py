@@ -348,7 +348,7 @@ def cbor_scan(data, max_depth, path=None):
     def fail(status, why, tag=0):
         _status.raise_cbor(status, why, pos, tag, max_depth, path)
 
-    def argument(info):
+    def argument(info, head="an item's head"):
         nonlocal pos
         if info < 24 or info == 31:
             return info if info < 24 else 0
@@ -356,7 +356,7 @@ def cbor_scan(data, max_depth, path=None):
             fail(_status.CBOR_MALFORMED, "a reserved additional-information value")
         size = 1 << (info - 24)
         if n - pos < size:
-            fail(_status.CBOR_MALFORMED, "the bytes end inside an item's head")
+            fail(_status.CBOR_MALFORMED, f"the bytes end inside {head}")
         value = int.from_bytes(buf[pos:pos + size], "big")
         pos += size
         return value
@@ -408,7 +408,7 @@ def cbor_scan(data, max_depth, path=None):
                          "an indefinite-length string chunk of the wrong type")
                 pos += 1
                 items += 1
-                size = argument(cb & 31)
+                size = argument(cb & 31, "a chunk head")
                 if size > n - pos:
                     fail(_status.CBOR_MALFORMED,
                          "a string chunk longer than the bytes that remain")
