@@ -45,6 +45,7 @@ def footer_parse(head, tail, file_size, max_manifest, path=None):
 
 # ------------------------------------------------------------------- byte swap
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_SWAP_CHUNK = 1 << 18
 
 
 def bswap(src, dst, width):
@@ -52,8 +53,12 @@ def bswap(src, dst, width):
     src = np.frombuffer(src, np.uint8)
     dst = np.frombuffer(dst, np.uint8)  # raises for a read-only dst, as C's wrapper does
     _contract.bswap(src.size, dst.size, width)
-    if src.size:
-        dst.view(_UINT[width])[...] = src.view(_UINT[width]).byteswap()
+    # in chunks: the temporaries stay small however large the buffer (and src may
+    # be dst: each chunk is read whole before it is written back)
+    step = _SWAP_CHUNK - _SWAP_CHUNK % width
+    for start in range(0, src.size, step):
+        part = src[start:start + step].view(_UINT[width])
+        dst[start:start + step].view(_UINT[width])[...] = part.byteswap()
 
 
 # ------------------------------------------------------------------- crc32c
