@@ -419,9 +419,7 @@ def _split_compress_level(argv):
 def main(argv=None, out=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(_split_compress_level(argv))
-    if getattr(args, "compress", False) and getattr(args, "level", None) is not None:
-        args.compress = args.level
-    elif getattr(args, "level", None) is not None:
+    if getattr(args, "level", None) is not None:  # a level implies --compress
         args.compress = args.level
     out = out or sys.stdout
     handler = COMMANDS[args.command][0]

@@ -26,13 +26,13 @@ def _memory_is_a_limit(method):
     """A legitimate object larger than the memory left is a LimitError naming it,
     never a bare MemoryError (docs/safety.md)."""
     @functools.wraps(method)
-    def wrapper(self, name=None, *args, **kwargs):
+    def wrapper(self, *args, **kwargs):
         try:
-            return method(self, name, *args, **kwargs) if name is not None \
-                else method(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
         except MemoryError:
+            name = args[0] if args and isinstance(args[0], str) else None
             raise LimitError("not enough memory for this read", path=self.path,
-                             obj=name if isinstance(name, str) else None) from None
+                             obj=name) from None
     return wrapper
 
 

@@ -105,9 +105,8 @@ class Source:
             raise TypeError("a file object source must be seekable")
         if hasattr(f, "mode") and "b" not in str(getattr(f, "mode", "b")):
             raise TypeError("a file object source must be opened in binary mode")
-        self.name = os.fspath(getattr(f, "path", None) or getattr(f, "name", None)
-                              or "<file object>") if isinstance(
-            getattr(f, "path", None) or getattr(f, "name", None), (str, os.PathLike)) \
+        label = getattr(f, "path", None) or getattr(f, "name", None)
+        self.name = os.fspath(label) if isinstance(label, (str, os.PathLike)) \
             else "<file object>"
         self._file = f
         self.size = f.seek(0, os.SEEK_END)
