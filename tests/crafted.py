@@ -7,6 +7,9 @@ import numpy as np
 import zstandard
 
 import ztensor
+from ztensor import manifest, manifest_table, spec
+from ztensor.footer import read_footer
+from ztensor.source import Source
 
 
 def read_everything(source, **kw):
@@ -59,3 +62,80 @@ RAW = np.arange(1000, dtype="<f4").tobytes()
 def streamed(data, **kw):
     c = zstandard.ZstdCompressor(**kw).compressobj()
     return c.compress(data) + c.flush()
+
+
+# ------------------------------------------------------------------ the two manifest paths
+def describe(m: manifest.Manifest):
+    """Everything a manifest says, comparable (canonical CBOR: a NaN equals itself)."""
+    objects = []
+    for name in m.names():
+        o = m.get(name)
+        objects.append((name, cbor2.dumps(o.to_dict(), canonical=True), o.legacy,
+                        [(c.byteorder, c.aligned) for c in o.components.values()]))
+    return m.version, cbor2.dumps(m.attributes, canonical=True), objects, len(m)
+
+
+def decode_manifest(data, general=False, limits=spec.DEFAULT_LIMITS):
+    """(described manifest or (error class, message), whether the fast path answered);
+    ``general``: as if the fast path declined every manifest."""
+    taken = []
+    original = manifest_table.decode
+
+    def spy(*args, **kw):
+        result = None if general else original(*args, **kw)
+        taken.append(result is not None)
+        return result
+
+    manifest_table.decode = spy
+    try:
+        source = Source(data)
+        try:
+            footer = read_footer(source, limits)
+            raw = bytes(source.view(footer.manifest_offset, footer.manifest_size, "m"))
+            result = describe(manifest.decode_manifest(raw, footer, path="f", limits=limits))
+        finally:
+            source.close()
+    except ztensor.ZTensorError as exc:
+        result = (type(exc).__name__, str(exc))
+    finally:
+        manifest_table.decode = original
+    return result, any(taken)
+
+
+def decode_both_ways(data, limits=spec.DEFAULT_LIMITS):
+    """(fast path's result, general path's result, whether the fast path answered)."""
+    fast, taken = decode_manifest(data, limits=limits)
+    general, _ = decode_manifest(data, general=True, limits=limits)
+    return fast, general, taken
+
+
+def encode(value, choose):
+    """CBOR of ``value`` with containers definite or indefinite and integer heads
+    minimal or wide, as other writers may choose: ``choose(options)`` picks one."""
+    def head(major, n):
+        widths = [w for w, cap in ((0, 24), (1, 1 << 8), (2, 1 << 16), (4, 1 << 32),
+                                   (8, 1 << 64)) if n < cap]
+        w = choose(widths)
+        if w == 0:
+            return bytes([major << 5 | n])
+        info = {1: 24, 2: 25, 4: 26, 8: 27}[w]
+        return bytes([major << 5 | info]) + n.to_bytes(w, "big")
+
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return cbor2.dumps(value)
+    if isinstance(value, int):
+        return head(0, value) if 0 <= value < 1 << 64 else cbor2.dumps(value)
+    if isinstance(value, str):
+        b = value.encode("utf-8", "surrogatepass")
+        return head(3, len(b)) + b
+    if isinstance(value, (list, tuple)):
+        body = b"".join(encode(v, choose) for v in value)
+        if choose((False, True)):
+            return b"\x9f" + body + b"\xff"
+        return head(4, len(value)) + body
+    if isinstance(value, dict):
+        body = b"".join(encode(k, choose) + encode(v, choose) for k, v in value.items())
+        if choose((False, True)):
+            return b"\xbf" + body + b"\xff"
+        return head(5, len(value)) + body
+    return cbor2.dumps(value)

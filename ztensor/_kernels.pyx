@@ -6,6 +6,10 @@ sizes, offsets and types before a pointer reaches C.
 """
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+import numpy as np
+
 from ztensor import _contract, _status, errors
 
 zt_crc32c_init()
@@ -162,6 +166,86 @@ def cbor_scan(const uint8_t[::1] data, size_t max_depth, path=None):
     if st != ZT_OK:
         _status.raise_cbor(<int>st, r.why.decode("ascii"), r.end, r.tag, max_depth, path)
     return r.end, r.items, r.depth
+
+
+OBJECT_FIELDS = ZT_MF_OBJECT_FIELDS
+COMPONENT_FIELDS = ZT_MF_COMPONENT_FIELDS
+
+
+cdef zt_vocab _vocab(bytes words, size_t count):
+    cdef zt_vocab v
+    v.words = words
+    v.count = count
+    return v
+
+
+def manifest_scan(const uint8_t[::1] data, vocabularies, size_t max_depth,
+                  size_t max_components):
+    """The manifest as tables (csrc/manifest_scan.h): (version span, file attributes
+    span, objects (n, OBJECT_FIELDS), components (m, COMPONENT_FIELDS), dims), all
+    uint64; or (None, why) when the manifest is not in the shape the scanner reads.
+    ``vocabularies``: five sequences of words (formats, dtypes, types, encodings,
+    roles); fields are reported as indices into them."""
+    cdef zt_mf_config cfg
+    cdef zt_mf_result r
+    cdef zt_status st
+    cdef uint8_t dummy = 0
+    cdef const uint8_t *buf = &data[0] if data.shape[0] else &dummy
+    cdef size_t n = data.shape[0]
+    if max_depth == 0:
+        _contract.fail("manifest_scan", "max_depth must be at least 1")
+    # the joined words must outlive the scan: held in this list
+    joined = [b"".join(w.encode("utf-8") + b"\0" for w in words) for words in vocabularies]
+    if len(joined) != 5:
+        _contract.fail("manifest_scan", "five vocabularies are needed")
+    counts = [len(words) for words in vocabularies]
+    cfg.formats = _vocab(joined[0], counts[0])
+    cfg.dtypes = _vocab(joined[1], counts[1])
+    cfg.types = _vocab(joined[2], counts[2])
+    cfg.encodings = _vocab(joined[3], counts[3])
+    cfg.roles = _vocab(joined[4], counts[4])
+    cfg.max_depth = max_depth
+    cfg.max_components = max_components
+    with nogil:  # first pass counts rows, so the tables are sized by what is present
+        st = zt_manifest_scan(buf, n, &cfg, NULL, 0, NULL, 0, NULL, 0, &r)
+    _raise_for_status(st, "manifest scan")
+    if not r.fast:
+        return None, r.why.decode("ascii")
+    objects = np.empty((r.nobjects, ZT_MF_OBJECT_FIELDS), np.uint64)
+    components = np.empty((r.ncomponents, ZT_MF_COMPONENT_FIELDS), np.uint64)
+    dims = np.empty(r.ndims, np.uint64)
+    cdef uint64_t[:, ::1] ov = objects
+    cdef uint64_t[:, ::1] cv = components
+    cdef uint64_t[::1] dv = dims
+    cdef uint64_t spare[16]
+    cdef zt_mf_object *op = <zt_mf_object *>(&ov[0, 0] if r.nobjects else &spare[0])
+    cdef zt_mf_component *cp = <zt_mf_component *>(&cv[0, 0] if r.ncomponents else &spare[0])
+    cdef uint64_t *dp = &dv[0] if r.ndims else &spare[0]
+    cdef size_t no = r.nobjects, nc = r.ncomponents, nd = r.ndims
+    with nogil:
+        st = zt_manifest_scan(buf, n, &cfg, op, no, cp, nc, dp, nd, &r)
+    _raise_for_status(st, "manifest scan")
+    if not r.fast or r.nobjects != no or r.ncomponents != nc or r.ndims != nd:
+        return None, "the second pass disagreed with the first"
+    return ((r.version_off, r.version_len), (r.attrs_off, r.attrs_len), objects,
+            components, dims)
+
+
+def decode_spans(const uint8_t[::1] data, const uint64_t[:] offsets,
+                 const uint64_t[:] lengths):
+    """[data[o:o+n].decode("utf-8") ...] for each span, as a list of str."""
+    cdef Py_ssize_t i, count = offsets.shape[0]
+    cdef uint64_t off, ln, size = data.shape[0]
+    if lengths.shape[0] != count:
+        _contract.fail("decode_spans", "offsets and lengths differ in length")
+    out = [None] * count
+    for i in range(count):
+        off = offsets[i]
+        ln = lengths[i]
+        if off > size or ln > size - off:
+            _contract.fail("decode_spans", f"span {i} runs past the data")
+        out[i] = PyUnicode_DecodeUTF8(<const char *>&data[off], ln, NULL) if ln else ""
+    return out
 
 
 # ------------------------------------------------------------------ conversions

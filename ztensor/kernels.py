@@ -33,6 +33,9 @@ bf16_encode = _impl.bf16_encode
 unpack_codes = _impl.unpack_codes
 dequant_rows = _impl.dequant_rows
 cbor_scan = _impl.cbor_scan
+if backend == "c":  # the numpy fallback decodes every manifest the general way
+    manifest_scan = _impl.manifest_scan
+    decode_spans = _impl.decode_spans
 
 # codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py)
 F32: int = 0

@@ -3,15 +3,18 @@
 Decoding treats the bytes as hostile: a C scan (csrc/cbor_scan.c) first proves
 them to be one plain CBOR item (well-formed, at most MAX_CBOR_DEPTH levels deep,
 text map keys, no tags but bignums: so no value sharing and no arithmetic tags,
-and decoding costs what the bytes are), trailing bytes are an error, then cbor2
-decodes them, and every field is type-checked before use (a ``bool`` is not an
-integer).  The writer runs the same :class:`Checker` on every object it is
-given, so it cannot write what this module refuses.  v0.1 and v1.1 manifests are lifted to v1.2 terms
-here, so nothing after this module knows which version a file was.
+and decoding costs what the bytes are); trailing bytes are an error.  Then:
 
-Validation runs over the decoded dicts in one tight loop at open; the
-:class:`ObjectSpec` for an object is built when it is first asked for, which keeps
-opening a file with 20,000 tensors cheap.
+* the fast path (``manifest_table.py``): the manifest shape every known writer
+  produces is read by C into flat tables, checked over columns, and an object's
+  spec is built when first asked for;
+* the general path (here): anything else, and every manifest the fast path would
+  refuse, is decoded by cbor2 and every field is type-checked before use (a
+  ``bool`` is not an integer) by :class:`Checker`, which names the first problem.
+
+The writer runs the same :class:`Checker` on every object it is given, so it
+cannot write what this module refuses.  v0.1 and v1.1 manifests are lifted to
+v1.2 terms here, so nothing after this module knows which version a file was.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import re
 import cbor2
 
 from ztensor import attributes as attrs
-from ztensor import dtypes, formats, kernels, legacy, spec
+from ztensor import dtypes, formats, kernels, legacy, manifest_table, spec
 from ztensor.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.attributes import show as _show
 from ztensor.errors import FormatError, LimitError, UnsupportedError
@@ -50,7 +53,8 @@ class Manifest:
     def __init__(self, version, attributes, specs):
         self.version = version
         self.attributes = attributes
-        self._specs = specs  # name -> ObjectSpec, in manifest order
+        # name -> ObjectSpec in manifest order: a dict, or manifest_table.TableSpecs
+        self._specs = specs
 
     def names(self):
         return list(self._specs)
@@ -88,6 +92,10 @@ def gc_paused():
 
 
 def _decode(raw, footer, path, limits) -> Manifest:
+    _check_plain(raw, path)
+    fast = manifest_table.decode(raw, footer, path, limits, MAX_CBOR_DEPTH)
+    if fast is not None:
+        return fast
     data = _cbor_loads(raw, path)
     if footer.family == 0:
         version, attributes, objects = "0.1.0", {}, legacy.lift_v01(data, path)
@@ -120,11 +128,14 @@ def _check_disjoint(specs, path):
                               obj=name)
 
 
-def _cbor_loads(raw, path):
+def _check_plain(raw, path):
     end, _, _ = kernels.cbor_scan(raw, MAX_CBOR_DEPTH, path)
     if end != len(raw):
         raise FormatError(f"manifest has {len(raw) - end} bytes after its CBOR item",
                           path=path)
+
+
+def _cbor_loads(raw, path):
     stream = io.BytesIO(raw)
     try:
         value = cbor2.CBORDecoder(stream).decode()

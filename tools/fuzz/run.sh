@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run the fuzz targets against the sanitized build for a given time each (seven).
+# Run the fuzz targets against the sanitized build for a given time each (eight).
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, every target)
 # Corpora live in build/fuzz-corpus/<target> (seeded from tests/data for the reader);
 # crashes are written to build/fuzz-crashes/; copy each into tests/data/fuzz-regressions/
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}; shift || true
-targets=${*:-reader kernels sparse importers manifest quantized cli}
+targets=${*:-reader kernels sparse importers manifest manifest_table quantized cli}
 [ -d build/fuzz ] || bash tools/fuzz/build.sh
 asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 mkdir -p build/fuzz-crashes

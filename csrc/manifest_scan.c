@@ -1,0 +1,455 @@
+/* The v1 manifest as compact tables (see manifest_scan.h).
+ *
+ * Why this exists: decoding a manifest of N objects with a general CBOR decoder
+ * builds ~15 Python containers per object, which is most of the cost of opening
+ * a file with many small tensors.  Every writer we know produces the same plain
+ * shape, so this walks that shape once and records offsets, lengths, dims and
+ * vocabulary indices in flat tables; the Python side checks the tables with
+ * array operations and builds an object's spec only when it is asked for.
+ *
+ * It decides nothing about validity beyond the shape: anything unusual returns
+ * fast = 0 and the general decoder (cbor2, the oracle) handles the manifest,
+ * errors included.  So a construct this scanner misreads can only make a valid
+ * file slow, never make a bad one pass; a differential fuzz target holds both
+ * paths to the same verdict and values.
+ *
+ * The input has passed zt_cbor_scan (well-formed, depth-limited, text keys, no
+ * tags but bignums), but every read is still bounds-checked and recursion is
+ * still depth-limited here: this function is public and fuzzed on its own.
+ */
+#include <string.h>
+#include "manifest_scan.h"
+
+typedef struct {
+    const uint8_t *buf;
+    size_t len, pos;
+    const zt_mf_config *cfg;
+    zt_mf_object *objects;        /* NULL: count only */
+    zt_mf_component *components;
+    uint64_t *dims;
+    size_t nobj, ncomp, ndims;
+    size_t cap_obj, cap_comp, cap_dims;
+    const char *why;
+} scanner;
+
+typedef struct {
+    int major, info;
+    uint64_t arg;
+} head;
+
+#define SLOW(s, text) ((s)->why = (text), -1)
+
+/* The head at s->pos; -1 (slow) when the bytes end or the head is reserved. */
+static int read_head(scanner *s, head *h) {
+    if (s->pos >= s->len) return SLOW(s, "the bytes end inside an item");
+    const uint8_t ib = s->buf[s->pos++];
+    h->major = ib >> 5;
+    h->info = ib & 31;
+    if (h->info < 24) {
+        h->arg = (uint64_t)h->info;
+        return 0;
+    }
+    if (h->info == 31) {
+        h->arg = 0;
+        return 0;
+    }
+    if (h->info > 27) return SLOW(s, "a reserved head");
+    size_t n = (size_t)1 << (h->info - 24);
+    if (s->len - s->pos < n) return SLOW(s, "the bytes end inside a head");
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) v = (v << 8) | s->buf[s->pos + i];  /* big-endian */
+    s->pos += n;
+    h->arg = v;
+    return 0;
+}
+
+/* Strict UTF-8 as Python decodes it: no overlong forms, no surrogates, <= U+10FFFF. */
+static int utf8_valid(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0) {
+            need = 1, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            need = 2, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            need = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (n - i <= need) return 0;
+        for (size_t k = 1; k <= need; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* A definite text string's bytes (after its head h) -> *off, *n; validated. */
+static int text_body(scanner *s, const head *h, uint64_t *off, uint64_t *n) {
+    if (h->major != 3) return SLOW(s, "a field that is not a text string");
+    if (h->info == 31) return SLOW(s, "an indefinite-length text string");
+    if (h->arg > s->len - s->pos) return SLOW(s, "a string longer than the bytes left");
+    if (!utf8_valid(s->buf + s->pos, (size_t)h->arg)) return SLOW(s, "text that is not UTF-8");
+    *off = s->pos;
+    *n = h->arg;
+    s->pos += (size_t)h->arg;
+    return 0;
+}
+
+static int read_text(scanner *s, uint64_t *off, uint64_t *n) {
+    head h;
+    if (read_head(s, &h)) return -1;
+    return text_body(s, &h, off, n);
+}
+
+static int read_uint(scanner *s, uint64_t *value) {
+    head h;
+    if (read_head(s, &h)) return -1;
+    if (h.major != 0 || h.info == 31) return SLOW(s, "a field that is not an unsigned integer");
+    *value = h.arg;
+    return 0;
+}
+
+/* Index of the text at buf[off .. off+n] in vocabulary v, or ZT_MF_NONE. */
+static uint64_t lookup(const zt_vocab *v, const uint8_t *text, uint64_t n) {
+    const char *w = v->words;
+    for (size_t i = 0; i < v->count; i++) {
+        size_t wn = strlen(w);
+        if (wn == n && memcmp(w, text, wn) == 0) return i;
+        w += wn + 1;
+    }
+    return ZT_MF_NONE;
+}
+
+static int key_is(const scanner *s, uint64_t off, uint64_t n, const char *word) {
+    size_t wn = strlen(word);
+    return n == wn && memcmp(s->buf + off, word, wn) == 0;
+}
+
+/* Skip one item of any kind, checking its text; depth bounds the recursion. */
+static int skip_item(scanner *s, size_t depth) {
+    head h;
+    if (depth > s->cfg->max_depth) return SLOW(s, "nesting deeper than the limit");
+    if (read_head(s, &h)) return -1;
+    switch (h.major) {
+    case 0:
+    case 1:
+        return h.info == 31 ? SLOW(s, "an indefinite integer") : 0;
+    case 2:
+        if (h.info == 31) return SLOW(s, "an indefinite-length byte string");
+        if (h.arg > s->len - s->pos) return SLOW(s, "a string longer than the bytes left");
+        s->pos += (size_t)h.arg;
+        return 0;
+    case 3: {
+        uint64_t off, n;
+        return text_body(s, &h, &off, &n);
+    }
+    case 4:
+    case 5: {
+        const uint64_t per = h.major == 5 ? 2 : 1;
+        if (h.info != 31) {
+            if (h.arg > (s->len - s->pos) / per) return SLOW(s, "a container larger than the bytes");
+            for (uint64_t i = 0; i < h.arg * per; i++)
+                if (skip_item(s, depth + 1)) return -1;
+            return 0;
+        }
+        for (uint64_t i = 0;; i++) {
+            if (s->pos >= s->len) return SLOW(s, "the bytes end inside a container");
+            if (s->buf[s->pos] == 0xFF) {
+                s->pos++;
+                return (i % per) ? SLOW(s, "a map key without a value") : 0;
+            }
+            if (skip_item(s, depth + 1)) return -1;
+        }
+    }
+    case 6:
+        return SLOW(s, "a tag");
+    default:
+        /* simple values and floats: their head is their whole size */
+        return h.info == 31 ? SLOW(s, "a stray break") : 0;
+    }
+}
+
+/* Map iteration: after the map's head, call next_entry until it returns 0. */
+typedef struct {
+    int indefinite;
+    uint64_t left;
+} map_iter;
+
+static int open_map(scanner *s, map_iter *it) {
+    head h;
+    if (read_head(s, &h)) return -1;
+    if (h.major != 5) return SLOW(s, "a field that is not a map");
+    it->indefinite = h.info == 31;
+    it->left = h.arg;
+    if (!it->indefinite && h.arg > (s->len - s->pos) / 2)
+        return SLOW(s, "a map larger than the bytes");
+    return 0;
+}
+
+/* 1: a key follows (its text: *off, *n; the value not yet read); 0: map done. */
+static int next_key(scanner *s, map_iter *it, uint64_t *off, uint64_t *n) {
+    if (it->indefinite) {
+        if (s->pos >= s->len) return SLOW(s, "the bytes end inside a map");
+        if (s->buf[s->pos] == 0xFF) {
+            s->pos++;
+            return 0;
+        }
+    } else {
+        if (it->left == 0) return 0;
+        it->left--;
+    }
+    if (read_text(s, off, n)) return -1;
+    return 1;
+}
+
+#define SEEN(bit)                                                   \
+    do {                                                            \
+        if (seen & (bit)) return SLOW(s, "a duplicate key");        \
+        seen |= (bit);                                              \
+    } while (0)
+
+static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size_t obj) {
+    zt_mf_component c;
+    map_iter it;
+    uint64_t off, n;
+    unsigned seen = 0;
+    int r;
+    c.role_off = role_off;
+    c.role_len = role_len;
+    c.role = lookup(&s->cfg->roles, s->buf + role_off, role_len);
+    c.type = ZT_MF_NONE;
+    c.encoding = 0;  /* absent: raw */
+    c.ulen = ZT_MF_NONE;
+    c.digest_off = 0;
+    c.digest_len = 0;
+    c.object = obj;
+    if (open_map(s, &it)) return -1;
+    while ((r = next_key(s, &it, &off, &n)) == 1) {
+        uint64_t toff, tn;
+        if (key_is(s, off, n, "dtype")) {
+            SEEN(1);
+            if (read_text(s, &toff, &tn)) return -1;
+            c.dtype = lookup(&s->cfg->dtypes, s->buf + toff, tn);
+            if (c.dtype == ZT_MF_NONE) return SLOW(s, "a dtype not in the vocabulary");
+        } else if (key_is(s, off, n, "type")) {
+            SEEN(2);
+            if (read_text(s, &toff, &tn)) return -1;
+            c.type = lookup(&s->cfg->types, s->buf + toff, tn);
+            if (c.type == ZT_MF_NONE) return SLOW(s, "a type not in the vocabulary");
+        } else if (key_is(s, off, n, "offset")) {
+            SEEN(4);
+            if (read_uint(s, &c.offset)) return -1;
+        } else if (key_is(s, off, n, "length")) {
+            SEEN(8);
+            if (read_uint(s, &c.length)) return -1;
+        } else if (key_is(s, off, n, "encoding")) {
+            SEEN(16);
+            if (read_text(s, &toff, &tn)) return -1;
+            c.encoding = lookup(&s->cfg->encodings, s->buf + toff, tn);
+            if (c.encoding == ZT_MF_NONE) return SLOW(s, "an encoding not in the vocabulary");
+        } else if (key_is(s, off, n, "uncompressed_length")) {
+            SEEN(32);
+            if (read_uint(s, &c.ulen)) return -1;
+            if (c.ulen == ZT_MF_NONE) return SLOW(s, "an uncompressed_length of 2^64-1");
+        } else if (key_is(s, off, n, "digest")) {
+            SEEN(64);
+            if (read_text(s, &c.digest_off, &c.digest_len)) return -1;
+        } else if (skip_item(s, 6)) {
+            return -1;
+        }
+    }
+    if (r < 0) return -1;
+    if ((seen & (1 | 4 | 8)) != (1 | 4 | 8)) return SLOW(s, "a component without dtype, offset or length");
+    if (s->components != NULL) {
+        if (s->ncomp >= s->cap_comp) return SLOW(s, "more components than counted");
+        s->components[s->ncomp] = c;
+    }
+    s->ncomp++;
+    return 0;
+}
+
+static int scan_shape(scanner *s, zt_mf_object *o) {
+    head h;
+    uint64_t numel = 1, extent = 16;  /* 16: the widest element (complex128) */
+    int extent_ok = 1;
+    if (read_head(s, &h)) return -1;
+    if (h.major != 4) return SLOW(s, "a shape that is not an array");
+    o->dims_start = s->ndims;
+    o->rank = 0;
+    for (uint64_t i = 0;; i++) {
+        if (h.info == 31) {
+            if (s->pos >= s->len) return SLOW(s, "the bytes end inside a shape");
+            if (s->buf[s->pos] == 0xFF) {
+                s->pos++;
+                break;
+            }
+        } else if (i == h.arg) {
+            break;
+        }
+        uint64_t dim;
+        if (read_uint(s, &dim)) return -1;
+        if (dim >> 63) return SLOW(s, "a dimension of 2^63 or more");
+        if (s->dims != NULL) {
+            if (s->ndims >= s->cap_dims) return SLOW(s, "more dims than counted");
+            s->dims[s->ndims] = dim;
+        }
+        s->ndims++;
+        o->rank++;
+        /* same rule as objects.shape_problem(): numpy multiplies every dimension */
+        numel = dim == 0 ? 0 : numel * dim;
+        if (dim && extent_ok) {
+            if (extent > (UINT64_C(1) << 63) / dim) extent_ok = 0;
+            else extent *= dim;
+        }
+    }
+    if (extent_ok && extent >= (UINT64_C(1) << 63)) extent_ok = 0;
+    o->numel = numel;
+    o->extent_ok = (uint64_t)extent_ok;
+    return 0;
+}
+
+static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
+    zt_mf_object o;
+    map_iter it, cit;
+    uint64_t off, n;
+    unsigned seen = 0;
+    int r;
+    if (name_len == 0) return SLOW(s, "an empty object name");
+    o.name_off = name_off;
+    o.name_len = name_len;
+    o.attrs_off = 0;
+    o.attrs_len = 0;
+    o.comps_start = s->ncomp;
+    o.ncomps = 0;
+    if (open_map(s, &it)) return -1;
+    while ((r = next_key(s, &it, &off, &n)) == 1) {
+        if (key_is(s, off, n, "shape")) {
+            SEEN(1);
+            if (scan_shape(s, &o)) return -1;
+        } else if (key_is(s, off, n, "format")) {
+            uint64_t toff, tn;
+            SEEN(2);
+            if (read_text(s, &toff, &tn)) return -1;
+            o.format = lookup(&s->cfg->formats, s->buf + toff, tn);
+            if (o.format == ZT_MF_NONE) return SLOW(s, "a format not in the vocabulary");
+        } else if (key_is(s, off, n, "attributes")) {
+            SEEN(4);
+            if (s->pos >= s->len || (s->buf[s->pos] >> 5) != 5)
+                return SLOW(s, "attributes that are not a map");
+            o.attrs_off = s->pos;
+            if (skip_item(s, 4)) return -1;
+            o.attrs_len = s->pos - o.attrs_off;
+        } else if (key_is(s, off, n, "components")) {
+            SEEN(8);
+            o.comps_start = s->ncomp;
+            if (open_map(s, &cit)) return -1;
+            uint64_t roff, rn;
+            while ((r = next_key(s, &cit, &roff, &rn)) == 1) {
+                if (rn == 0) return SLOW(s, "an empty component name");
+                if (s->ncomp - o.comps_start >= s->cfg->max_components)
+                    return SLOW(s, "more components in one object than the fast path takes");
+                if (s->components != NULL) {  /* a repeated role: cbor2 keeps the last */
+                    for (size_t k = (size_t)o.comps_start; k < s->ncomp; k++)
+                        if (s->components[k].role_len == rn &&
+                            memcmp(s->buf + s->components[k].role_off, s->buf + roff, rn) == 0)
+                            return SLOW(s, "a duplicate component name");
+                }
+                if (scan_component(s, roff, rn, s->nobj)) return -1;
+            }
+            if (r < 0) return -1;
+            o.ncomps = s->ncomp - o.comps_start;
+        } else if (skip_item(s, 4)) {
+            return -1;
+        }
+    }
+    if (r < 0) return -1;
+    if ((seen & (1 | 2 | 8)) != (1 | 2 | 8))
+        return SLOW(s, "an object without shape, format or components");
+    if (s->objects != NULL) {
+        if (s->nobj >= s->cap_obj) return SLOW(s, "more objects than counted");
+        s->objects[s->nobj] = o;
+    }
+    s->nobj++;
+    return 0;
+}
+
+static int scan_root(scanner *s, zt_mf_result *out) {
+    map_iter it, oit;
+    uint64_t off, n;
+    unsigned seen = 0;
+    int r;
+    if (open_map(s, &it)) return -1;
+    while ((r = next_key(s, &it, &off, &n)) == 1) {
+        if (key_is(s, off, n, "version")) {
+            SEEN(1);
+            if (read_text(s, &out->version_off, &out->version_len)) return -1;
+        } else if (key_is(s, off, n, "attributes")) {
+            SEEN(2);
+            if (s->pos >= s->len || (s->buf[s->pos] >> 5) != 5)
+                return SLOW(s, "file attributes that are not a map");
+            out->attrs_off = s->pos;
+            if (skip_item(s, 2)) return -1;
+            out->attrs_len = s->pos - out->attrs_off;
+        } else if (key_is(s, off, n, "objects")) {
+            SEEN(4);
+            if (open_map(s, &oit)) return -1;
+            uint64_t noff, nn;
+            while ((r = next_key(s, &oit, &noff, &nn)) == 1)
+                if (scan_object(s, noff, nn)) return -1;
+            if (r < 0) return -1;
+        } else if (skip_item(s, 2)) {
+            return -1;
+        }
+    }
+    if (r < 0) return -1;
+    if ((seen & (1 | 4)) != (1 | 4)) return SLOW(s, "a root without version or objects");
+    if (s->pos != s->len) return SLOW(s, "bytes after the manifest");
+    return 0;
+}
+
+zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *config,
+                           zt_mf_object *objects, size_t cap_objects,
+                           zt_mf_component *components, size_t cap_components,
+                           uint64_t *dims, size_t cap_dims, zt_mf_result *out) {
+    scanner s;
+    if (out == NULL || config == NULL || (buf == NULL && len) || config->max_depth == 0)
+        return ZT_E_ARG;
+    if ((objects == NULL) != (components == NULL) || (objects == NULL) != (dims == NULL))
+        return ZT_E_ARG;  /* count mode passes no tables, fill mode all three */
+    memset(out, 0, sizeof *out);
+    memset(&s, 0, sizeof s);
+    s.buf = buf;
+    s.len = len;
+    s.cfg = config;
+    s.objects = objects;
+    s.components = components;
+    s.dims = dims;
+    s.cap_obj = cap_objects;
+    s.cap_comp = cap_components;
+    s.cap_dims = cap_dims;
+    s.why = "";
+    if (scan_root(&s, out)) {
+        out->fast = 0;
+        out->why = s.why;
+        out->pos = s.pos;
+        return ZT_OK;
+    }
+    out->fast = 1;
+    out->why = "";
+    out->pos = s.pos;
+    out->nobjects = s.nobj;
+    out->ncomponents = s.ncomp;
+    out->ndims = s.ndims;
+    return ZT_OK;
+}

@@ -1,0 +1,236 @@
+"""The manifest's fast path (csrc/manifest_scan.c + ztensor/manifest_table.py) against
+the general path (cbor2 + manifest.Checker), which is the oracle: on every manifest
+both give the same verdict, the same message and the same specs; and the fast path
+is really taken for the files real writers produce."""
+import math
+from pathlib import Path
+
+import cbor2
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ztensor
+from crafted import decode_both_ways, encode, v1_file
+from ztensor import kernels, spec
+
+pytestmark = pytest.mark.skipif(kernels.backend != "c",
+                                reason="the numpy fallback has no fast path: every "
+                                       "manifest goes the general way there")
+DATA = Path(__file__).parent / "data"
+
+
+def assert_agree(data, limits=spec.DEFAULT_LIMITS):
+    fast, general, taken = decode_both_ways(data, limits)
+    assert fast == general
+    return taken, fast
+
+
+def written(tmp_path, build):
+    path = tmp_path / "w.zt"
+    with ztensor.Writer(str(path)) as w:
+        build(w)
+    return path.read_bytes()
+
+
+# ------------------------------------------------------------------ files real writers make
+def _sparse(w):
+    import scipy.sparse
+
+    w.write("c", scipy.sparse.csr_array(np.array([[1.0, 0, 2.0], [0, 0, 3.0]])))
+    w.write("o", scipy.sparse.coo_array(np.array([[0, 4.0], [5.0, 0]])))
+
+
+WRITERS = {
+    "dense": lambda w: [w.add(f"t{i}", np.ones(i * 3, dtype=dt).reshape(i, 3))
+                        for i, dt in enumerate(["f4", "f8", "i2", "u1", "c8", "?", "f2"])],
+    "zstd+digests": lambda w: [w.write_numpy(f"z{i}", np.arange(1000 + i, dtype="f4"),
+                                             compress=True, checksum="crc32c")
+                               for i in range(3)],
+    "sha256": lambda w: w.write_numpy("s", np.ones((2, 2)), checksum="sha256"),
+    "attributes": lambda w: w.write_numpy("a", np.zeros(3), attributes={"k": [1, "x", 2.5]}),
+    "scalar+empty": lambda w: (w.add("s", np.float32(3)), w.add("e", np.zeros((0, 5)))),
+    "fp8": lambda w: w.write_numpy("f", np.linspace(-1, 1, 16, dtype="f4"), type="f8_e4m3fn"),
+    "sparse": _sparse,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+def test_our_files_take_the_fast_path_and_agree(tmp_path, kind):
+    taken, fast = assert_agree(written(tmp_path, WRITERS[kind]))
+    assert taken, "the fast path declined a file our writer made"
+    assert isinstance(fast[2], list) and fast[2]
+
+
+def test_quantized_files_take_the_fast_path(tmp_path):
+    from ztensor.formats import quantized
+
+    w_ = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    q = quantized.quantize(w_, bits=4, group_size=128)
+    taken, _ = assert_agree(written(tmp_path, lambda w: w.write("q", q)))
+    assert taken
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(DATA)) for p in DATA.glob("ref-1.*/*.zt")))
+def test_reference_files_take_the_fast_path_and_agree(path):
+    taken, _ = assert_agree((DATA / path).read_bytes())
+    assert taken, f"the fast path declined {path}, written by the reference"
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(DATA)) for p in
+                                        DATA.glob("fuzz-regressions/*.zt")))
+def test_hostile_regressions_agree(path):
+    assert_agree((DATA / path).read_bytes())
+
+
+def test_v01_files_go_the_general_way():
+    taken, _ = assert_agree((DATA / "ref-0.1.4" / "dense.zt").read_bytes())
+    assert not taken
+
+
+def test_many_objects_agree(tmp_path):
+    def build(w):
+        for i in range(3000):
+            w.add(f"layer.{i}.w", np.full((i % 7, 2), i, dtype="f4"))
+    taken, fast = assert_agree(written(tmp_path, build))
+    assert taken and len(fast[2]) == 3000
+
+
+# ------------------------------------------------------------------ crafted manifests
+def entry(dtype="f32", offset=64, length=64, **extra):
+    return {"dtype": dtype, "offset": offset, "length": length, **extra}
+
+
+def one(shape=(4, 4), fmt="dense", comps=None, version="1.2.0", **obj_extra):
+    obj = {"shape": list(shape), "format": fmt,
+           "components": comps if comps is not None else {"data": entry()}, **obj_extra}
+    return {"version": version, "objects": {"x": obj}}
+
+
+BLOBS = bytes(56) + bytes(range(256)) * 2
+
+
+@pytest.mark.parametrize("m,slow", [
+    (one(), False),
+    (one(comps={"data": entry(offset=96)}), True),                        # misaligned
+    (one(comps={"data": entry(length=60)}), True),                        # wrong size
+    (one(comps={"data": entry(offset=0)}), True),                         # into header
+    (one(comps={"data": entry(length=1 << 40)}), True),                   # past the data
+    (one(comps={"data": entry(offset=(1 << 64) - 64)}), True),            # wraps around
+    (one(comps={"data": entry(dtype="f33")}), True),                      # unknown dtype
+    (one(comps={"data": entry(type="f8_e5m2")}), True),                   # needs u8
+    (one(comps={"data": entry(type="mystery")}), True),                   # unknown type
+    (one(comps={"data": entry(encoding="lz4")}), True),
+    (one(comps={"data": entry(digest="crc32c:0xZZ")}), True),
+    (one(comps={"data": entry(digest="sha256:" + "0" * 64)}), False),
+    (one(comps={"data": entry(uncompressed_length=64)}), False),           # raw, consistent
+    (one(comps={"data": entry(uncompressed_length=65)}), True),
+    (one(comps={"data": entry(encoding="zstd", uncompressed_length=64)}), False),
+    (one(comps={"data": entry(encoding="zstd")}), True),                   # 1.2 needs it
+    (one(comps={"data": entry(encoding="zstd")}, version="1.1.0"), False),  # from shape
+    (one(comps={"data": entry(encoding="zstd"), "aux": entry(offset=128, encoding="zstd")},
+         version="1.1.0"), True),                                          # not derivable
+    (one(comps={"data": entry(encoding="zstd", length=1, uncompressed_length=64)}), False),
+    (one(shape=(40000,), comps={"data": entry(dtype="u8", encoding="zstd", length=1,
+                                              uncompressed_length=40000)}), True),  # ratio
+    (one(comps={"data": entry(offset=-64)}), True),
+    (one(comps={"data": entry(offset=True)}), True),
+    (one(comps={"data": entry(offset=None)}), True),
+    (one(comps={"data": entry(offset=64.0)}), True),
+    (one(comps={"data": entry(type=None)}), True),
+    (one(comps={"data": entry(), "extra": entry(offset=128)}), False),
+    (one(comps={"data": entry(), "extra": entry(offset=96, length=64)}), True),  # overlaps
+    (one(comps={"values": entry()}), True),                               # dense w/o data
+    (one(comps={}), True),
+    (one(shape=(2 ** 62, 2)), True),
+    (one(shape=(-1, 4)), True),
+    (one(shape=[4.0, 4]), True),
+    (one(shape=(0, 1 << 62)), True),                                       # numpy refuses
+    (one(fmt="holographic"), True),                                        # generic: general
+    (one(fmt=""), True),
+    (one(version="2.0.0"), True),
+    (one(version="1.9.0"), False),
+    (one(version=1), True),
+    (one(attributes={"a": 1}), False),
+    (one(attributes={"a": {1: 2}}), True),
+    (one(attributes=None), True),
+    (one(extra_key={"ignored": [1, 2]}), False),
+    ({"version": "1.2.0", "objects": {}}, False),
+    ({"version": "1.2.0", "objects": {}, "attributes": {"f": "x"}, "zzz": 1}, False),
+    ({"version": "1.2.0", "objects": {"": one()["objects"]["x"]}}, True),
+    ({"version": "1.2.0"}, True),
+    ({"version": "1.2.0", "objects": []}, True),
+    ([1, 2], True),
+])
+def test_crafted_manifests_agree(m, slow):
+    taken, _ = assert_agree(v1_file(m, BLOBS))
+    assert taken == (not slow)
+
+
+def test_limits_agree():
+    data = v1_file(one(comps={"data": entry(encoding="zstd", length=64,
+                                            uncompressed_length=64)}), BLOBS)
+    for limits in (spec.Limits(max_component_size=63), spec.Limits(max_total_decompressed=63),
+                   spec.Limits(max_rank=1), spec.Limits(max_objects=0)):
+        taken, fast = assert_agree(data, limits)
+        assert not taken and fast[0] == "LimitError"
+
+
+def test_duplicates_go_the_general_way():
+    # a repeated key: cbor2 keeps the last value (in the first one's place)
+    head = cbor2.dumps("x") + cbor2.dumps(one()["objects"]["x"])
+    raw = (b"\xa2" + cbor2.dumps("version") + cbor2.dumps("1.2.0") + cbor2.dumps("objects")
+           + b"\xa2" + head + head)
+    taken, fast = assert_agree(v1_file(None, BLOBS, raw=raw))
+    assert not taken and len(fast[2]) == 1
+
+
+def test_invalid_utf8_anywhere_agrees():
+    raw = cbor2.dumps(one(extra_key="@@"))
+    raw = raw.replace(b"@@", b"\xed\xa0")  # a UTF-8-encoded surrogate half
+    taken, fast = assert_agree(v1_file(None, BLOBS, raw=raw))
+    assert not taken and fast[0] == "FormatError"
+
+
+# ------------------------------------------------------------------ property: any encoding
+WEIRD = st.sampled_from([0, 1, 63, 64, 128, 192, 1 << 63, (1 << 64) - 1, -1, True, None, 2.0,
+                         "", "f32", "zstd", "raw", "u8", "f8_e4m3fn", "complex64", "bf16",
+                         "float32", [], {}, [4], 2 ** 64, "crc32c:0x1"])
+
+
+@st.composite
+def manifests(draw):
+    def maybe(valid):
+        return draw(WEIRD) if draw(st.integers(0, 9)) == 0 else valid
+
+    objects = {}
+    offset = 64
+    for i in range(draw(st.integers(0, 4))):
+        rank = draw(st.integers(0, 3))
+        shape = [draw(st.integers(0, 4)) for _ in range(rank)]
+        dtype, itemsize = draw(st.sampled_from([("f32", 4), ("u8", 1), ("f16", 2),
+                                                ("bf16", 2), ("complex64", 8)]))
+        length = math.prod(shape) * itemsize
+        comp = {"dtype": maybe(dtype), "offset": maybe(offset), "length": maybe(length)}
+        if draw(st.booleans()):
+            comp["type"] = maybe(draw(st.sampled_from(["f8_e5m2", "complex64", "bf16"])))
+        if draw(st.booleans()):
+            comp["encoding"] = maybe("raw")
+        if draw(st.integers(0, 4)) == 0:
+            comp["uncompressed_length"] = maybe(length)
+        obj = {"shape": maybe(shape), "format": maybe("dense"), "components": {"data": comp}}
+        if draw(st.integers(0, 3)) == 0:
+            obj["attributes"] = maybe({"k": i})
+        name = draw(st.sampled_from([f"t{i}", "t0", "é", "x"]))
+        objects[name] = obj
+        offset += -(-max(length, 1) // 64) * 64
+    return {"version": maybe("1.2.0"), "objects": maybe(objects)}, offset
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(manifests(), st.data())
+def test_any_encoding_of_any_manifest_agrees(generated, data):
+    m, end = generated
+    raw = encode(m, lambda options: data.draw(st.sampled_from(options)))
+    assert_agree(v1_file(None, bytes(end), raw=raw))

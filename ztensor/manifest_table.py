@@ -1,0 +1,273 @@
+"""READ 2, the fast path: the manifest as tables, checked over columns, specs on demand.
+
+``csrc/manifest_scan.c`` reads the manifest shape every writer we know produces
+into flat uint64 tables: one row per object, one per component, plus the dims.
+Here every check :class:`ztensor.manifest.Checker` runs per object runs over the
+columns instead (alignment, bounds, sizes, limits, the dense rule, overlaps), and
+an object's :class:`ObjectSpec` is built when it is first asked for.  Objects of
+the other formats (sparse, quantized) and objects with attributes are checked one
+by one at open, by the same code the general path uses.
+
+The tables only ever *accept*: a manifest the scanner does not take, or any check
+here that fails, goes to ``manifest.py``'s general path (cbor2 + Checker), which
+then reports the first problem in manifest order.  So both paths give one verdict
+and one message, and a differential fuzz target (tools/fuzz) holds them to it.
+"""
+from __future__ import annotations
+
+import cbor2
+import numpy as np
+
+from ztensor import attributes as attrs
+from ztensor import dtypes, formats, kernels, spec
+from ztensor.errors import ZTensorError
+from ztensor.objects import ComponentSpec, ObjectSpec
+
+# columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component)
+(NAME_OFF, NAME_LEN, FORMAT, ATTRS_OFF, ATTRS_LEN, DIMS_START, RANK, COMPS_START, NCOMPS,
+ NUMEL, EXTENT_OK) = range(11)
+(ROLE_OFF, ROLE_LEN, ROLE, DTYPE, TYPE, OFFSET, LENGTH, ENCODING, ULEN, DIGEST_OFF,
+ DIGEST_LEN, OBJECT) = range(12)
+NONE = (1 << 64) - 1
+
+FORMATS = tuple(formats.HANDLERS)
+DENSE = FORMATS.index("dense")
+DTYPE_WORDS = tuple(dtypes.STORAGE) + tuple(dtypes.V11_DTYPE_ALIASES)
+TYPE_WORDS = tuple(dtypes.LOGICAL) + tuple(dtypes.TYPE_ALIASES)
+ENCODINGS = ("raw", "zstd")
+ROLES = ("data",)
+VOCABULARIES = (FORMATS, DTYPE_WORDS, TYPE_WORDS, ENCODINGS, ROLES)
+# objects with more components are rare and checked the general way (the scanner's
+# duplicate-role check is quadratic in this)
+MAX_COMPONENTS = 64
+
+
+def _resolve(dtype_word, type_word):
+    """(storage, logical type, bytes per logical element) for a component's dtype and
+    type words, as Checker.component_spec resolves them; None if it would refuse."""
+    if dtype_word in dtypes.STORAGE:
+        storage, ltype = dtype_word, type_word
+    else:  # v1.1 dtypes that are really logical types
+        storage, alias_type = dtypes.V11_DTYPE_ALIASES[dtype_word]
+        ltype = type_word or alias_type
+    if ltype is not None:
+        ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
+        known = dtypes.LOGICAL.get(ltype)
+        if known is not None and known.storage != storage:
+            return None
+    return storage, ltype, dtypes.STORAGE[storage].itemsize * dtypes.element_ratio(storage, ltype)
+
+
+# (dtype index, type index or len(TYPE_WORDS) for none) -> resolved, and its item size
+# as a lookup array (0: refused)
+_RESOLVED = {(d, t): _resolve(dw, TYPE_WORDS[t] if t < len(TYPE_WORDS) else None)
+             for d, dw in enumerate(DTYPE_WORDS) for t in range(len(TYPE_WORDS) + 1)}
+_ITEMSIZE = np.zeros((len(DTYPE_WORDS), len(TYPE_WORDS) + 1), np.uint64)
+for (_d, _t), _r in _RESOLVED.items():
+    _ITEMSIZE[_d, _t] = 0 if _r is None else _r[2]
+
+
+class _Slow(Exception):
+    """This manifest goes the general way (which reports any problem in full)."""
+
+
+def decode(raw, footer, path, limits, max_depth):
+    """A :class:`ztensor.manifest.Manifest` read through the tables, or None when the
+    manifest must take the general path."""
+    from ztensor.manifest import Checker, Manifest
+
+    if footer.family == 0 or not hasattr(kernels, "manifest_scan"):
+        return None  # v0.1 is another shape; the numpy fallback has no scanner
+    raw = bytes(raw)
+    scanned = kernels.manifest_scan(raw, VOCABULARIES, max_depth, MAX_COMPONENTS)
+    if scanned[0] is None:
+        return None
+    (version_off, version_len), (attrs_off, attrs_len), objects, comps, dims = scanned
+    try:
+        version = raw[version_off:version_off + version_len].decode("utf-8")
+        parsed = spec.parse_version(version)
+        if parsed is None or parsed[0] != 1:
+            raise _Slow
+        info = spec.version_info(*parsed)
+        file_attributes = _attributes(raw, attrs_off, attrs_len, "file attributes", path)
+        if len(objects) > limits.max_objects:
+            raise _Slow
+        names = kernels.decode_spans(raw, objects[:, NAME_OFF], objects[:, NAME_LEN])
+        index = dict(zip(names, range(len(names))))
+        if len(index) != len(names):
+            raise _Slow  # a repeated name: cbor2 keeps the last entry, in the first's place
+        checker = Checker(path, info, footer.manifest_offset, limits)
+        _derive_sizes(objects, comps, info)
+        _check_components(raw, comps, checker)
+        specs = TableSpecs(raw, names, index, objects, comps, dims)
+        _check_objects(specs, checker)
+        _check_disjoint(comps)
+    except (_Slow, ZTensorError, cbor2.CBORDecodeError):
+        return None
+    return Manifest(version, file_attributes, specs)
+
+
+def _attributes(raw, off, length, what, path, name=None):
+    if not length:
+        return {}
+    value = cbor2.loads(raw[off:off + length])
+    return attrs.check_optional_map(value, what, path=path, obj=name)
+
+
+def _derive_sizes(objects, comps, info):
+    """v1.1 zstd components may omit uncompressed_length: a dense object's data then
+    decodes to its shape's bytes (formats/dense.py), written into the table as the
+    general path writes it into the spec; any other component goes the general way."""
+    missing = np.flatnonzero((comps[:, ENCODING] == ENCODINGS.index("zstd"))
+                             & (comps[:, ULEN] == NONE))
+    if not len(missing):
+        return
+    owners = comps[missing, OBJECT].astype(np.int64)
+    if (info.requires_uncompressed_length
+            or (objects[owners, FORMAT] != DENSE).any()
+            or (comps[missing, ROLE] != ROLES.index("data")).any()
+            or not objects[owners, EXTENT_OK].all()):
+        raise _Slow
+    comps[missing, ULEN] = objects[owners, NUMEL] * _itemsizes(comps[missing])
+
+
+def _itemsizes(rows):
+    """Bytes per logical element of each component row (0: a dtype/type pair the
+    general path refuses)."""
+    ctype = rows[:, TYPE]
+    return _ITEMSIZE[rows[:, DTYPE], np.where(ctype == NONE, len(TYPE_WORDS), ctype)]
+
+
+def _check_components(raw, comps, checker):
+    """Checker.component_spec over the component table."""
+    limits = checker.limits
+    itemsize = _itemsizes(comps)
+    offset, length, ulen = comps[:, OFFSET], comps[:, LENGTH], comps[:, ULEN]
+    data_end = np.uint64(checker.data_end)
+    if (not itemsize.all() or (offset % spec.ALIGNMENT).any()
+            or (offset < spec.MAGIC_SIZE).any() or (offset > data_end).any()
+            or (length > data_end - offset).any()):
+        raise _Slow
+    raw_enc = comps[:, ENCODING] == ENCODINGS.index("raw")
+    if ((raw_enc & (ulen != NONE) & (ulen != length)).any()
+            or (raw_enc & (length % itemsize != 0)).any()):
+        raise _Slow
+    zstd = ~raw_enc
+    if zstd.any():
+        z_ulen, z_length = ulen[zstd], length[zstd]
+        if (z_ulen > limits.max_component_size).any():
+            raise _Slow
+        if len(z_ulen) * limits.max_component_size < (1 << 64):
+            total = int(z_ulen.sum())  # exact: no uint64 overflow is possible
+        else:
+            total = sum(int(u) for u in z_ulen)
+        if total > limits.max_total_decompressed:
+            raise _Slow
+        ratio = np.uint64(spec.ZSTD_MAX_RATIO)
+        whole, part = z_ulen // ratio, z_ulen % ratio  # ulen <= length * ratio, no overflow
+        if ((whole > z_length) | ((whole == z_length) & (part != 0))).any():
+            raise _Slow
+        if (z_ulen % itemsize[zstd] != 0).any():
+            raise _Slow
+    for row in np.flatnonzero(comps[:, DIGEST_OFF]).tolist():
+        off, n = int(comps[row, DIGEST_OFF]), int(comps[row, DIGEST_LEN])
+        checker.check_digest(None, None, raw[off:off + n].decode("utf-8"))
+
+
+def _check_objects(specs, checker):
+    """Checker.object_spec's rules over the object table: rank, the dense rule over
+    columns; objects of other formats and objects with attributes one by one."""
+    objects, comps = specs.objects, specs.comps
+    if (objects[:, RANK] > checker.limits.max_rank).any():
+        raise _Slow
+    dense = objects[:, FORMAT] == DENSE
+    if dense.any():
+        # formats/dense.py's check_entry over columns: the shape's bytes fit in memory,
+        # a 'data' component holds exactly shape x element size bytes (decoded)
+        data_rows = np.flatnonzero(comps[:, ROLE] == ROLES.index("data"))
+        data_of = np.full(len(objects), -1, np.int64)
+        data_of[comps[data_rows, OBJECT].astype(np.int64)] = data_rows
+        rows = data_of[dense]
+        if (rows < 0).any() or not objects[dense, EXTENT_OK].all():
+            raise _Slow
+        data = comps[rows]
+        expected = objects[dense, NUMEL] * _itemsizes(data)  # < 2**63: extent_ok bounds it
+        decoded = np.where(data[:, ENCODING] == ENCODINGS.index("raw"), data[:, LENGTH],
+                           data[:, ULEN])
+        if (decoded != expected).any():
+            raise _Slow
+    # the rest, one by one with the general path's code (and attributes decoded once)
+    special = np.flatnonzero(~dense | (objects[:, ATTRS_LEN] != 0)).tolist()
+    for row in special:
+        obj = specs.build(row, checker)
+        if not dense[row]:
+            formats.handler(obj.format).check_entry(checker, obj.name, obj.shape,
+                                                    obj.components)
+
+
+def _check_disjoint(comps):
+    """manifest._check_disjoint over columns: sorted by start, no component may begin
+    before the one before it ends (empty components occupy nothing)."""
+    used = comps[:, LENGTH] != 0
+    start = comps[used, OFFSET]
+    order = np.argsort(start, kind="stable")
+    start = start[order]
+    end = start + comps[used, LENGTH][order]
+    if (start[1:] < end[:-1]).any():
+        raise _Slow
+
+
+class TableSpecs:
+    """name -> :class:`ObjectSpec` in manifest order, each built from the tables on
+    first access and kept."""
+
+    def __init__(self, raw, names, index, objects, comps, dims):
+        self.raw = raw
+        self.names = names
+        self.index = index
+        self.objects = objects
+        self.comps = comps
+        self.dims = dims
+        self.built = {}  # row -> ObjectSpec
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+    def __contains__(self, name):
+        return name in self.index
+
+    def get(self, name):
+        row = self.index.get(name)
+        if row is None:
+            return None
+        found = self.built.get(row)
+        return found if found is not None else self.build(row)
+
+    def build(self, row, checker=None):
+        """The spec of object ``row`` (attributes checked through ``checker``'s path)."""
+        found = self.built.get(row)
+        if found is not None:
+            return found
+        raw = self.raw
+        o = self.objects[row].tolist()
+        name = self.names[row]
+        shape = self.dims[o[DIMS_START]:o[DIMS_START] + o[RANK]].tolist()
+        components = {}
+        for c in self.comps[o[COMPS_START]:o[COMPS_START] + o[NCOMPS]].tolist():
+            role = raw[c[ROLE_OFF]:c[ROLE_OFF] + c[ROLE_LEN]].decode("utf-8")
+            storage, ltype, _ = _RESOLVED[c[DTYPE], len(TYPE_WORDS) if c[TYPE] == NONE
+                                          else c[TYPE]]
+            encoding = ENCODINGS[c[ENCODING]]
+            digest = (raw[c[DIGEST_OFF]:c[DIGEST_OFF] + c[DIGEST_LEN]].decode("utf-8")
+                      if c[DIGEST_OFF] else None)
+            components[role] = ComponentSpec(role, storage, ltype, c[OFFSET], c[LENGTH],
+                                             encoding, None if encoding == "raw" else c[ULEN],
+                                             digest)
+        path = checker.path if checker is not None else None
+        attributes = _attributes(raw, o[ATTRS_OFF], o[ATTRS_LEN], "attributes", path, name)
+        spec_ = ObjectSpec(name, shape, FORMATS[o[FORMAT]], attributes, components)
+        self.built[row] = spec_
+        return spec_
