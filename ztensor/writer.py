@@ -7,6 +7,7 @@ name only ever holds a complete file.
 """
 from __future__ import annotations
 
+import builtins
 import os
 import secrets
 import stat
@@ -23,6 +24,22 @@ from ztensor.manifest import Checker, gc_paused, encode_manifest
 from ztensor import formats
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
+
+def _plain_storage():
+    """numpy dtype -> storage for arrays written as they are: a spec primitive with no
+    logical type, whose bytes are already little-endian on this host."""
+    out = {}
+    for code in ("f8", "f4", "f2", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "?"):
+        for order in "<>=|":
+            dtype = np.dtype(code).newbyteorder(order) if order != "|" else np.dtype(code)
+            found = dtypes.spec_types_for(dtype)
+            if found is not None and found[1] is None and dtypes.swap_width(dtype) == 0:
+                out[dtype] = found[0]
+    return out
+
+
+_PLAIN_STORAGE = _plain_storage()
+
 
 class Writer:
     """Write a zTensor v1.2 file.
@@ -103,9 +120,39 @@ class Writer:
         WriteError
             The file could not be written; the writer is then abandoned.
         """
+        if (compress is None or compress is False) and checksum is None and not attributes \
+                and type is None and self._write_plain(name, array):
+            return
         arr, types = _encode_as(np.asarray(array), type, saturate)
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
                            checksum)
+
+    def _write_plain(self, name, array) -> bool:
+        """The common case (a C-contiguous numpy array of a plain dtype whose bytes are
+        already little-endian, stored raw) in few steps; False leaves it to the
+        general path.  manifest.Checker is not run: for such an array every rule it
+        checks holds by construction (data holds shape x itemsize bytes, the rank is
+        numpy's, at most 64, the offset is aligned and in bounds), and a test holds
+        this path to the general one's bytes."""
+        if builtins.type(array) is not np.ndarray or not array.flags.c_contiguous:
+            return False
+        storage = _PLAIN_STORAGE.get(array.dtype)
+        if storage is None:
+            return False
+        self._require_open()
+        self._check_name(name)
+        blobs = self._blobs
+        try:
+            blobs.pad(spec.ALIGNMENT)
+            offset = blobs.pos
+            blobs.write(array.reshape(-1).view(np.uint8))
+        except BaseException:
+            self.abort()
+            self._state = "failed"
+            raise
+        self._objects[name] = ObjectSpec(name, array.shape, "dense", {}, {
+            "data": ComponentSpec("data", storage, None, offset, array.nbytes)})
+        return True
 
     def __enter__(self) -> "Writer":
         return self
