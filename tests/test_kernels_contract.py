@@ -38,14 +38,28 @@ def outcomes(call):
     lambda k: k.unpack_codes(U8[:4], 16, 4, np.zeros(16, np.uint8)),
     lambda k: k.bf16_decode(U8[:3], np.zeros(6, np.uint8)),
     lambda k: k.cbor_scan(b"\xa0", 0),
+    lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [60], [0], [8]),
+    lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0], [4], [8]),
+    lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [(1 << 64) - 1], [0], [2]),
+    lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0, 1], [0], [1]),
 ], ids=["bswap-width-3", "bswap-negative", "bswap-lengths", "fp8-kind-9", "fp8-to-bf16",
-        "fp8-src-type-7", "unpack-bits-3", "unpack-short", "bf16-odd", "cbor-depth-0"])
+        "fp8-src-type-7", "unpack-bits-3", "unpack-short", "bf16-odd", "cbor-depth-0",
+        "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts"])
 def test_bad_calls_raise_the_same_error_on_both_backends(call):
     seen = outcomes(call)
     assert all(t is ztensor.KernelArgumentError for t, _ in seen), seen
     assert len({m for _, m in seen}) == 1, seen
     assert issubclass(ztensor.KernelArgumentError, ValueError)
     assert issubclass(ztensor.KernelArgumentError, ztensor.ZTensorError)
+
+
+def test_copy_spans_copies_on_both_backends():
+    src = np.arange(64, dtype=np.uint8)
+    for impl in IMPLS:
+        dst = np.zeros(16, np.uint8)
+        impl.copy_spans(src, dst, np.array([10, 0, 63], np.uint64),
+                        np.array([0, 8, 15], np.uint64), np.array([5, 3, 1], np.uint64))
+        assert dst.tolist() == [10, 11, 12, 13, 14, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 63]
 
 
 def dequant_args(**over):

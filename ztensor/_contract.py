@@ -36,6 +36,24 @@ def bswap(n_src: int, n_dst: int, width: int) -> None:
         fail("bswap", "buffers must have equal length, a multiple of width")
 
 
+def copy_spans(src_size: int, dst_size: int, src_offsets, dst_offsets, lengths):
+    """The three span columns as contiguous uint64 arrays, checked."""
+    import numpy as np
+
+    try:
+        src_offsets, dst_offsets, lengths = (np.ascontiguousarray(a, np.uint64)
+                                             for a in (src_offsets, dst_offsets, lengths))
+    except (TypeError, ValueError, OverflowError):
+        fail("copy_spans", "offsets and lengths must be unsigned 64-bit integers")
+    if not src_offsets.shape == dst_offsets.shape == lengths.shape or lengths.ndim != 1:
+        fail("copy_spans", "offsets and lengths must be 1-D and of one length")
+    for offsets, size in ((src_offsets, src_size), (dst_offsets, dst_size)):
+        size = np.uint64(size)
+        if (offsets > size).any() or (lengths > size - np.minimum(offsets, size)).any():
+            fail("copy_spans", "a span runs past its buffer")
+    return src_offsets, dst_offsets, lengths
+
+
 def float_type(kernel: str, code: int, allow_bf16: bool = True) -> int:
     if code not in (0, 1, 2) or (code == 2 and not allow_bf16):
         fail(kernel, f"unknown float type code {code}")

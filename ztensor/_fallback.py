@@ -61,6 +61,16 @@ def bswap(src, dst, width):
         dst[start:start + step].view(_UINT[width])[...] = part.byteswap()
 
 
+def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
+    """dst[d:d+n] = src[s:s+n] for each span."""
+    src = np.frombuffer(src, np.uint8)
+    dst = np.frombuffer(dst, np.uint8)
+    src_offsets, dst_offsets, lengths = _contract.copy_spans(src.size, dst.size, src_offsets,
+                                                             dst_offsets, lengths)
+    for s, d, n in zip(src_offsets.tolist(), dst_offsets.tolist(), lengths.tolist()):
+        dst[d:d + n] = src[s:s + n]
+
+
 # ------------------------------------------------------------------- crc32c
 def _crc_table():
     poly = 0x82F63B78

@@ -26,7 +26,7 @@ def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optio
     """checkpoint name -> (object name, GPTQ role or None), in file order."""
     out: Dict[str, Tuple[str, Optional[str]]] = {}
     for name in reader.keys():
-        fmt = reader.metadata(name).format
+        fmt = reader._format_of(name)
         if fmt == "dense" or (fmt == "quantized_group" and dequantize):
             out[name] = (name, None)
         elif fmt == "quantized_group":

@@ -36,6 +36,7 @@ cbor_scan = _impl.cbor_scan
 if backend == "c":  # the numpy fallback decodes every manifest the general way
     manifest_scan = _impl.manifest_scan
     decode_spans = _impl.decode_spans
+copy_spans = _impl.copy_spans
 
 # codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py)
 F32: int = 0
@@ -47,4 +48,4 @@ FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
            "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
-           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan"]
+           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "copy_spans"]

@@ -69,6 +69,15 @@ class Manifest:
         """The ObjectSpec of ``name``, or None."""
         return self._specs.get(name)
 
+    def format_of(self, name):
+        """The ``format`` of object ``name`` (without building its spec when the
+        manifest came through the tables), or None."""
+        of = getattr(self._specs, "format_of", None)
+        if of is not None:
+            return of(name)
+        found = self._specs.get(name)
+        return None if found is None else found.format
+
 
 # ------------------------------------------------------------------ decoding
 def decode_manifest(raw, footer, *, path, limits) -> Manifest:

@@ -67,6 +67,14 @@ for (_d, _t), _r in _RESOLVED.items():
     _ITEMSIZE[_d, _t] = 0 if _r is None else _r[2]
 
 
+# dtype index -> numpy dtype of a plain view (None: never one: bf16, v1.1 aliases of
+# logical types, and multi-byte types on big-endian hosts, which need a swap)
+_VIEW_DTYPES = [dtypes.STORAGE[w].numpy if w in dtypes.STORAGE and w != "bf16"
+                and (dtypes.STORAGE[w].numpy.isnative or dtypes.STORAGE[w].itemsize == 1)
+                else None for w in DTYPE_WORDS]
+_VIEWABLE = np.array([d is not None for d in _VIEW_DTYPES])
+
+
 class _Slow(Exception):
     """This manifest goes the general way (which reports any problem in full)."""
 
@@ -229,6 +237,7 @@ class TableSpecs:
         self.comps = comps
         self.dims = dims
         self.built = {}  # row -> ObjectSpec
+        self._plain = None
 
     def __iter__(self):
         return iter(self.names)
@@ -245,6 +254,35 @@ class TableSpecs:
             return None
         found = self.built.get(row)
         return found if found is not None else self.build(row)
+
+    def format_of(self, name):
+        row = self.index.get(name)
+        return None if row is None else FORMATS[int(self.objects[row, FORMAT])]
+
+    def plain_views(self, rows):
+        """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the
+        plain raw views among them, and the mask of which rows those are.  Column form
+        of formats/dense.py's view_plan (dense, raw, no logical type, not bf16, bytes
+        already in host order); a test holds the two to the same answers."""
+        if self._plain is None:
+            objects, comps = self.objects, self.comps
+            data_of = np.full(len(objects), -1, np.int64)
+            data_rows = np.flatnonzero(comps[:, ROLE] == ROLES.index("data"))
+            data_of[comps[data_rows, OBJECT].astype(np.int64)] = data_rows
+            safe = np.maximum(data_of, 0)
+            plain = ((objects[:, FORMAT] == DENSE) & (data_of >= 0)
+                     & (comps[safe, ENCODING] == ENCODINGS.index("raw"))
+                     & (comps[safe, TYPE] == NONE) & _VIEWABLE[comps[safe, DTYPE]])
+            self._plain = np.where(plain, data_of, -1)
+        comp_rows = self._plain[rows]
+        mask = comp_rows >= 0
+        chosen = self.comps[comp_rows[mask]]
+        dtypes_ = [_VIEW_DTYPES[code] for code in chosen[:, DTYPE].tolist()]
+        obj = self.objects[rows[mask]]
+        dims = self.dims
+        shapes = [tuple(dims[start:start + rank].tolist())
+                  for start, rank in zip(obj[:, DIMS_START].tolist(), obj[:, RANK].tolist())]
+        return dtypes_, chosen[:, OFFSET], chosen[:, LENGTH], shapes, mask
 
     def build(self, row, checker=None):
         """The spec of object ``row`` (attributes checked through ``checker``'s path)."""

@@ -45,18 +45,27 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
             w.write_numpy(name, array, compress=compression, checksum=checksum)
 
 
-def load_file(filename, *, copy: bool = False, dequantize: bool = False
-              ) -> Dict[str, np.ndarray]:
+def load_file(filename, *, copy: bool = False, dequantize: bool = False,
+              threads: Optional[int] = None) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
-    read-only views of the memory-mapped file (they keep it mapped).
+    read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
+    owned arrays, copied in ``threads`` threads (default: every core).
 
     Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
     ``dequantize=True`` (ztensor/checkpoint.py)."""
     from ztensor import checkpoint
     with Reader(filename) as r:
-        return {key: checkpoint.array(r, name, role, copy=copy)
-                for key, (name, role) in checkpoint.entries(r, dequantize).items()}
+        entries = checkpoint.entries(r, dequantize)
+        if copy:  # the plain objects in one batch (ztensor/batch.py)
+            plain = [name for name, role in entries.values()
+                     if role is None and r._format_of(name) == "dense"]
+            owned = r.read_numpy(plain, copy=True, threads=threads)
+        else:
+            owned = {}
+        return {key: owned[name] if role is None and name in owned
+                else checkpoint.array(r, name, role, copy=copy)
+                for key, (name, role) in entries.items()}
 
 
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,

@@ -151,16 +151,24 @@ class Reader:
             raise ObjectNotFoundError("no such object", path=self.path, obj=name)
         return found
 
+    def _format_of(self, name: str) -> str:
+        """metadata(name).format, without building the spec where the manifest can."""
+        found = self._manifest.format_of(name) if isinstance(name, str) else None
+        if found is None:
+            raise ObjectNotFoundError("no such object", path=self.path, obj=name)
+        return found
+
     # ------------------------------------------------------------ reading
     @overload
-    def read_numpy(self, name: str, *, copy: bool = ..., dtype: Any = ...) -> np.ndarray: ...
+    def read_numpy(self, name: str, *, copy: bool = ..., dtype: Any = ...,
+                   threads: Optional[int] = ...) -> np.ndarray: ...
 
     @overload
-    def read_numpy(self, name: List[str], *, copy: bool = ...,
-                   dtype: Any = ...) -> Dict[str, np.ndarray]: ...
+    def read_numpy(self, name: List[str], *, copy: bool = ..., dtype: Any = ...,
+                   threads: Optional[int] = ...) -> Dict[str, np.ndarray]: ...
 
     @_memory_is_a_limit
-    def read_numpy(self, name, *, copy=False, dtype=None):
+    def read_numpy(self, name, *, copy=False, dtype=None, threads=None):
         """A dense object as a numpy array of its logical shape and dtype.
 
         Parameters
@@ -176,6 +184,10 @@ class Reader:
             Convert to this dtype.  bf16 and FP8 objects are decoded by the C kernels
             straight to float32 or float16 (exact; no ml_dtypes needed); other
             objects go through ``astype``.
+        threads : int, optional
+            For a list with ``copy=True``: copy in this many threads (default: every
+            core this process may use).  Small objects then share one allocation,
+            each a separate writable view of it (ztensor/batch.py).
 
         Returns
         -------
@@ -184,6 +196,9 @@ class Reader:
             when ml_dtypes is not installed; complex types as numpy complex.
         """
         if isinstance(name, list):  # as the reference: several names -> dict
+            if copy and dtype is None:
+                from ztensor import batch
+                return batch.read_owned(self, name, threads)
             return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
             return self._read_converted(name, np.dtype(dtype))
@@ -303,10 +318,11 @@ class Reader:
         return arr.reshape(obj.shape)
 
     # ------------------------------------------------------------ the reference's calls
-    def read_tensors(self, names: List[str], *, copy: bool = False) -> Dict[str, np.ndarray]:
+    def read_tensors(self, names: List[str], *, copy: bool = False,
+                     threads: Optional[int] = None) -> Dict[str, np.ndarray]:
         """name -> array for several dense objects (the reference's name for
         ``read_numpy(list)``)."""
-        return self.read_numpy(list(names), copy=copy)
+        return self.read_numpy(list(names), copy=copy, threads=threads)
 
     @_memory_is_a_limit
     def read_torch(self, name: Any, *, copy: bool = False, device: Any = "cpu") -> Any:
@@ -324,21 +340,21 @@ class Reader:
         return object_to_torch(self, name, copy=copy, device=device)
 
     @_memory_is_a_limit
-    def read_into(self, name: Any, dst: Any = None) -> None:
+    def read_into(self, name: Any, dst: Any = None, *, threads: Optional[int] = None) -> None:
         """Decode (or copy) a dense object straight into ``dst``: a numpy array or a
         torch tensor of the object's shape and element type (bf16/float8 as torch's
         dtypes, ml_dtypes' or their uint16/uint8 bits).  zstd data is decoded into
         ``dst``'s own memory when it is contiguous: no intermediate array.  A dict
-        ``{name: dst}`` fills several, in file order.
+        ``{name: dst}`` fills several, in ``threads`` threads (default: every core;
+        copies and zstd decoding release the GIL).
 
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
         match the object."""
-        from ztensor import into
+        from ztensor import batch, into
         if isinstance(name, dict):
             order = sorted(name, key=lambda n: min((c.offset for c in self.metadata(n)
                                                     .components.values()), default=0))
-            for n in order:
-                into.read_into(self, n, name[n])
+            batch.each(lambda n: into.read_into(self, n, name[n]), order, threads)
             return
         if dst is None:
             raise TypeError("read_into(name, dst): dst is required when name is a str")

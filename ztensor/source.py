@@ -154,6 +154,12 @@ class Source:
             return np.frombuffer(self._map if self._map is not None else self._view,
                                  dtype, count, offset)
 
+    def all_bytes(self) -> np.ndarray:
+        """The whole mapped file as a read-only uint8 array (mapped sources only)."""
+        with self._lock:
+            self._require_open()
+            return np.frombuffer(self._map if self._map is not None else self._view, np.uint8)
+
     def _require_open(self):
         if self._closed:
             raise ClosedError("reader is closed", path=self.name)

@@ -1,0 +1,145 @@
+"""READ 6: many dense objects at once, into owned arrays, copied in parallel threads.
+
+``Reader.read_numpy([names], copy=True)`` (and ``read_tensors``, ``load_file``)
+come here.  Reading object by object pays Python work per object and copies one
+after another; here the plain raw objects (dense.view_plan's rule) are planned in
+one pass, small ones share one allocation (each array a separate, writable view of
+it, as safetensors' numpy loader hands out), large ones get their own, and the
+copies run in ``threads`` threads with the GIL released: copying into fresh pages
+is bound by page faults, which proceed in parallel.  Everything else (zstd, logical
+types, byte swaps, ``verify=True``, unmapped sources) takes the per-object path.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ztensor import kernels
+from ztensor.formats import dense
+
+# objects below this share one allocation; larger ones get their own (so that freeing
+# one frees its memory) and are copied in pieces of _PIECE, spread over the threads
+_SHARED_BELOW = 1 << 20
+_PIECE = 16 << 20
+_ALIGN = 64
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def read_owned(reader, names, threads=None):
+    """name -> owned native array for ``names`` (dense objects), in order."""
+    threads = default_threads() if threads is None else int(threads)
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    plans = {}
+    if reader._source.mapped and not reader._verify and reader._foreign is None:
+        plans = _plan(reader, names)
+    out = _copy_planned(reader, plans, threads) if plans else {}
+    return {name: out[name] if name in out else reader.read_numpy(name, copy=True)
+            for name in names}
+
+
+def _plan(reader, names):
+    """name -> ((storage dtype, count, offset), shape) for the plain raw objects."""
+    from ztensor.manifest_table import TableSpecs
+
+    specs = reader._manifest._specs
+    if isinstance(specs, TableSpecs):  # over columns: no spec built per object
+        found = [n for n in dict.fromkeys(names) if n in specs.index]
+        rows = np.fromiter((specs.index[n] for n in found), np.int64, len(found))
+        storage, offsets, lengths, shapes, mask = specs.plain_views(rows)
+        chosen = [n for n, ok in zip(found, mask.tolist()) if ok]
+        return {n: ((dt, ln // dt.itemsize, off), shape) for n, dt, off, ln, shape in
+                zip(chosen, storage, offsets.tolist(), lengths.tolist(), shapes)}
+    plans = {}
+    for name in names:
+        if name in plans or name not in reader:
+            continue  # a missing name raises in the per-object path, in order
+        obj = reader.metadata(name)
+        plan = obj.plan
+        if plan is None:
+            plan = obj.plan = dense.view_plan(obj)
+        if plan:
+            plans[name] = (plan, obj.shape)
+    return plans
+
+
+def _copy_planned(reader, plans, threads):
+    src = reader._source.all_bytes()
+    names = list(plans)
+    nbytes = [count * storage.itemsize for (storage, count, _), _ in plans.values()]
+    offsets = [offset for (_, _, offset), _ in plans.values()]
+    small = [n < _SHARED_BELOW for n in nbytes]
+    padded = np.array([-(-n // _ALIGN) * _ALIGN if s else 0 for n, s in zip(nbytes, small)],
+                      np.uint64)
+    at = (np.cumsum(padded) - padded).tolist()
+    shared = np.empty(int(padded.sum()), np.uint8)
+    out, jobs = {}, []
+    small_spans = ([], [], [])
+    for name, n, offset, is_small, where in zip(names, nbytes, offsets, small, at):
+        (storage, _, _), shape = plans[name]
+        if is_small:
+            out[name] = np.ndarray(shape, storage, shared, where)
+            small_spans[0].append(offset)
+            small_spans[1].append(where)
+            small_spans[2].append(n)
+            continue
+        dst = np.empty(n, np.uint8)
+        out[name] = dst.view(storage).reshape(shape)
+        for start in range(0, n, _PIECE):
+            jobs.append((dst, [offset + start], [start], [min(_PIECE, n - start)]))
+    jobs.extend(_split(shared, small_spans, threads))
+    _run(src, jobs, threads)
+    return out
+
+
+def _split(dst, spans, parts):
+    """The small spans as ``parts`` jobs of about equal bytes."""
+    src_offsets, dst_offsets, lengths = (np.asarray(a, np.uint64) for a in spans)
+    if not len(lengths):
+        return []
+    cuts = np.searchsorted(np.cumsum(lengths), np.arange(1, parts) * (lengths.sum() / parts))
+    return [(dst, s, d, n) for s, d, n in zip(np.split(src_offsets, cuts),
+                                              np.split(dst_offsets, cuts),
+                                              np.split(lengths, cuts)) if len(n)]
+
+
+def each(fn, items, threads=None):
+    """fn(item) for every item, in ``threads`` threads; the first error is raised
+    (after the others finish), as a sequential loop would raise it."""
+    threads = default_threads() if threads is None else int(threads)
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    items = list(items)
+    if threads == 1 or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    for future in futures:
+        future.result()
+
+
+def _run(src, jobs, threads):
+    def one(job):
+        dst, s, d, n = job
+        kernels.copy_spans(src, dst, np.asarray(s, np.uint64), np.asarray(d, np.uint64),
+                           np.asarray(n, np.uint64))
+
+    if threads == 1 or len(jobs) < 2:
+        for job in jobs:
+            one(job)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        list(pool.map(one, jobs))
+
+
+__all__ = ["read_owned", "each", "default_threads"]
