@@ -103,3 +103,7 @@ cdef extern from "manifest_scan.h":
                                zt_mf_object *objects, size_t cap_objects,
                                zt_mf_component *components, size_t cap_components,
                                uint64_t *dims, size_t cap_dims, zt_mf_result *out) nogil
+
+cdef extern from "zt_simd.h":
+    int zt_use_avx2()
+    int zt_simd_enable(int on)

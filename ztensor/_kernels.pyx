@@ -268,6 +268,17 @@ def copy_spans(const uint8_t[::1] src, uint8_t[::1] dst, src_offsets, dst_offset
                 memcpy(dp + d[i], sp + s[i], n[i])
 
 
+def set_simd(bint on):
+    """Allow (True) or forbid (False) the hand-written AVX2 paths; returns the old
+    setting.  Tests and benchmarks run the portable loops on the same machine."""
+    return bool(zt_simd_enable(on))
+
+
+def avx2_active():
+    """True when the hand-written AVX2 paths run (x86-64 CPU with AVX2, allowed)."""
+    return bool(zt_use_avx2())
+
+
 # ------------------------------------------------------------------ conversions
 def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, kind, dst_type):
     """FP8 codes -> float32 (dst_type 0) or float16 bits (1); dst holds the bytes."""

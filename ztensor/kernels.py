@@ -37,6 +37,9 @@ if backend == "c":  # the numpy fallback decodes every manifest the general way
     manifest_scan = _impl.manifest_scan
     decode_spans = _impl.decode_spans
 copy_spans = _impl.copy_spans
+# the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
+set_simd = getattr(_impl, "set_simd", lambda on: False)
+avx2_active = getattr(_impl, "avx2_active", lambda: False)
 
 # codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py)
 F32: int = 0
