@@ -24,8 +24,8 @@ typedef struct {
     const uint8_t *buf;
     size_t len, pos;
     const zt_mf_config *cfg;
-    zt_mf_object *objects;        /* NULL: count only */
-    zt_mf_component *components;
+    uint64_t *objects;            /* column-major tables; NULL: count only */
+    uint64_t *components;
     uint64_t *dims;
     size_t nobj, ncomp, ndims;
     size_t cap_obj, cap_comp, cap_dims;
@@ -38,6 +38,16 @@ typedef struct {
 } head;
 
 #define SLOW(s, text) ((s)->why = (text), -1)
+
+/* Row `row` of a column-major table: field f of every row is contiguous, so the
+ * checks over one column read only that column. */
+static void put_row(uint64_t *table, size_t cap, size_t row, const void *record,
+                    size_t fields) {
+    uint64_t v[ZT_MF_COMPONENT_FIELDS > ZT_MF_OBJECT_FIELDS ? ZT_MF_COMPONENT_FIELDS
+                                                            : ZT_MF_OBJECT_FIELDS];
+    memcpy(v, record, fields * sizeof(uint64_t));
+    for (size_t f = 0; f < fields; f++) table[f * cap + row] = v[f];
+}
 
 /* The head at s->pos; -1 (slow) when the bytes end or the head is reserved. */
 static int read_head(scanner *s, head *h) {
@@ -273,7 +283,7 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
     if ((seen & (1 | 4 | 8)) != (1 | 4 | 8)) return SLOW(s, "a component without dtype, offset or length");
     if (s->components != NULL) {
         if (s->ncomp >= s->cap_comp) return SLOW(s, "more components than counted");
-        s->components[s->ncomp] = c;
+        put_row(s->components, s->cap_comp, s->ncomp, &c, ZT_MF_COMPONENT_FIELDS);
     }
     s->ncomp++;
     return 0;
@@ -360,9 +370,9 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
                 if (s->ncomp - o.comps_start >= s->cfg->max_components)
                     return SLOW(s, "more components in one object than the fast path takes");
                 if (s->components != NULL) {  /* a repeated role: cbor2 keeps the last */
+                    const uint64_t *offs = s->components, *lens = s->components + s->cap_comp;
                     for (size_t k = (size_t)o.comps_start; k < s->ncomp; k++)
-                        if (s->components[k].role_len == rn &&
-                            memcmp(s->buf + s->components[k].role_off, s->buf + roff, rn) == 0)
+                        if (lens[k] == rn && memcmp(s->buf + offs[k], s->buf + roff, rn) == 0)
                             return SLOW(s, "a duplicate component name");
                 }
                 if (scan_component(s, roff, rn, s->nobj)) return -1;
@@ -378,7 +388,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
         return SLOW(s, "an object without shape, format or components");
     if (s->objects != NULL) {
         if (s->nobj >= s->cap_obj) return SLOW(s, "more objects than counted");
-        s->objects[s->nobj] = o;
+        put_row(s->objects, s->cap_obj, s->nobj, &o, ZT_MF_OBJECT_FIELDS);
     }
     s->nobj++;
     return 0;
@@ -419,8 +429,8 @@ static int scan_root(scanner *s, zt_mf_result *out) {
 }
 
 zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *config,
-                           zt_mf_object *objects, size_t cap_objects,
-                           zt_mf_component *components, size_t cap_components,
+                           uint64_t *objects, size_t cap_objects,
+                           uint64_t *components, size_t cap_components,
                            uint64_t *dims, size_t cap_dims, zt_mf_result *out) {
     scanner s;
     if (out == NULL || config == NULL || (buf == NULL && len) || config->max_depth == 0)

@@ -16,7 +16,8 @@ typedef struct {
     size_t count;
 } zt_vocab;
 
-/* Every field is a uint64 so that a table is a (rows, fields) uint64 array. */
+/* The fields of one row.  Every field is a uint64; the tables the caller passes are
+ * column-major uint64 arrays (fields, capacity): field f of row r at [f * cap + r]. */
 typedef struct {
     uint64_t name_off, name_len;     /* the object's name: bytes of the manifest */
     uint64_t format;                 /* index in the format vocabulary */
@@ -64,16 +65,16 @@ typedef struct {
  * "attributes"; unknown keys are skipped.  Text is checked to be valid UTF-8.
  *
  * Tables NULL: count only (out->nobjects/ncomponents/ndims are the row counts to
- * allocate).  Otherwise the caller passes tables with their capacities (rows); a
- * manifest that needs more leaves the fast path.
+ * allocate).  Otherwise the caller passes column-major tables with their capacities
+ * (rows); a manifest that needs more leaves the fast path.
  *
  * Anything outside that shape (a duplicate key, a tag, a negative or bignum
  * integer, a null, a word not in its vocabulary, an empty name, indefinite
  * strings...) sets out->fast = 0 and returns ZT_OK: the caller then decodes the
  * manifest the general way, which reports any error in full.  Work is O(len). */
 zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *config,
-                           zt_mf_object *objects, size_t cap_objects,
-                           zt_mf_component *components, size_t cap_components,
+                           uint64_t *objects, size_t cap_objects,
+                           uint64_t *components, size_t cap_components,
                            uint64_t *dims, size_t cap_dims, zt_mf_result *out);
 
 #endif

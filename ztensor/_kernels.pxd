@@ -93,15 +93,11 @@ cdef extern from "manifest_scan.h":
         uint64_t version_off, version_len
         uint64_t attrs_off, attrs_len
         size_t nobjects, ncomponents, ndims
-    ctypedef struct zt_mf_object:
-        pass
-    ctypedef struct zt_mf_component:
-        pass
     int ZT_MF_OBJECT_FIELDS
     int ZT_MF_COMPONENT_FIELDS
     zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *config,
-                               zt_mf_object *objects, size_t cap_objects,
-                               zt_mf_component *components, size_t cap_components,
+                               uint64_t *objects, size_t cap_objects,
+                               uint64_t *components, size_t cap_components,
                                uint64_t *dims, size_t cap_dims, zt_mf_result *out) nogil
 
 cdef extern from "zt_simd.h":

@@ -183,8 +183,9 @@ cdef zt_vocab _vocab(bytes words, size_t count):
 def manifest_scan(const uint8_t[::1] data, vocabularies, size_t max_depth,
                   size_t max_components):
     """The manifest as tables (csrc/manifest_scan.h): (version span, file attributes
-    span, objects (n, OBJECT_FIELDS), components (m, COMPONENT_FIELDS), dims), all
-    uint64; or (None, why) when the manifest is not in the shape the scanner reads.
+    span, objects (OBJECT_FIELDS, n), components (COMPONENT_FIELDS, m), dims), all
+    uint64, column-major (``objects[FIELD]`` is one field of every object); or
+    (None, why) when the manifest is not in the shape the scanner reads.
     ``vocabularies``: five sequences of words (formats, dtypes, types, encodings,
     roles); fields are reported as indices into them."""
     cdef zt_mf_config cfg
@@ -212,15 +213,15 @@ def manifest_scan(const uint8_t[::1] data, vocabularies, size_t max_depth,
     _raise_for_status(st, "manifest scan")
     if not r.fast:
         return None, r.why.decode("ascii")
-    objects = np.empty((r.nobjects, ZT_MF_OBJECT_FIELDS), np.uint64)
-    components = np.empty((r.ncomponents, ZT_MF_COMPONENT_FIELDS), np.uint64)
+    objects = np.empty((ZT_MF_OBJECT_FIELDS, r.nobjects), np.uint64)
+    components = np.empty((ZT_MF_COMPONENT_FIELDS, r.ncomponents), np.uint64)
     dims = np.empty(r.ndims, np.uint64)
     cdef uint64_t[:, ::1] ov = objects
     cdef uint64_t[:, ::1] cv = components
     cdef uint64_t[::1] dv = dims
     cdef uint64_t spare[16]
-    cdef zt_mf_object *op = <zt_mf_object *>(&ov[0, 0] if r.nobjects else &spare[0])
-    cdef zt_mf_component *cp = <zt_mf_component *>(&cv[0, 0] if r.ncomponents else &spare[0])
+    cdef uint64_t *op = &ov[0, 0] if r.nobjects else &spare[0]
+    cdef uint64_t *cp = &cv[0, 0] if r.ncomponents else &spare[0]
     cdef uint64_t *dp = &dv[0] if r.ndims else &spare[0]
     cdef size_t no = r.nobjects, nc = r.ncomponents, nd = r.ndims
     with nogil:

@@ -1,7 +1,8 @@
 """READ 2, the fast path: the manifest as tables, checked over columns, specs on demand.
 
 ``csrc/manifest_scan.c`` reads the manifest shape every writer we know produces
-into flat uint64 tables: one row per object, one per component, plus the dims.
+into flat uint64 tables, column-major (``objects[FORMAT]`` is the format of every
+object): one row per object, one per component, plus the dims.
 Here every check :class:`ztensor.manifest.Checker` runs per object runs over the
 columns instead (alignment, bounds, sizes, limits, the dense rule, overlaps), and
 an object's :class:`ObjectSpec` is built when it is first asked for.  Objects of
@@ -98,9 +99,9 @@ def decode(raw, footer, path, limits, max_depth):
             raise _Slow
         info = spec.version_info(*parsed)
         file_attributes = _attributes(raw, attrs_off, attrs_len, "file attributes", path)
-        if len(objects) > limits.max_objects:
+        if objects.shape[1] > limits.max_objects:
             raise _Slow
-        names = kernels.decode_spans(raw, objects[:, NAME_OFF], objects[:, NAME_LEN])
+        names = kernels.decode_spans(raw, objects[NAME_OFF], objects[NAME_LEN])
         index = dict(zip(names, range(len(names))))
         if len(index) != len(names):
             raise _Slow  # a repeated name: cbor2 keeps the last entry, in the first's place
@@ -126,37 +127,37 @@ def _derive_sizes(objects, comps, info):
     """v1.1 zstd components may omit uncompressed_length: a dense object's data then
     decodes to its shape's bytes (formats/dense.py), written into the table as the
     general path writes it into the spec; any other component goes the general way."""
-    missing = np.flatnonzero((comps[:, ENCODING] == ENCODINGS.index("zstd"))
-                             & (comps[:, ULEN] == NONE))
+    missing = np.flatnonzero((comps[ENCODING] == ENCODINGS.index("zstd"))
+                             & (comps[ULEN] == NONE))
     if not len(missing):
         return
-    owners = comps[missing, OBJECT].astype(np.int64)
+    owners = comps[OBJECT, missing].astype(np.int64)
     if (info.requires_uncompressed_length
-            or (objects[owners, FORMAT] != DENSE).any()
-            or (comps[missing, ROLE] != ROLES.index("data")).any()
-            or not objects[owners, EXTENT_OK].all()):
+            or (objects[FORMAT, owners] != DENSE).any()
+            or (comps[ROLE, missing] != ROLES.index("data")).any()
+            or not objects[EXTENT_OK, owners].all()):
         raise _Slow
-    comps[missing, ULEN] = objects[owners, NUMEL] * _itemsizes(comps[missing])
+    comps[ULEN, missing] = objects[NUMEL, owners] * _itemsizes(comps[:, missing])
 
 
 def _itemsizes(rows):
-    """Bytes per logical element of each component row (0: a dtype/type pair the
-    general path refuses)."""
-    ctype = rows[:, TYPE]
-    return _ITEMSIZE[rows[:, DTYPE], np.where(ctype == NONE, len(TYPE_WORDS), ctype)]
+    """Bytes per logical element of each component (columns of the component table;
+    0: a dtype/type pair the general path refuses)."""
+    ctype = rows[TYPE]
+    return _ITEMSIZE[rows[DTYPE], np.where(ctype == NONE, len(TYPE_WORDS), ctype)]
 
 
 def _check_components(raw, comps, checker):
     """Checker.component_spec over the component table."""
     limits = checker.limits
     itemsize = _itemsizes(comps)
-    offset, length, ulen = comps[:, OFFSET], comps[:, LENGTH], comps[:, ULEN]
+    offset, length, ulen = comps[OFFSET], comps[LENGTH], comps[ULEN]
     data_end = np.uint64(checker.data_end)
     if (not itemsize.all() or (offset % spec.ALIGNMENT).any()
             or (offset < spec.MAGIC_SIZE).any() or (offset > data_end).any()
             or (length > data_end - offset).any()):
         raise _Slow
-    raw_enc = comps[:, ENCODING] == ENCODINGS.index("raw")
+    raw_enc = comps[ENCODING] == ENCODINGS.index("raw")
     if ((raw_enc & (ulen != NONE) & (ulen != length)).any()
             or (raw_enc & (length % itemsize != 0)).any()):
         raise _Slow
@@ -177,8 +178,8 @@ def _check_components(raw, comps, checker):
             raise _Slow
         if (z_ulen % itemsize[zstd] != 0).any():
             raise _Slow
-    for row in np.flatnonzero(comps[:, DIGEST_OFF]).tolist():
-        off, n = int(comps[row, DIGEST_OFF]), int(comps[row, DIGEST_LEN])
+    for row in np.flatnonzero(comps[DIGEST_OFF]).tolist():
+        off, n = int(comps[DIGEST_OFF, row]), int(comps[DIGEST_LEN, row])
         checker.check_digest(None, None, raw[off:off + n].decode("utf-8"))
 
 
@@ -186,26 +187,26 @@ def _check_objects(specs, checker):
     """Checker.object_spec's rules over the object table: rank, the dense rule over
     columns; objects of other formats and objects with attributes one by one."""
     objects, comps = specs.objects, specs.comps
-    if (objects[:, RANK] > checker.limits.max_rank).any():
+    if (objects[RANK] > checker.limits.max_rank).any():
         raise _Slow
-    dense = objects[:, FORMAT] == DENSE
+    dense = objects[FORMAT] == DENSE
     if dense.any():
         # formats/dense.py's check_entry over columns: the shape's bytes fit in memory,
         # a 'data' component holds exactly shape x element size bytes (decoded)
-        data_rows = np.flatnonzero(comps[:, ROLE] == ROLES.index("data"))
-        data_of = np.full(len(objects), -1, np.int64)
-        data_of[comps[data_rows, OBJECT].astype(np.int64)] = data_rows
+        data_rows = np.flatnonzero(comps[ROLE] == ROLES.index("data"))
+        data_of = np.full(objects.shape[1], -1, np.int64)
+        data_of[comps[OBJECT, data_rows].astype(np.int64)] = data_rows
         rows = data_of[dense]
-        if (rows < 0).any() or not objects[dense, EXTENT_OK].all():
+        if (rows < 0).any() or not objects[EXTENT_OK, dense].all():
             raise _Slow
-        data = comps[rows]
-        expected = objects[dense, NUMEL] * _itemsizes(data)  # < 2**63: extent_ok bounds it
-        decoded = np.where(data[:, ENCODING] == ENCODINGS.index("raw"), data[:, LENGTH],
-                           data[:, ULEN])
+        data = comps[:, rows]
+        expected = objects[NUMEL, dense] * _itemsizes(data)  # < 2**63: extent_ok bounds it
+        decoded = np.where(data[ENCODING] == ENCODINGS.index("raw"), data[LENGTH],
+                           data[ULEN])
         if (decoded != expected).any():
             raise _Slow
     # the rest, one by one with the general path's code (and attributes decoded once)
-    special = np.flatnonzero(~dense | (objects[:, ATTRS_LEN] != 0)).tolist()
+    special = np.flatnonzero(~dense | (objects[ATTRS_LEN] != 0)).tolist()
     for row in special:
         obj = specs.build(row, checker)
         if not dense[row]:
@@ -216,11 +217,11 @@ def _check_objects(specs, checker):
 def _check_disjoint(comps):
     """manifest._check_disjoint over columns: sorted by start, no component may begin
     before the one before it ends (empty components occupy nothing)."""
-    used = comps[:, LENGTH] != 0
-    start = comps[used, OFFSET]
+    used = comps[LENGTH] != 0
+    start = comps[OFFSET, used]
     order = np.argsort(start, kind="stable")
     start = start[order]
-    end = start + comps[used, LENGTH][order]
+    end = start + comps[LENGTH, used][order]
     if (start[1:] < end[:-1]).any():
         raise _Slow
 
@@ -257,7 +258,7 @@ class TableSpecs:
 
     def format_of(self, name):
         row = self.index.get(name)
-        return None if row is None else FORMATS[int(self.objects[row, FORMAT])]
+        return None if row is None else FORMATS[int(self.objects[FORMAT, row])]
 
     def plain_views(self, rows):
         """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the
@@ -266,23 +267,23 @@ class TableSpecs:
         already in host order); a test holds the two to the same answers."""
         if self._plain is None:
             objects, comps = self.objects, self.comps
-            data_of = np.full(len(objects), -1, np.int64)
-            data_rows = np.flatnonzero(comps[:, ROLE] == ROLES.index("data"))
-            data_of[comps[data_rows, OBJECT].astype(np.int64)] = data_rows
+            data_of = np.full(objects.shape[1], -1, np.int64)
+            data_rows = np.flatnonzero(comps[ROLE] == ROLES.index("data"))
+            data_of[comps[OBJECT, data_rows].astype(np.int64)] = data_rows
             safe = np.maximum(data_of, 0)
-            plain = ((objects[:, FORMAT] == DENSE) & (data_of >= 0)
-                     & (comps[safe, ENCODING] == ENCODINGS.index("raw"))
-                     & (comps[safe, TYPE] == NONE) & _VIEWABLE[comps[safe, DTYPE]])
+            plain = ((objects[FORMAT] == DENSE) & (data_of >= 0)
+                     & (comps[ENCODING, safe] == ENCODINGS.index("raw"))
+                     & (comps[TYPE, safe] == NONE) & _VIEWABLE[comps[DTYPE, safe]])
             self._plain = np.where(plain, data_of, -1)
         comp_rows = self._plain[rows]
         mask = comp_rows >= 0
-        chosen = self.comps[comp_rows[mask]]
-        dtypes_ = [_VIEW_DTYPES[code] for code in chosen[:, DTYPE].tolist()]
-        obj = self.objects[rows[mask]]
+        chosen = self.comps[:, comp_rows[mask]]
+        dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
+        obj = self.objects[:, rows[mask]]
         dims = self.dims
         shapes = [tuple(dims[start:start + rank].tolist())
-                  for start, rank in zip(obj[:, DIMS_START].tolist(), obj[:, RANK].tolist())]
-        return dtypes_, chosen[:, OFFSET], chosen[:, LENGTH], shapes, mask
+                  for start, rank in zip(obj[DIMS_START].tolist(), obj[RANK].tolist())]
+        return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
 
     def build(self, row, checker=None):
         """The spec of object ``row`` (attributes checked through ``checker``'s path)."""
@@ -290,11 +291,11 @@ class TableSpecs:
         if found is not None:
             return found
         raw = self.raw
-        o = self.objects[row].tolist()
+        o = self.objects[:, row].tolist()
         name = self.names[row]
         shape = self.dims[o[DIMS_START]:o[DIMS_START] + o[RANK]].tolist()
         components = {}
-        for c in self.comps[o[COMPS_START]:o[COMPS_START] + o[NCOMPS]].tolist():
+        for c in self.comps[:, o[COMPS_START]:o[COMPS_START] + o[NCOMPS]].T.tolist():
             role = raw[c[ROLE_OFF]:c[ROLE_OFF] + c[ROLE_LEN]].decode("utf-8")
             storage, ltype, _ = _RESOLVED[c[DTYPE], len(TYPE_WORDS) if c[TYPE] == NONE
                                           else c[TYPE]]
