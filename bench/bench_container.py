@@ -1,6 +1,7 @@
 """Container throughput: write, read into owned arrays, zero-copy open+touch, open-only.
 
     python bench/bench_container.py [--workloads a,b,c] [--repeat 5] [--size-mb 512]
+                                    [--scale 1000,10000,100000,1000000]
 
 Workloads (issue 2):
   a  512 MB in 8 float32 tensors
@@ -90,7 +91,13 @@ def ztensor_ops(ztensor, path, tensors, reference: bool):
 
     def read_copy():
         with ztensor.Reader(str(path)) as r:
-            return [r.read_numpy(n, copy=True) for n in names]
+            if reference:  # its per-object call, as its users write it
+                return [r.read_numpy(n, copy=True) for n in names]
+            return r.read_numpy(names, copy=True)  # one batch, all cores (batch.py)
+
+    def read_copy_1thread():
+        with ztensor.Reader(str(path)) as r:
+            return r.read_numpy(names, copy=True, threads=1)
 
     def zero_copy_touch():
         r = ztensor.Reader(str(path))
@@ -106,8 +113,11 @@ def ztensor_ops(ztensor, path, tensors, reference: bool):
             r.close()
         return info
 
-    return {"write": write, "read_copy": read_copy, "zero_copy_touch": zero_copy_touch,
-            "open_only": open_only}
+    ops = {"write": write, "read_copy": read_copy, "zero_copy_touch": zero_copy_touch,
+           "open_only": open_only}
+    if not reference:
+        ops["read_copy_1thread"] = read_copy_1thread
+    return ops
 
 
 def safetensors_ops(path, tensors):
@@ -127,7 +137,7 @@ def safetensors_ops(path, tensors):
             "zero_copy_touch": zero_copy_touch, "open_only": open_only}
 
 
-OPS = ("write", "read_copy", "zero_copy_touch", "open_only")
+OPS = ("write", "read_copy", "read_copy_1thread", "zero_copy_touch", "open_only")
 
 
 def measure(ops, repeat, which, path):
@@ -138,7 +148,7 @@ def measure(ops, repeat, which, path):
             os.unlink(path)
     out = {"write": median_time(ops["write"], repeat, setup=remove)}
     ops["read_copy"]()        # warm the page cache with the last written file
-    out.update({op: median_time(ops[op], repeat) for op in which if op != "write"})
+    out.update({op: median_time(ops[op], repeat) for op in which if op != "write" and op in ops})
     return out
 
 
@@ -174,6 +184,59 @@ def worker(args):
     print(json.dumps(measure(ops, args.repeat, OPS, Path(args.dir) / "ref.zt")))
 
 
+# ------------------------------------------------------------------ open vs object count
+def scaling(counts, repeat):
+    """Open-only time and memory per object from 1k to 1M objects (4-float tensors),
+    ours against safetensors' safe_open + keys + shapes, each file written by its own
+    library.  Memory: what the open reader holds, by tracemalloc, in a separate run
+    (tracing slows allocation, so it is not timed)."""
+    import tracemalloc
+
+    import ztensor
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    print("\n== open only (names, shapes, dtypes) vs object count")
+    arr = np.arange(4, dtype=np.float32)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        for n in counts:
+            names = [f"model.layers.{i}.weight" for i in range(n)]
+            ours, st = Path(tmp) / f"{n}.zt", Path(tmp) / f"{n}.safetensors"
+            with ztensor.Writer(str(ours)) as w:
+                for name in names:
+                    w.write_numpy(name, arr)
+            save_file({name: arr for name in names}, str(st))
+
+            def open_ours():
+                with ztensor.Reader(str(ours)) as r:
+                    return [(m.shape, m.dtype) for m in map(r.metadata, r.keys())]
+
+            def open_st():
+                with safe_open(str(st), framework="np") as f:
+                    return [(f.get_slice(k).get_shape(), f.get_slice(k).get_dtype())
+                            for k in f.keys()]
+
+            def names_only():
+                with ztensor.Reader(str(ours)) as r:
+                    return r.keys()
+
+            t_ours, t_st = median_time(open_ours, repeat), median_time(open_st, repeat)
+            t_names = median_time(names_only, repeat)
+            tracemalloc.start()
+            r = ztensor.Reader(str(ours))
+            r.keys()
+            held = tracemalloc.get_traced_memory()[0]
+            r.close()
+            del r
+            tracemalloc.stop()
+            print(f"  {n:>9,} objects: ztensor {t_ours * 1e3:9.1f} ms "
+                  f"({t_ours / n * 1e6:5.2f} us/object; names only {t_names / n * 1e6:5.2f}) | "
+                  f"safetensors {t_st * 1e3:9.1f} ms -> ours {t_st / t_ours:4.2f}x | "
+                  f"open reader holds {held / n:5.0f} B/object")
+            os.unlink(ours)
+            os.unlink(st)
+
+
 # ------------------------------------------------------------------ main
 def report(title, total, results, baseline_names):
     print(f"\n== {title}: {total / 1e6:.0f} MB")
@@ -200,6 +263,8 @@ def main():
     parser.add_argument("--worker")
     parser.add_argument("--dir")
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--scale", default="1000,10000,100000,1000000",
+                        help="object counts for the open-vs-count rows ('' to skip)")
     args = parser.parse_args()
     if args.worker:
         return worker(args)
@@ -223,6 +288,8 @@ def main():
         del tensors
         titles = {"a": "8 tensors", "b": "LLM-shaped", "c": "20,000 x 10 KB"}
         report(f"({name}) {titles[name]}", total, results, results["baselines"].keys())
+    if args.scale:
+        scaling([int(n) for n in args.scale.split(",")], args.repeat)
 
 
 if __name__ == "__main__":
