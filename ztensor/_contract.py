@@ -54,6 +54,31 @@ def copy_spans(src_size: int, dst_size: int, src_offsets, dst_offsets, lengths):
     return src_offsets, dst_offsets, lengths
 
 
+def manifest_encode(names_size, name_len, plain, rank, dims, dtype, offset, length, pre_size,
+                    pre_len, dtype_count):
+    """The encoder's columns as contiguous arrays, checked against each other, and an
+    upper bound on the output's size."""
+    import numpy as np
+
+    try:
+        u64 = [np.ascontiguousarray(a, np.uint64).reshape(-1)
+               for a in (name_len, rank, dims, dtype, offset, length, pre_len)]
+        plain = np.ascontiguousarray(plain, np.uint8).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        fail("manifest_encode", "columns must hold unsigned 64-bit integers")
+    name_len, rank, dims, dtype, offset, length, pre_len = u64
+    plains = int(np.count_nonzero(plain))
+    if (len(plain) != len(name_len) or int(name_len.sum()) != names_size
+            or not len(rank) == len(dtype) == len(offset) == len(length) == plains
+            or int(rank.sum()) != len(dims) or len(pre_len) != len(plain) - plains
+            or int(pre_len.sum()) != pre_size or (dtype >= dtype_count).any()
+            or (plain > 1).any()):
+        fail("manifest_encode", "columns that do not fit each other")
+    # every head is at most 9 bytes; a plain entry's constant keys are under 80
+    cap = 9 + names_size + pre_size + 9 * len(name_len) + plains * 160 + 9 * len(dims)
+    return name_len, plain, rank, dims, dtype, offset, length, pre_len, cap
+
+
 def float_type(kernel: str, code: int, allow_bf16: bool = True) -> int:
     if code not in (0, 1, 2) or (code == 2 and not allow_bf16):
         fail(kernel, f"unknown float type code {code}")

@@ -103,3 +103,20 @@ cdef extern from "manifest_scan.h":
 cdef extern from "zt_simd.h":
     int zt_use_avx2()
     int zt_simd_enable(int on)
+
+cdef extern from "manifest_encode.h":
+    ctypedef struct zt_mf_encode_args:
+        size_t count
+        const uint8_t *names
+        const uint64_t *name_len
+        const uint8_t *plain
+        const uint64_t *rank
+        const uint64_t *dims
+        const uint64_t *dtype
+        const uint64_t *offset
+        const uint64_t *length
+        const uint8_t *pre
+        const uint64_t *pre_len
+        zt_vocab dtypes
+    zt_status zt_manifest_encode(const zt_mf_encode_args *a, uint8_t *out, size_t cap,
+                                 size_t *written) nogil

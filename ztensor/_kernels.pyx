@@ -280,6 +280,47 @@ def avx2_active():
     return bool(zt_use_avx2())
 
 
+def manifest_encode(bytes names, name_len, plain, rank, dims, dtype, offset, length,
+                    bytes pre, pre_len, dtype_words):
+    """The CBOR objects map (csrc/manifest_encode.h): plain dense objects from columns,
+    the others copied from their pre-encoded items (``pre``), sorted by name."""
+    cols = _contract.manifest_encode(len(names), name_len, plain, rank, dims, dtype,
+                                     offset, length, len(pre), pre_len, len(dtype_words))
+    cdef const uint64_t[::1] c_name_len = cols[0]
+    cdef const uint8_t[::1] c_plain = cols[1]
+    cdef const uint64_t[::1] c_rank = cols[2]
+    cdef const uint64_t[::1] c_dims = cols[3]
+    cdef const uint64_t[::1] c_dtype = cols[4]
+    cdef const uint64_t[::1] c_offset = cols[5]
+    cdef const uint64_t[::1] c_length = cols[6]
+    cdef const uint64_t[::1] c_pre_len = cols[7]
+    cdef uint64_t spare[1]
+    cdef uint8_t spare8[1]
+    joined = b"".join(w.encode("utf-8") + b"\0" for w in dtype_words)
+    cdef zt_mf_encode_args a
+    a.count = c_name_len.shape[0]
+    a.names = names
+    a.name_len = &c_name_len[0] if a.count else &spare[0]
+    a.plain = &c_plain[0] if a.count else &spare8[0]
+    a.rank = &c_rank[0] if c_rank.shape[0] else &spare[0]
+    a.dims = &c_dims[0] if c_dims.shape[0] else &spare[0]
+    a.dtype = &c_dtype[0] if c_dtype.shape[0] else &spare[0]
+    a.offset = &c_offset[0] if c_offset.shape[0] else &spare[0]
+    a.length = &c_length[0] if c_length.shape[0] else &spare[0]
+    a.pre = pre
+    a.pre_len = &c_pre_len[0] if c_pre_len.shape[0] else &spare[0]
+    a.dtypes = _vocab(joined, len(dtype_words))
+    cap = cols[8]
+    out = bytearray(cap)
+    cdef uint8_t[::1] o = out
+    cdef size_t written = 0, c_cap = cap
+    cdef zt_status st
+    with nogil:
+        st = zt_manifest_encode(&a, &o[0], c_cap, &written)
+    _raise_for_status(st, "manifest encode")
+    return bytes(o[:written])
+
+
 # ------------------------------------------------------------------ conversions
 def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, kind, dst_type):
     """FP8 codes -> float32 (dst_type 0) or float16 bits (1); dst holds the bytes."""

@@ -33,9 +33,10 @@ bf16_encode = _impl.bf16_encode
 unpack_codes = _impl.unpack_codes
 dequant_rows = _impl.dequant_rows
 cbor_scan = _impl.cbor_scan
-if backend == "c":  # the numpy fallback decodes every manifest the general way
+if backend == "c":  # the numpy fallback decodes and encodes manifests through cbor2
     manifest_scan = _impl.manifest_scan
     decode_spans = _impl.decode_spans
+    manifest_encode = _impl.manifest_encode
 copy_spans = _impl.copy_spans
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
 set_simd = getattr(_impl, "set_simd", lambda on: False)

@@ -341,15 +341,55 @@ def _kind(value) -> str:
 
 # ------------------------------------------------------------------ encoding
 def encode_manifest(objects, attributes) -> bytes:
-    """CBOR manifest for ``objects`` (name -> ObjectSpec), in the reference's layout:
-    fixed key order, object/component/attribute keys sorted by UTF-8 bytes, raw
-    encoding left implicit.  Same input, same bytes."""
-    root = {"version": spec.WRITE_VERSION}
+    """CBOR manifest for ``objects`` (name -> ObjectSpec, or a plain dense entry
+    ``(shape, storage, offset, length)`` as the writer records raw arrays), in the
+    reference's layout: fixed key order, object/component/attribute keys sorted by
+    UTF-8 bytes, raw encoding left implicit.  Same input, same bytes.
+
+    The compiled backend writes the objects map in C from columns
+    (csrc/manifest_encode.c); the fallback builds the dicts for cbor2; a test holds
+    the two to the same bytes."""
+    head = [cbor2.dumps("version"), cbor2.dumps(spec.WRITE_VERSION)]
     if attributes:
-        root["attributes"] = _sorted_map(attributes)
-    root["objects"] = {name: _encode_object(objects[name])
-                       for name in sorted(objects, key=lambda n: n.encode("utf-8"))}
-    return cbor2.dumps(root)
+        head += [cbor2.dumps("attributes"), cbor2.dumps(_sorted_map(attributes))]
+    head.append(cbor2.dumps("objects"))
+    root = bytes([0xA0 + (len(head) + 1) // 2]) + b"".join(head)  # pairs, "objects" included
+    if hasattr(kernels, "manifest_encode"):
+        return root + _objects_from_columns(objects)
+    return root + cbor2.dumps({name: _encode_object(_as_spec(name, objects[name]))
+                               for name in sorted(objects, key=lambda n: n.encode("utf-8"))})
+
+
+_DTYPE_CODES = {name: i for i, name in enumerate(dtypes.STORAGE)}
+_DTYPE_WORDS = tuple(dtypes.STORAGE)
+
+
+def _objects_from_columns(objects) -> bytes:
+    encoded = [name.encode("utf-8") for name in objects]
+    plain, rank, dims, codes, offsets, lengths, pre = [], [], [], [], [], [], []
+    for entry in objects.values():
+        if type(entry) is tuple:
+            shape, storage, offset, length = entry
+            plain.append(1)
+            rank.append(len(shape))
+            dims.extend(shape)
+            codes.append(_DTYPE_CODES[storage])
+            offsets.append(offset)
+            lengths.append(length)
+        else:
+            plain.append(0)
+            pre.append(cbor2.dumps(_encode_object(entry)))
+    return kernels.manifest_encode(b"".join(encoded), list(map(len, encoded)), plain, rank,
+                                   dims, codes, offsets, lengths, b"".join(pre),
+                                   list(map(len, pre)), _DTYPE_WORDS)
+
+
+def _as_spec(name, entry) -> ObjectSpec:
+    if type(entry) is not tuple:
+        return entry
+    shape, storage, offset, length = entry
+    return ObjectSpec(name, shape, "dense", {}, {"data": ComponentSpec("data", storage, None,
+                                                                       offset, length)})
 
 
 def _encode_object(obj: ObjectSpec) -> dict:

@@ -70,7 +70,8 @@ class Writer:
         self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS,
                                 decoded_text=False)
         self._fsync = fsync
-        self._objects: Dict[str, ObjectSpec] = {}
+        # name -> ObjectSpec, or (shape, storage, offset, length) for a plain raw array
+        self._objects: Dict[str, Any] = {}
         self._target = _final_target(self.path)
         self._fd, self._tmp = _create_temp(self._target)
         self._state = "open"
@@ -150,8 +151,8 @@ class Writer:
             self.abort()
             self._state = "failed"
             raise
-        self._objects[name] = ObjectSpec(name, array.shape, "dense", {}, {
-            "data": ComponentSpec("data", storage, None, offset, array.nbytes)})
+        # a plain entry, not an ObjectSpec: manifest.encode_manifest takes both
+        self._objects[name] = (array.shape, storage, offset, array.nbytes)
         return True
 
     def __enter__(self) -> "Writer":
