@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import ztensor
 from crafted import decode_both_ways, encode, v1_file
 from ztensor import kernels, spec
+from ztensor.formats import dense
 
 pytestmark = pytest.mark.skipif(kernels.backend != "c",
                                 reason="the numpy fallback has no fast path: every "
@@ -262,6 +263,10 @@ def test_walking_many_mixed_objects_agrees(tmp_path):
     assert taken and len(fast[2]) == 150
     with ztensor.Reader(data) as r:  # shapes and dtypes only, as a listing asks
         listed = [(m.shape, m.dtype, m.storage_dtype, m.type) for m in map(r.metadata, r.keys())]
+        planned = [m for m in map(r.metadata, r.keys()) if m.plan is not None]
+        assert len(planned) > 100  # set in the one pass, as formats/dense.py would
+        for m in planned:
+            assert m.plan == dense.view_plan(m), m.name
     with ztensor.Reader(data) as r:
         for name, row in zip(r.keys(), listed):
             m = r.metadata(name)

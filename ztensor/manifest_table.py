@@ -267,7 +267,7 @@ class TableSpecs:
         row = self.index.get(name)
         return None if row is None else FORMATS[int(self.objects[FORMAT, row])]
 
-    def plain_views(self, rows):
+    def plain_views(self, rows, shapes=True):
         """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the
         plain raw views among them, and the mask of which rows those are.  Column form
         of formats/dense.py's view_plan (dense, raw, no logical type, not bf16, bytes
@@ -285,9 +285,10 @@ class TableSpecs:
         chosen = self.comps[:, comp_rows[mask]]
         dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
         obj = self.objects[:, rows[mask]]
-        dims = self.dims
-        shapes = [tuple(dims[start:start + rank].tolist())
-                  for start, rank in zip(obj[DIMS_START].tolist(), obj[RANK].tolist())]
+        if shapes:
+            dims = self.dims
+            shapes = [tuple(dims[start:start + rank].tolist())
+                      for start, rank in zip(obj[DIMS_START].tolist(), obj[RANK].tolist())]
         return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
 
     def build(self, row, checker=None):
@@ -317,6 +318,13 @@ class TableSpecs:
         fmts, attrs_len = self.objects[FORMAT].tolist(), self.objects[ATTRS_LEN].tolist()
         dims, names, built = self.dims.tolist(), self.names, self.built
         data = self._data_columns()
+        # the reader's view plans (formats/dense.py view_plan) in the same pass
+        storage, offsets, lengths, _, mask = self.plain_views(np.arange(len(names)),
+                                                              shapes=False)
+        plans = [False] * len(names)
+        for row, dt, off, ln in zip(np.flatnonzero(mask).tolist(), storage, offsets.tolist(),
+                                    lengths.tolist()):
+            plans[row] = (dt, ln // dt.itemsize, off)
         for row in range(len(names)):
             if row in built:
                 continue
@@ -324,9 +332,10 @@ class TableSpecs:
                 self.build(row)
                 continue
             start = starts[row]
-            built[row] = TableObjectSpec(self, row, names[row],
-                                         tuple(dims[start:start + ranks[row]]),
-                                         FORMATS[fmts[row]], {}, data[row])
+            spec_ = built[row] = TableObjectSpec(self, row, names[row],
+                                                 tuple(dims[start:start + ranks[row]]),
+                                                 FORMATS[fmts[row]], {}, data[row])
+            spec_.plan = plans[row]
 
     def _data_columns(self):
         """Per object: (storage, type) of its data component when dense, else None."""
