@@ -264,7 +264,7 @@ def test_walking_many_mixed_objects_agrees(tmp_path):
     with ztensor.Reader(data) as r:  # shapes and dtypes only, as a listing asks
         listed = [(m.shape, m.dtype, m.storage_dtype, m.type) for m in map(r.metadata, r.keys())]
         planned = [m for m in map(r.metadata, r.keys()) if m.plan is not None]
-        assert len(planned) > 100  # set in the one pass, as formats/dense.py would
+        assert len(planned) > 30  # set in the one pass (the first _WALKING built singly)
         for m in planned:
             assert m.plan == dense.view_plan(m), m.name
     with ztensor.Reader(data) as r:
