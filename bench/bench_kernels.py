@@ -90,7 +90,19 @@ def bench_gptq(repeat, threads):
             if t == 1:
                 res["numpy"] = median(lambda: numpy_gptq(q["qweight"], q["qzeros"], q["scales"],
                                                          out_dtype=dtype), max(1, repeat // 2))
+                res["portable loop"] = portable(lambda: median(lambda: ztensor.dequantize(
+                    q, bits=4, group_size=128, checkpoint_format="gptq", dtype=dtype,
+                    threads=t, out=out), repeat))
             row(f"gptq int4 -> {np.dtype(dtype).name} ({t} thr)", size, res, base)
+
+
+def portable(measure):
+    """``measure()`` with the hand-written AVX2 paths off (kernels.set_simd)."""
+    old = kernels.set_simd(False)
+    try:
+        return measure()
+    finally:
+        kernels.set_simd(old)
 
 
 def bench_bswap(repeat):
@@ -98,6 +110,7 @@ def bench_bswap(repeat):
     src = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
     dst = np.zeros(n, np.uint8)
     res = {"ztensor": median(lambda: kernels.bswap(src, dst, 4), repeat),
+           "portable loop": portable(lambda: median(lambda: kernels.bswap(src, dst, 4), repeat)),
            "numpy byteswap": median(lambda: np.copyto(dst.view("<u4"), src.view("<u4").byteswap()),
                                     repeat)}
     base = {"memcpy": median(lambda: np.copyto(dst, src), repeat)}
@@ -110,7 +123,7 @@ def main():
     args = parser.parse_args()
     threads = sorted({1, os.cpu_count() or 1})
     print(f"ztensor {ztensor.__version__} backend={ztensor.backend}; medians of {args.repeat}; "
-          f"threads {threads}")
+          f"threads {threads}; AVX2 paths {'on' if kernels.avx2_active() else 'off'}")
     bench_fp8(args.repeat)
     bench_gptq(args.repeat, threads)
     bench_bswap(args.repeat)

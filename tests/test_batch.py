@@ -107,3 +107,6 @@ def test_plain_views_agree_with_view_plan(path):
             if ok:
                 dt, off, ln, shape = next(chosen)
                 assert (dt, ln // dt.itemsize, off) == plan and shape == r.metadata(name).shape
+            # the reader's per-name shortcut (read_numpy without building a spec)
+            view = specs.view_of(name)
+            assert view == ((*plan, r.metadata(name).shape) if plan else None), name

@@ -239,6 +239,7 @@ class TableSpecs:
         self.dims = dims
         self.built = {}  # row -> ObjectSpec
         self._plain = None
+        self._views = None
         self._misses = 0
 
     def __iter__(self):
@@ -266,6 +267,23 @@ class TableSpecs:
     def format_of(self, name):
         row = self.index.get(name)
         return None if row is None else FORMATS[int(self.objects[FORMAT, row])]
+
+    def view_of(self, name):
+        """(numpy dtype, count, offset, shape) when object ``name`` is a plain raw view
+        (formats/dense.py view_plan), else None.  Computed for every object on the
+        first call, over the columns: a reader handing out many zero-copy views then
+        builds no spec at all."""
+        views = self._views
+        if views is None:
+            rows = np.arange(len(self.names))
+            storage, offsets, lengths, shapes, mask = self.plain_views(rows)
+            views = [None] * len(self.names)
+            for row, dt, off, ln, shape in zip(np.flatnonzero(mask).tolist(), storage,
+                                               offsets.tolist(), lengths.tolist(), shapes):
+                views[row] = (dt, ln // dt.itemsize, off, shape)
+            self._views = views
+        row = self.index.get(name)
+        return None if row is None else views[row]
 
     def plain_views(self, rows, shapes=True):
         """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the

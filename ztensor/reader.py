@@ -87,6 +87,7 @@ class Reader:
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
         self._foreign = None
+        self._view_of = None
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -103,6 +104,10 @@ class Reader:
             footer = read_footer(self._source, self._limits)
             raw = self._source.view(footer.manifest_offset, footer.manifest_size, "manifest")
             self._manifest = decode_manifest(raw, footer, path=self.path, limits=self._limits)
+            # plain views straight from the manifest's tables (manifest_table.py), when
+            # it came that way and nothing (verify) asks for more per read
+            specs = self._manifest._specs
+            self._view_of = getattr(specs, "view_of", None) if not self._verify else None
         except BaseException:
             self._source.close()
             raise
@@ -202,6 +207,16 @@ class Reader:
             return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
             return self._read_converted(name, np.dtype(dtype))
+        view_of = self._view_of
+        if view_of is not None and isinstance(name, str):
+            # the common case over the manifest's columns: no spec is built
+            found = view_of(name)
+            if found is not None:
+                storage, count, offset, shape = found
+                arr = self._source.array(storage, count, offset)
+                if copy and self._source.mapped:
+                    arr = components.copy_array(arr)
+                return arr.reshape(shape)
         obj = self.metadata(name)
         if self._foreign is not None:
             return self._foreign_numpy(obj, copy)
