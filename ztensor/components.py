@@ -159,30 +159,45 @@ def _swapped_chunks(flat, width):
         yield out
 
 
+class ComponentSink:
+    """One component's blob, written as its bytes arrive (little-endian chunks, in
+    order): at the next 64-byte boundary, compressed and digested on the way.
+    :meth:`finish` returns its ComponentSpec."""
+
+    def __init__(self, blobs, role, *, storage, ltype, compress, checksum):
+        blobs.pad(64)
+        self.blobs, self.role, self.storage, self.ltype = blobs, role, storage, ltype
+        self.offset = blobs.pos
+        self.hasher = digests.Hasher(checksum) if checksum else None
+        self.compressor = (zstandard.ZstdCompressor(level=compress).compressobj()
+                           if compress else None)
+        self.raw_length = 0
+
+    def write(self, chunk) -> None:
+        self.raw_length += len(chunk)
+        _emit(self.blobs, self.hasher,
+              chunk if self.compressor is None else self.compressor.compress(chunk))
+
+    def finish(self):
+        from ztensor.objects import ComponentSpec
+
+        if self.compressor is not None:
+            _emit(self.blobs, self.hasher, self.compressor.flush())
+        compressed = self.compressor is not None
+        return ComponentSpec(self.role, self.storage, self.ltype, self.offset,
+                             self.blobs.pos - self.offset, "zstd" if compressed else "raw",
+                             self.raw_length if compressed else None,
+                             self.hasher.digest() if self.hasher else None)
+
+
 def write_component(blobs, role, chunks, *, storage, ltype, compress, checksum):
     """Append one component's blob (at the next 64-byte boundary) and return its
     ComponentSpec.  ``chunks`` yields the little-endian bytes."""
-    from ztensor.objects import ComponentSpec
-
-    blobs.pad(64)
-    offset = blobs.pos
-    hasher = digests.Hasher(checksum) if checksum else None
-    raw_length = 0
-    if compress:
-        compressor = zstandard.ZstdCompressor(level=compress).compressobj()
-        for chunk in chunks:
-            raw_length += chunk.size
-            _emit(blobs, hasher, compressor.compress(chunk))
-        _emit(blobs, hasher, compressor.flush())
-    else:
-        for chunk in chunks:
-            raw_length += chunk.size
-            _emit(blobs, hasher, chunk)
-    length = blobs.pos - offset
-    return ComponentSpec(role, storage, ltype, offset, length,
-                         "zstd" if compress else "raw",
-                         raw_length if compress else None,
-                         hasher.digest() if hasher else None)
+    sink = ComponentSink(blobs, role, storage=storage, ltype=ltype, compress=compress,
+                         checksum=checksum)
+    for chunk in chunks:
+        sink.write(chunk)
+    return sink.finish()
 
 
 def _emit(blobs, hasher, data):

@@ -8,6 +8,7 @@ name only ever holds a complete file.
 from __future__ import annotations
 
 import builtins
+import math
 import os
 import secrets
 import stat
@@ -173,6 +174,53 @@ class Writer:
         arr, types = (arr, {"data": type_name}) if type_name else (arr, {})
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes,
                            compress, checksum)
+
+    def stream(self, name: str, shape: Any, dtype: Any, *,
+               compress: Union[bool, int] = False, checksum: Optional[str] = None,
+               attributes: Optional[Dict[str, Any]] = None) -> "TensorStream":
+        """Write a dense object chunk by chunk: returns a :class:`ztensor.TensorStream`
+        taking the elements in C order (numpy arrays of ``dtype``, torch tensors or
+        little-endian bytes) until it holds ``shape`` x ``dtype`` bytes.  Chunks are
+        compressed and digested as they arrive, so memory stays at one chunk.  Until
+        the stream is closed the writer takes nothing else.
+
+        >>> with w.stream("big", (1_000_000, 4096), np.float16) as s:
+        ...     for block in blocks():
+        ...         s.write(block)
+        """
+        from ztensor.streaming import TensorStream
+
+        self._require_open()
+        self._check_name(name)
+        level = _zstd_level(compress, self.path)
+        checksum = None if checksum == "none" else checksum
+        if checksum not in (None, "crc32c", "sha256"):
+            raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
+        attributes = _check_attributes(attributes, self.path, name)
+        dtype = np.dtype(dtype)
+        found = dtypes.spec_types_for(dtype)
+        if found is None:
+            raise UnsupportedError(f"cannot store numpy dtype {dtype}", path=self.path,
+                                   obj=name)
+        storage, ltype = found
+
+        class _Sized:  # what the reader's check needs of the array: its size
+            nbytes = math.prod(int(d) for d in shape) * dtype.itemsize \
+                if all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape) else 0
+
+        self._check_as_reader(name, "dense", shape, attributes,
+                              [("data", _Sized, storage, ltype)])
+        shape = tuple(int(d) for d in shape)
+        sink = self._guard(components.ComponentSink, self._blobs, "data", storage=storage,
+                           ltype=ltype, compress=level, checksum=checksum)
+        self._state = "streaming"
+
+        def finish(comp):
+            self._state = "open"
+            self._objects[name] = ObjectSpec(name, shape, "dense", attributes,
+                                             {"data": comp})
+
+        return TensorStream(self, name, shape, dtype, sink, finish)
 
     def copy_from(self, reader: Any, name: str, *, as_name: Optional[str] = None) -> None:
         """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)

@@ -1,0 +1,99 @@
+"""WRITE 1, streamed: one dense tensor written chunk by chunk (:meth:`Writer.stream`).
+
+For tensors larger than memory, or arriving in pieces (a download, a converter
+reading another file, a generator): the chunks are written as they come, compressed
+and digested on the way (components.ComponentSink), so memory stays at one chunk.
+The sink knows the tensor's byte count from its shape and dtype and refuses a chunk
+that would overrun it, or a close that falls short.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ztensor import dtypes
+from ztensor.errors import FormatError
+
+
+class TensorStream:
+    """The sink :meth:`ztensor.Writer.stream` returns.  Use as a context manager, or
+    call :meth:`close`.
+
+    Chunks are numpy arrays (any shape: taken in C order), torch tensors or
+    bytes-like objects (taken as the stored little-endian bytes), in order.  An array
+    chunk must have the stream's dtype; bytes chunks may split elements.
+
+    Raises
+    ------
+    FormatError
+        A chunk that would write past the tensor's size (nothing of it is written: a
+        correct chunk may follow), or a chunk of another dtype.  Closing short raises
+        too, and abandons the writer's file: its bytes are already in it, and a file
+        with a torn tensor is never renamed into place.
+    """
+
+    def __init__(self, writer, name, shape, dtype, sink, finish):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
+        self.written = 0
+        self._writer = writer
+        self._sink = sink
+        self._finish = finish  # records the object in the writer
+        self._open = True
+
+    def write(self, chunk: Any) -> None:
+        """Append ``chunk`` (see the class doc)."""
+        if not self._open:
+            raise FormatError("this stream is closed", path=self._writer.path, obj=self.name)
+        data = self._bytes_of(chunk)
+        if self.written + data.size > self.nbytes:
+            raise FormatError(f"chunk of {data.size} bytes would overrun the tensor: "
+                              f"{self.written} of {self.nbytes} bytes written",
+                              path=self._writer.path, obj=self.name)
+        self._writer._guard(self._sink.write, data)
+        self.written += data.size
+
+    def _bytes_of(self, chunk):
+        if hasattr(chunk, "detach") and hasattr(chunk, "numpy"):  # a torch tensor
+            from ztensor.torch import to_numpy_for_writing
+            chunk, _ = to_numpy_for_writing(chunk, self.name)
+        if isinstance(chunk, np.ndarray):
+            if chunk.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
+                raise FormatError(f"chunk has dtype {chunk.dtype}, the stream "
+                                  f"{self.dtype}", path=self._writer.path, obj=self.name)
+            arr = np.ascontiguousarray(chunk).reshape(-1)
+            if dtypes.swap_width(arr.dtype):  # not little-endian yet
+                arr = arr.astype(arr.dtype.newbyteorder("<"))
+            return arr.view(np.uint8)
+        return np.frombuffer(memoryview(chunk).cast("B"), np.uint8)
+
+    def close(self) -> None:
+        """Finish the tensor; it must have received exactly its bytes."""
+        if not self._open:
+            return
+        self._open = False
+        if self.written != self.nbytes:
+            self._writer.abort()
+            self._writer._state = "failed"
+            raise FormatError(f"stream closed after {self.written} of {self.nbytes} bytes: "
+                              "the writer is abandoned", path=self._writer.path, obj=self.name)
+        self._finish(self._writer._guard(self._sink.finish))
+
+    def __enter__(self) -> "TensorStream":
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        elif self._open:  # the caller's error: the tensor is incomplete
+            self._open = False
+            self._writer.abort()
+            self._writer._state = "failed"
+        return False
+
+
+__all__ = ["TensorStream"]
