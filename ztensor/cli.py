@@ -6,6 +6,7 @@
 ``ztensor convert IN OUT``        .safetensors / .npy / .npz / .zt (any version) -> .zt v1.2
 ``ztensor dequantize IN OUT``     quantized_group objects -> dense, others copied
 ``ztensor diff A B``              objects added, removed, changed; value differences
+``ztensor stats FILE [NAME...]``  min/max/mean/std, NaN/Inf counts and a histogram per tensor
 
 Bad input files print one line (``ztensor: <file>: <problem>``) and exit 2, never a
 traceback.  ``verify`` and ``diff`` exit 1 when the file is broken / the files differ.
@@ -209,6 +210,34 @@ def cmd_verify(args, out):
     return 0 if not problems else 1
 
 
+def cmd_stats(reader, args, out):
+    from ztensor.stats import sparkline, tensor_stats
+
+    names = args.names or reader.keys()
+    rows = [tensor_stats(reader, name, bins=args.bins) for name in names]
+    flagged = [r["name"] for r in rows if r["nan"] or r["posinf"] or r["neginf"]]
+    if args.json:
+        _dump_json({"tensors": rows, "with_nan_or_inf": flagged}, out)
+    else:
+        def num(v):
+            return "-" if v is None else f"{v:.4g}"
+        table = [("NAME", "MIN", "MAX", "MEAN", "STD", "NAN", "INF", "HISTOGRAM")]
+        table += [(_printable(r["name"]), num(r["min"]), num(r["max"]), num(r["mean"]),
+                   num(r["std"]), str(r["nan"]), str(r["posinf"] + r["neginf"]),
+                   sparkline(r["histogram"])) for r in rows]
+        _write_table(table, out)
+        if not args.quiet:
+            out.write(f"{len(rows)} tensors, {len(flagged)} with NaN or Inf\n")
+    return 1 if args.check and flagged else 0
+
+
+def _write_table(table, out):
+    """Rows of cells, columns padded; the last column may be cut to the terminal."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
 def _refuse_overwrite(path, force):
     if os.path.exists(path) and not force:
         raise ZTensorError("exists; pass --force to replace it", path=path)
@@ -376,6 +405,8 @@ COMMANDS = {
     "dequantize": (cmd_dequantize, "write quantized_group objects as dense weights",
                    ["input", "output"]),
     "diff": (cmd_diff, "compare two files: objects added, removed, changed", ["a", "b"]),
+    "stats": (cmd_stats, "value statistics per tensor: min/max/mean/std, NaN/Inf, histogram",
+              ["file"]),
 }
 
 
@@ -398,10 +429,26 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--level", type=_compress_level, default=None, metavar="LEVEL",
                            help="the zstd level for --compress (also --compress=LEVEL)")
             p.add_argument("--checksum", choices=["crc32c", "sha256"])
+        if name == "stats":
+            p.add_argument("names", nargs="*", metavar="NAME", help="tensors (default: all)")
+            p.add_argument("--bins", type=_positive, default=10,
+                           help="histogram bins (default 10)")
+            p.add_argument("--check", action="store_true",
+                           help="exit 1 when any tensor holds NaN or Inf")
         if name == "dequantize":
             p.add_argument("--dtype", choices=["float16", "float32", "bfloat16"],
                            default="float16")
     return parser
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {text!r}")
+    return value
 
 
 def _split_compress_level(argv):
@@ -424,7 +471,7 @@ def main(argv=None, out=None) -> int:
     out = out or sys.stdout
     handler = COMMANDS[args.command][0]
     try:
-        if args.command in ("ls", "info"):
+        if args.command in ("ls", "info", "stats"):
             with _open_any(args.file) as reader:
                 return handler(reader, args, out)
         return handler(args, out)
