@@ -1,4 +1,4 @@
-"""Fuzz target 7: the ztensor command on an arbitrary file (ls, info, verify, diff,
+"""Fuzz target 7: the ztensor command on an arbitrary file (ls, info, verify, diff, stats,
 text and --json).  Every run returns an exit code of 0, 1 or 2 and writes valid
 JSON where asked: never a traceback, never a terminal escape from the file."""
 import io
@@ -18,7 +18,8 @@ def test_one_input(data: bytes):
     with open(path, "wb") as f:
         f.write(data)
     for argv in (["ls", path], ["ls", "--json", path], ["info", path],
-                 ["info", "--json", path], ["verify", "-q", path], ["diff", path, path]):
+                 ["info", "--json", path], ["verify", "-q", path], ["diff", path, path],
+                 ["stats", "--json", path]):
         out = io.StringIO()
         code = cli.main(argv, out=out)
         assert code in (0, 1, 2), (argv, code)
