@@ -24,6 +24,7 @@ from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.writer import Writer
 from ztensor.streaming import TensorStream
+from ztensor.conversion import convert
 
 # the reference implementation's name for what metadata() returns
 TensorMetadata = ObjectSpec
@@ -35,7 +36,7 @@ def open(path, **kwargs) -> Reader:  # noqa: A001 - the reference's name
     return Reader(path, **kwargs)
 
 __all__ = [
-    "__version__", "backend", "Reader", "Writer", "TensorStream", "Tensor", "Limits", "DEFAULT_LIMITS",
+    "__version__", "backend", "Reader", "Writer", "TensorStream", "convert", "Tensor", "Limits", "DEFAULT_LIMITS",
     "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",

@@ -3,7 +3,8 @@
 ``ztensor ls FILE``               one row per object: name, format, shape, dtype, encoding, size
 ``ztensor info FILE``             version, attributes, counts and total sizes
 ``ztensor verify FILE``           structure, every object decoded, every digest checked
-``ztensor convert IN OUT``        .safetensors / .npy / .npz / .zt (any version) -> .zt v1.2
+``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz; a checkpoint
+                                 directory or index -> a directory of .zt shards + index
 ``ztensor dequantize IN OUT``     quantized_group objects -> dense, others copied
 ``ztensor diff A B``              objects added, removed, changed; value differences
 ``ztensor stats FILE [NAME...]``  min/max/mean/std, NaN/Inf counts and a histogram per tensor
@@ -142,6 +143,11 @@ class Progress:
         self.enabled = not quiet and sys.stderr.isatty()
         self.last = 0.0
 
+    def update(self, done, total):
+        """The progress(bytes done, bytes total) callback the library calls."""
+        self.total = max(total, 1)
+        self.add(done - self.done)
+
     def add(self, nbytes):
         self.done += nbytes
         now = time.monotonic()
@@ -244,28 +250,11 @@ def _refuse_overwrite(path, force):
 
 
 def cmd_convert(args, out):
-    from ztensor import exporters, importers
-    from ztensor.writer import Writer
+    from ztensor.conversion import convert
 
-    kind = exporters.format_for(args.output)  # the output's name says its format
-    _refuse_overwrite(args.output, args.force)
-    if kind != "zt":
-        progress = Progress(os.path.getsize(args.input), args.quiet)
-        with Reader(args.input) as reader:
-            write = exporters.write_safetensors if kind == "safetensors" \
-                else exporters.write_npz
-            count = write(reader, args.output, progress=progress.add)
-        progress.finish()
-        _report(args, out, {"input": args.input, "output": args.output, "objects": count})
-        return 0
-    attributes, tensors = importers.open_any(args.input)
-    progress = Progress(os.path.getsize(args.input), args.quiet)
-    count = 0
-    with Writer(args.output, attributes=attributes) as writer:
-        for name, tensor in tensors:
-            writer.write(name, tensor, compress=args.compress, checksum=args.checksum)
-            progress.add(_nbytes(tensor))
-            count += 1
+    progress = Progress(0, args.quiet)
+    count = convert(args.input, args.output, compress=args.compress, checksum=args.checksum,
+                    force=args.force, progress=progress.update)
     progress.finish()
     _report(args, out, {"input": args.input, "output": args.output, "objects": count})
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ztensor import convert, dtypes
+from ztensor import floatconv, dtypes
 
 _COMPLEX = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
 
@@ -49,7 +49,7 @@ def as_values(arr: np.ndarray, storage: str, ltype) -> np.ndarray:
     if out.dtype.kind != "u" or out is not arr:
         return out
     if storage == "bf16":
-        return convert.bf16_to_float32(arr)
+        return floatconv.bf16_to_float32(arr)
     if ltype in dtypes.FP8_TYPES and storage == "u8":
-        return convert.fp8_to_float(arr, ltype)
+        return floatconv.fp8_to_float(arr, ltype)
     return out

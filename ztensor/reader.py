@@ -8,11 +8,11 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any, Dict, List, Optional, Union, overload
+from typing import Any, Callable, Dict, List, Optional, Union, overload
 
 import numpy as np
 
-from ztensor import components, convert, dtypes, foreign, formats, legacy, logical, spec
+from ztensor import components, floatconv, dtypes, foreign, formats, legacy, logical, spec
 from ztensor.formats import dense
 from ztensor.errors import ClosedError, LimitError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
@@ -244,9 +244,9 @@ class Reader:
         if comp is not None and dtype in (np.float32, np.float16):
             raw = self._component(obj, comp, False)
             if comp.dtype == "u8" and comp.type in dtypes.FP8_TYPES:
-                return convert.fp8_to_float(raw, comp.type, dtype).reshape(obj.shape)
+                return floatconv.fp8_to_float(raw, comp.type, dtype).reshape(obj.shape)
             if comp.dtype == "bf16":
-                values = convert.bf16_to_float32(raw).reshape(obj.shape)
+                values = floatconv.bf16_to_float32(raw).reshape(obj.shape)
                 return values if dtype == np.float32 else values.astype(dtype)
         return self.read_numpy(name).astype(dtype)
 
@@ -298,8 +298,11 @@ class Reader:
             return obj
         return obj.to_scipy()
 
-    def verify(self) -> int:
+    def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> int:
         """Check every component's digest; return how many were checked.
+
+        ``progress(bytes done, bytes total)`` is called after each component checked
+        (totals: the stored bytes of the components that carry a digest).
 
         Raises
         ------
@@ -311,16 +314,18 @@ class Reader:
         self._require_open()
         if self._foreign is not None:
             return 0  # other formats carry no digests
-        checked = 0
-        for name in self._manifest.names():
-            for role, comp in self._manifest.get(name).components.items():
-                if comp.digest is None:
-                    continue
-                stored = self._source.view(comp.offset, comp.length, "component",
-                                           obj=name, component=role)
-                digests.verify(stored, comp.digest, path=self.path, obj=name, component=role)
-                checked += 1
-        return checked
+        todo = [(name, role, comp) for name in self._manifest.names()
+                for role, comp in self._manifest.get(name).components.items()
+                if comp.digest is not None]
+        total, done = sum(comp.length for _, _, comp in todo), 0
+        for name, role, comp in todo:
+            stored = self._source.view(comp.offset, comp.length, "component",
+                                       obj=name, component=role)
+            digests.verify(stored, comp.digest, path=self.path, obj=name, component=role)
+            done += comp.length
+            if progress is not None:
+                progress(done, total)
+        return len(todo)
 
     def _foreign_numpy(self, obj, copy):
         self._require_open()

@@ -259,14 +259,35 @@ class ShardedReader:
                          framework="np").get_slice(name)
 
     def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> int:
-        checked = 0
-        shards = self.shards
-        for i, file in enumerate(shards):
-            with Reader(os.path.join(self.folder, file)) as r:
-                checked += r.verify()
+        """Every shard's digests; ``progress(bytes done, bytes total)`` over the
+        shards' file sizes, after each component checked."""
+        checked, done = 0, 0
+        paths = [os.path.join(self.folder, file) for file in self.shards]
+        total = sum(os.path.getsize(p) for p in paths)
+        for path in paths:
+            size = os.path.getsize(path)
+            with Reader(path) as r:
+                checked += r.verify(None if progress is None else
+                                    lambda d, t, base=done: progress(base + d, total))
+            done += size
             if progress is not None:
-                progress(i + 1, len(shards))
+                progress(done, total)
         return checked
+
+    def read_all(self, *, copy: bool = True,
+                 progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
+        """name -> array of every tensor, shard by shard (each shard in one batch:
+        ztensor/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
+        out: Dict[str, Any] = {}
+        paths = {file: os.path.join(self.folder, file) for file in self.shards}
+        total, done = sum(os.path.getsize(p) for p in paths.values()), 0
+        for file, path in paths.items():
+            names = [n for n, f in self._map.items() if f == file]
+            out.update(self._reader(names[0]).read_numpy(names, copy=copy) if names else {})
+            done += os.path.getsize(path)
+            if progress is not None:
+                progress(done, total)
+        return {name: out[name] for name in self._map}
 
     def close(self) -> None:
         for reader in self._readers.values():

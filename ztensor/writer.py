@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Union
 import numpy as np
 
 from ztensor import attributes as attrs
-from ztensor import components, convert, dtypes, kernels, spec
+from ztensor import components, floatconv, dtypes, kernels, spec
 from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
 from ztensor.footer import encode_footer
 from ztensor.manifest import Checker, gc_paused, encode_manifest
@@ -473,12 +473,12 @@ def _encode_as(arr, type_name, saturate=False):
                           "bits as they are with write(name, Tensor({'data': codes}, "
                           f"types={{'data': {type_name!r}}}))")
     if type_name in ("bf16", "bfloat16"):
-        return convert.float32_to_bf16(arr), {"data": "bf16"}
+        return floatconv.float32_to_bf16(arr), {"data": "bf16"}
     if type_name in dtypes.FP8_TYPES:
         if saturate:  # overflow and infinities to the largest finite value; NaN stays
             limit = FP8_MAX[type_name]
             arr = np.clip(np.asarray(arr, np.float32), -limit, limit)
-        return convert.float_to_fp8(arr, type_name), {"data": type_name}
+        return floatconv.float_to_fp8(arr, type_name), {"data": type_name}
     raise ValueError(f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, "
                      f"not {type_name!r}")
 

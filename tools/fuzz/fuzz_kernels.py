@@ -3,7 +3,7 @@ metadata (bits, group size, shape, component sizes and dtypes) and buffers."""
 import numpy as np
 
 from common import only_ztensor_errors, run, ztensor
-from ztensor import convert
+from ztensor import floatconv
 
 FLOATS = [np.float16, np.float32, np.uint16]          # uint16: bf16 bit patterns
 
@@ -36,12 +36,12 @@ def test_one_input(data: bytes):
     elif which == 1:
         kind = fdp.PickValueInList(["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"])
         codes = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)), np.uint8)
-        convert.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
+        floatconv.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
         values = array(fdp, fdp.PickValueInList([np.float32, np.float16]), 2048)
-        convert.float_to_fp8(values, kind)
+        floatconv.float_to_fp8(values, kind)
     else:
-        convert.bf16_to_float32(array(fdp, np.uint16, 4096))
-        convert.float32_to_bf16(array(fdp, np.float32, 4096))
+        floatconv.bf16_to_float32(array(fdp, np.uint16, 4096))
+        floatconv.float32_to_bf16(array(fdp, np.float32, 4096))
 
 
 if __name__ == "__main__":

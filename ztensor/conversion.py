@@ -1,0 +1,116 @@
+"""``ztensor.convert``: one tensor file to another, or a sharded checkpoint directory
+to a directory of ``.zt`` shards, one tensor at a time.
+
+* A file in any format ``Reader`` reads becomes the format the output's name says:
+  ``.zt`` (v1.2), ``.safetensors`` or ``.npz`` (ztensor/exporters.py).
+* A checkpoint directory or index (``model.safetensors.index.json``, Hugging Face's
+  layout, or ``.zt.index.json``) becomes an output directory: each shard converted on
+  its own (same stem, ``.zt``), then ``model.zt.index.json`` written last, atomically,
+  so a crash never leaves an index naming a shard that is not complete.
+
+Memory stays at one tensor (inputs are memory-mapped where their format allows), and
+every output file is written to a temporary name and renamed into place.
+``progress(bytes done, bytes total)`` is called after each tensor, totals counted in
+input bytes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Union
+
+from ztensor.errors import ZTensorError
+
+PathLike = Union[str, "os.PathLike[str]"]
+Progress = Optional[Callable[[int, int], None]]
+
+
+def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = False,
+            checksum: Optional[str] = None, force: bool = False,
+            progress: Progress = None) -> int:
+    """Convert ``input`` to ``output`` (see the module doc); returns the number of
+    tensors written.  An existing output is refused unless ``force``."""
+    source, target = os.fspath(input), os.fspath(output)
+    if os.path.isdir(source) or source.endswith(".index.json"):
+        return _convert_checkpoint(source, target, compress, checksum, force, progress)
+    if os.path.exists(target) and not force:
+        raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
+    total = os.path.getsize(source)
+    return _convert_file(source, target, compress, checksum, _Counter(progress, total))
+
+
+class _Counter:
+    """Turns tensor sizes into progress(done, total) calls."""
+
+    def __init__(self, progress, total):
+        self.progress, self.total, self.done = progress, total, 0
+        self.tensor_bytes = 0  # what the tensors hold, for an index's total_size
+
+    def add(self, nbytes):
+        self.tensor_bytes += nbytes
+        self.done = min(self.done + nbytes, self.total)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _convert_file(source, target, compress, checksum, counter):
+    from ztensor import exporters, importers
+    from ztensor.reader import Reader
+    from ztensor.writer import Writer
+
+    kind = exporters.format_for(target)  # the output's name says its format
+    if kind != "zt":
+        with Reader(source) as reader:
+            write = exporters.write_safetensors if kind == "safetensors" \
+                else exporters.write_npz
+            return write(reader, target, progress=counter.add)
+    attributes, tensors = importers.open_any(source)
+    count = 0
+    with Writer(target, attributes=attributes) as writer:
+        for name, tensor in tensors:
+            writer.write(name, tensor, compress=compress, checksum=checksum)
+            counter.add(sum(getattr(a, "nbytes", 0) for a in tensor.components.values()))
+            count += 1
+    return count
+
+
+def _convert_checkpoint(source, target, compress, checksum, force, progress):
+    from ztensor import sharded
+
+    with sharded.open_sharded(source) as checkpoint:
+        folder, files = checkpoint.folder, checkpoint.shards
+        weight_map = {name: checkpoint._map[name] for name in checkpoint.keys()}
+        metadata = dict(checkpoint.attributes)
+        indexed = sharded.find_index(source) is not None
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise ZTensorError("a checkpoint converts into a directory, not a file", path=target)
+    renamed = {file: _stem(file) + ".zt" for file in files}
+    index_path = os.path.join(target, "model.zt.index.json")
+    existing = [p for p in [index_path] + [os.path.join(target, f) for f in renamed.values()]
+                if os.path.exists(p)]
+    if existing and not force:
+        raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
+    os.makedirs(target, exist_ok=True)
+    if os.path.exists(index_path):
+        os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
+    counter = _Counter(progress, sum(os.path.getsize(os.path.join(folder, f)) for f in files))
+    count = 0
+    for file in files:  # one shard at a time: memory stays at one tensor
+        count += _convert_file(os.path.join(folder, file), os.path.join(target, renamed[file]),
+                               compress, checksum, counter)
+    if indexed or len(files) > 1:
+        sharded._write_json_atomically(index_path, {
+            "metadata": {**metadata, "total_size": counter.tensor_bytes},
+            "weight_map": {name: renamed[file] for name, file in weight_map.items()}})
+    if progress is not None:
+        progress(counter.total, counter.total)
+    return count
+
+
+def _stem(file):
+    for suffix in (".safetensors", ".zt", ".bin", ".pt", ".pth"):
+        if file.endswith(suffix):
+            return file[:-len(suffix)]
+    return file
+
+
+__all__ = ["convert"]
