@@ -351,3 +351,67 @@ def test_convert_compress_flag_never_swallows_the_input(tmp_path):
         assert main(["convert", *argv, str(src), str(out), "-q"]) == 0
         with ztensor.Reader(out) as r:
             assert r.metadata("a").components["data"].encoding == "zstd"
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what was written."""
+
+    def __init__(self):
+        import io
+        self.buffer = io.StringIO()
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        return self.buffer.write(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("with_tqdm", [True, False])
+def test_progress_on_a_terminal(monkeypatch, with_tqdm):
+    import sys as _sys
+
+    from ztensor import cli
+    if not with_tqdm:
+        monkeypatch.setitem(_sys.modules, "tqdm", None)  # as if it were not installed
+    else:
+        pytest.importorskip("tqdm")
+    term = _Terminal()
+    progress = cli.Progress(0, quiet=False, stream=term)
+    assert (progress.bar is not None) == with_tqdm
+    for done in (100, 5000, 10000):
+        progress.update(done, 10000)
+        progress.last = 0  # the plain meter draws at most every 0.1 s
+    if with_tqdm:
+        assert (progress.bar.n, progress.bar.total) == (10000, 10000)
+    progress.finish()
+    text = term.buffer.getvalue()
+    assert ("100.0%" in text) if not with_tqdm else ("B/s" in text or "it/s" in text)
+    assert cli.Progress(10, quiet=True, stream=term).enabled is False
+
+
+def test_tables_fit_a_narrow_terminal(tmp_path, monkeypatch):
+    import os as _os
+    import shutil
+
+    import numpy as np
+
+    import ztensor
+    from ztensor import cli
+    path = tmp_path / "n.zt"
+    long_name = "model.layers.17.self_attn.q_proj.weight.with.a.very.long.suffix"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy(long_name, np.zeros(3))
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a: _os.terminal_size((60, 20)))
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    narrow, piped = Tty(), io.StringIO()
+    assert cli.main(["ls", str(path)], out=narrow) == 0
+    assert cli.main(["ls", str(path)], out=piped) == 0
+    assert max(map(len, narrow.getvalue().splitlines())) <= 60
+    assert "\u2026" in narrow.getvalue() and long_name in piped.getvalue()

@@ -93,11 +93,10 @@ def cmd_ls(reader, args, out):
         _dump_json(rows, out)
         return 0
     table = [("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE")]
-    table += [(_printable(r["name"]), _printable(r["format"]), "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"],
-               r["encoding"], _human(r["stored_bytes"])) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(6)]
-    for row in table:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+    table += [(_printable(r["name"]), _printable(r["format"]),
+               "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"], r["encoding"],
+               _human(r["stored_bytes"])) for r in rows]
+    _write_table(table, out)
     return 0
 
 
@@ -136,33 +135,52 @@ def cmd_info(reader, args, out):
 
 
 class Progress:
-    """``done / total, rate, time left`` on one stderr line, only on a terminal."""
+    """Progress of long work on stderr, only when it is a terminal and not ``--quiet``:
+    a tqdm bar when tqdm is installed (``pip install ztensor[cli]``), else one plain
+    line (``done / total, rate, time left``)."""
 
-    def __init__(self, total, quiet):
+    def __init__(self, total, quiet, stream=None):
+        self.stream = stream or sys.stderr
         self.total, self.done, self.start = max(total, 1), 0, time.monotonic()
-        self.enabled = not quiet and sys.stderr.isatty()
+        self.enabled = not quiet and self.stream.isatty()
         self.last = 0.0
+        self.bar = None
+        if self.enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024,
+                                file=self.stream, leave=False, dynamic_ncols=True)
 
     def update(self, done, total):
         """The progress(bytes done, bytes total) callback the library calls."""
         self.total = max(total, 1)
+        if self.bar is not None:
+            self.bar.total = self.total
         self.add(done - self.done)
 
     def add(self, nbytes):
         self.done += nbytes
+        if self.bar is not None:
+            self.bar.update(nbytes)
+            return
         now = time.monotonic()
         if not self.enabled or now - self.last < 0.1:
             return
         self.last = now
         rate = self.done / max(now - self.start, 1e-9)
         left = (self.total - self.done) / rate if rate else 0
-        sys.stderr.write(f"\r  {100 * self.done / self.total:5.1f}%  {_human(self.done)} / "
-                         f"{_human(self.total)}  {_human(rate)}/s  {left:5.0f} s left ")
-        sys.stderr.flush()
+        self.stream.write(f"\r  {100 * self.done / self.total:5.1f}%  {_human(self.done)} / "
+                          f"{_human(self.total)}  {_human(rate)}/s  {left:5.0f} s left ")
+        self.stream.flush()
 
     def finish(self):
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 70 + "\r")
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            self.stream.write("\r" + " " * 70 + "\r")
 
 
 def _nbytes(tensor) -> int:
@@ -238,10 +256,26 @@ def cmd_stats(reader, args, out):
 
 
 def _write_table(table, out):
-    """Rows of cells, columns padded; the last column may be cut to the terminal."""
+    """Rows of cells, columns padded.  On a terminal too narrow for them, the first
+    column (names, the longest as a rule) is shortened with an ellipsis in the middle,
+    down to 12 characters; piped output is never cut."""
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    isatty = getattr(out, "isatty", None)
+    if isatty is not None and isatty():
+        import shutil
+        room = shutil.get_terminal_size().columns - sum(widths[1:]) - 2 * (len(widths) - 1)
+        if room < widths[0]:
+            widths[0] = max(12, room)
+            table = [(_shorten(row[0], widths[0]),) + tuple(row[1:]) for row in table]
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _shorten(text, width):
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[:keep - keep // 2] + "\u2026" + text[len(text) - keep // 2:]
 
 
 def _refuse_overwrite(path, force):
