@@ -117,3 +117,46 @@ def test_a_lying_server_is_a_clean_error(server):
         r["a"]
     with pytest.raises(FileNotFoundError):
         ztensor.Reader(f"{url}/missing.zt")
+
+
+def test_many_tensors_coalesced_into_few_concurrent_requests(server):
+    url, www, served = server
+    tensors = {f"t{i:02d}": np.full(25_000, i, np.float32) for i in range(40)}  # 100 KB each
+    with ztensor.Writer(www / "many.zt") as w:
+        for name, arr in tensors.items():
+            w.write_numpy(name, arr)
+    wanted = [f"t{i:02d}" for i in range(5, 25)]
+    with ztensor.Reader(f"{url}/many.zt") as r:
+        time.sleep(0.2)
+        log = www.parent / "access.log"
+        requests_before, bytes_before = len(log.read_text().splitlines()), served()
+        out = r.read_numpy(wanted, copy=True)
+        time.sleep(0.2)
+        requests = len(log.read_text().splitlines()) - requests_before
+        fetched = served() - bytes_before
+    for name in wanted:
+        np.testing.assert_array_equal(out[name], tensors[name])
+        assert out[name].flags.writeable
+    needed = sum(tensors[n].nbytes for n in wanted)
+    assert requests < len(wanted) // 4                  # neighbours share one request
+    assert needed <= fetched < needed + len(wanted) * 64  # only alignment padding between
+
+
+def test_memory_filesystem_and_file_objects(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    import io
+    tensors = {f"t{i}": np.arange(i * 1000, dtype=np.int32) for i in range(1, 9)}
+    buf = io.BytesIO()
+    with ztensor.Writer(tmp_path / "m.zt") as w:
+        for name, arr in tensors.items():
+            w.write_numpy(name, arr)
+    data = (tmp_path / "m.zt").read_bytes()
+    with fsspec.open("memory://ckpt/m.zt", "wb") as f:
+        f.write(data)
+    buf.write(data)
+    for source in ("memory://ckpt/m.zt", buf, str(tmp_path / "m.zt")):
+        kw = {"mmap": False} if isinstance(source, str) else {}
+        with ztensor.Reader(source, **kw) as r:
+            out = r.read_numpy(list(tensors)[::-1], copy=True, threads=3)
+        for name, arr in tensors.items():
+            np.testing.assert_array_equal(out[name], arr)

@@ -6,8 +6,10 @@ after another; here the plain raw objects (dense.view_plan's rule) are planned i
 one pass, small ones share one allocation (each array a separate, writable view of
 it, as safetensors' numpy loader hands out), large ones get their own, and the
 copies run in ``threads`` threads with the GIL released: copying into fresh pages
-is bound by page faults, which proceed in parallel.  Everything else (zstd, logical
-types, byte swaps, ``verify=True``, unmapped sources) takes the per-object path.
+is bound by page faults, which proceed in parallel.  Unmapped sources (URLs, file
+objects, ``mmap=False``) fetch every planned range at once: neighbours coalesced,
+fetches concurrent (Source.read_ranges).  Everything else (zstd, logical types, byte
+swaps, ``verify=True``) takes the per-object path.
 """
 from __future__ import annotations
 
@@ -38,10 +40,12 @@ def read_owned(reader, names, threads=None):
     threads = default_threads() if threads is None else int(threads)
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
-    plans = {}
-    if reader._source.mapped and not reader._verify and reader._foreign is None:
+    plans, out = {}, {}
+    if not reader._verify and reader._foreign is None:
         plans = _plan(reader, names)
-    out = _copy_planned(reader, plans, threads) if plans else {}
+    if plans:
+        out = (_copy_planned(reader, plans, threads) if reader._source.mapped
+               else _fetch_planned(reader, plans, threads))
     return {name: out[name] if name in out else reader.read_numpy(name, copy=True)
             for name in names}
 
@@ -97,6 +101,22 @@ def _copy_planned(reader, plans, threads):
             jobs.append((dst, [offset + start], [start], [min(_PIECE, n - start)]))
     jobs.extend(_split(shared, small_spans, threads))
     _run(src, jobs, threads)
+    return out
+
+
+def _fetch_planned(reader, plans, threads):
+    """Unmapped sources (a URL, a file object, mmap=False): every range in one
+    coalesced, concurrent fetch (Source.read_ranges), then into owned arrays."""
+    names = list(plans)
+    ranges = [(offset, count * storage.itemsize)
+              for (storage, count, offset), _ in plans.values()]
+    blobs = reader._source.read_ranges(ranges, threads)
+    out = {}
+    for name, blob in zip(names, blobs):
+        (storage, count, _), shape = plans[name]
+        arr = np.empty(count, storage)
+        arr.view(np.uint8)[:] = np.frombuffer(blob, np.uint8)
+        out[name] = arr.reshape(shape)
     return out
 
 
