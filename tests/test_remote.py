@@ -160,3 +160,32 @@ def test_memory_filesystem_and_file_objects(tmp_path):
             out = r.read_numpy(list(tensors)[::-1], copy=True, threads=3)
         for name, arr in tensors.items():
             np.testing.assert_array_equal(out[name], arr)
+
+
+def test_get_slice_reads_only_its_rows_over_http(server):
+    url, www, served = server
+    weight = np.arange(1024 * 256, dtype=np.float32).reshape(1024, 256)  # 1 MiB
+    with ztensor.Writer(www / "tp.zt") as w:
+        w.write_numpy("w", weight)
+    with ztensor.safe_open(f"{url}/tp.zt", framework="np") as f:
+        time.sleep(0.2)
+        before = served()
+        part = f.get_slice("w")[128:256]       # one rank's eighth
+        time.sleep(0.2)
+        fetched = served() - before
+    np.testing.assert_array_equal(part, weight[128:256])
+    assert fetched == 128 * 256 * 4
+
+
+@pytest.mark.parametrize("index", [
+    np.s_[3], np.s_[-1], np.s_[2:9], np.s_[2:9:3], np.s_[9:2], np.s_[:, 1], np.s_[5:, 2:4],
+    np.s_[-4:-1, ::2], np.s_[...], np.s_[0, 1:3], np.s_[::5]])
+def test_row_slices_of_unmapped_sources_equal_numpy(tmp_path, index):
+    data = np.arange(13 * 6, dtype=np.int16).reshape(13, 6)
+    path = tmp_path / "s.zt"
+    with ztensor.Writer(path) as w:
+        w.write_numpy("d", data)
+    with open(path, "rb") as fileobj:  # a file object: not mapped, rows read as one range
+        for source in (fileobj, str(path)):
+            with ztensor.safe_open(source, framework="np") as f:
+                np.testing.assert_array_equal(f.get_slice("d")[index], data[index])

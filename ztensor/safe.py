@@ -134,12 +134,47 @@ class _Slice:
     def __getitem__(self, index: Any) -> Any:
         shape = self._meta.shape
         selection = _selection(index, shape, self._name, self._owner._reader.path)
-        view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
-        part = np.array(view[selection])                    # touches only those pages
+        part = self._rows_only(selection)
+        if part is None:
+            view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
+            part = np.array(view[selection])                    # touches only those pages
         if self._owner._framework == "pt":
             from ztensor.torch_bridge import numpy_to_torch
             return numpy_to_torch(part, self._meta, self._owner._device)
         return part
+
+
+    def _rows_only(self, selection):
+        """On a source that is not mapped (a URL, a file object, mmap=False), the rows
+        the selection's first index spans, read as one range; None where the whole
+        component is read instead (mapped sources, where views already touch only
+        the rows; compressed or converted data)."""
+        from ztensor.formats import dense
+
+        reader = self._owner._reader
+        source = getattr(reader, "_source", None)
+        shape = self._meta.shape
+        if source is None or source.mapped or not shape or not selection:
+            return None
+        plan = dense.view_plan(self._meta)
+        first = selection[0]
+        if not plan or not isinstance(first, (int, slice)):
+            return None
+        rows = shape[0]
+        if isinstance(first, int):
+            start = first + rows if first < 0 else first
+            end, local = start + 1, 0
+        else:
+            start, stop, step = first.indices(rows)
+            count = len(range(start, stop, step))
+            end = start + (count - 1) * step + 1 if count else start
+            local = slice(0, end - start, step)
+        storage, _, offset = plan
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * storage.itemsize
+        stored = source.view(offset + start * row_bytes, (end - start) * row_bytes,
+                             "component", obj=self._name, component="data")
+        block = np.frombuffer(stored, storage).reshape((end - start,) + tuple(shape[1:]))
+        return np.array(block[(local,) + tuple(selection[1:])])
 
 
 def _render(index) -> str:
