@@ -97,9 +97,9 @@ zt_status zt_bswap(const void *src, void *dst, size_t count, size_t width) {
 #endif
     switch (width) {
     case 1: if (s != d && count) memcpy(d, s, count); return ZT_OK;
-    case 2: swap16(s, d, count); return ZT_OK;
-    case 4: swap32(s, d, count); return ZT_OK;
-    case 8: swap64(s, d, count); return ZT_OK;
+    case 2:
+    case 4:
+    case 8: swap_portable(s, d, count, width); return ZT_OK;
     default: return ZT_E_ARG;
     }
 }
