@@ -242,3 +242,29 @@ def test_quantized_objects_in_the_safetensors_style_loaders(tmp_path):
     pt = load_pt(path)
     assert pt["layer.q_proj.qweight"].dtype == torch.int32
     assert load_pt(path, dequantize=True)["layer.q_proj.weight"].dtype == torch.float16
+
+
+@pytest.mark.parametrize("index", [3, -1, (1, 2), (1,), slice(1, 2), (slice(None), 0)])
+def test_pt_slice_shapes_match_safetensors(tmp_path, index):
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    from safetensors import safe_open as st_open
+    tensors = {"v": torch.arange(10, dtype=torch.float32),
+               "m": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+               "b": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)}
+    st_torch.save_file(tensors, str(tmp_path / "a.safetensors"))
+    ztensor.torch.save_file(tensors, str(tmp_path / "a.zt"))
+    with st_open(str(tmp_path / "a.safetensors"), framework="pt") as theirs, \
+            ztensor.safe_open(str(tmp_path / "a.zt"), framework="pt") as ours:
+        for name in tensors:
+            if isinstance(index, tuple) and len(index) > tensors[name].dim():
+                continue
+            try:
+                a = theirs.get_slice(name)[index]
+            except Exception:  # out of bounds for this tensor: ours refuses too
+                with pytest.raises(IndexError):
+                    ours.get_slice(name)[index]
+                continue
+            b = ours.get_slice(name)[index]
+            assert a.shape == b.shape and a.dtype == b.dtype, (name, index)
+            assert torch.equal(a, b)

@@ -110,7 +110,7 @@ def write_npz(reader, path: str, progress=None) -> int:
                 if arr.dtype.kind == "V" or dtypes.is_ml_dtype(arr.dtype):
                     arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
                 with z.open(name + ".npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.ascontiguousarray(arr),
+                    np.lib.format.write_array(member, np.asarray(arr, order="C"),
                                               allow_pickle=False)
                 if progress:
                     progress(arr.nbytes)
@@ -126,4 +126,4 @@ def _stored_elements(reader, name):
     if arr.dtype.itemsize > 1 and arr.dtype.byteorder not in ("<", "|") and not (
             arr.dtype.byteorder == "=" and np.little_endian):
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr)
+    return np.asarray(arr, order="C")  # not ascontiguousarray: a 0-d array stays 0-d

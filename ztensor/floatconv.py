@@ -22,7 +22,7 @@ def _kind(name: str) -> int:
 
 
 def _native(arr: np.ndarray, dtype) -> np.ndarray:
-    return np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("="))
+    return np.asarray(arr, dtype=np.dtype(dtype).newbyteorder("="), order="C")  # 0-d stays 0-d
 
 
 def fp8_to_float(codes: np.ndarray, fp8_type: str, dtype=np.float32) -> np.ndarray:
@@ -30,7 +30,7 @@ def fp8_to_float(codes: np.ndarray, fp8_type: str, dtype=np.float32) -> np.ndarr
     out_type = _OUT.get(np.dtype(dtype))
     if out_type is None:
         raise ValueError(f"FP8 decodes to float32 or float16, not {np.dtype(dtype)}")
-    codes = np.ascontiguousarray(codes).view(np.uint8)
+    codes = np.asarray(codes, order="C").view(np.uint8)
     out = np.empty(codes.shape, dtype)
     kernels.fp8_decode(codes.reshape(-1), out.reshape(-1).view(np.uint8), _kind(fp8_type),
                        out_type)

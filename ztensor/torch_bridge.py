@@ -84,9 +84,11 @@ def numpy_to_torch(arr, meta, device):
         if dtypes.is_ml_dtype(arr.dtype):
             width = np.uint16 if arr.dtype.itemsize == 2 else np.uint8
             return _reader_bits(arr.view(width), target, device)
-        t = torch.from_numpy(np.ascontiguousarray(arr, np.float32)).to(target)
+        # np.asarray, not ascontiguousarray: that one turns a 0-d slice ([3] of a
+        # vector) into shape (1,), where safetensors gives shape ()
+        t = torch.from_numpy(np.asarray(arr, np.float32, order="C")).to(target)
     else:
-        t = _from_numpy(_native(np.ascontiguousarray(arr), True))
+        t = _from_numpy(_native(np.asarray(arr, order="C"), True))
     return t if device == "cpu" else t.to(device)
 
 
