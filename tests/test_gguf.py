@@ -132,3 +132,65 @@ def test_key_value_arrays_whole_and_unknown_types_kept(tmp_path):
         assert main(["convert", "-q", str(path), str(out)]) == 0
     with ztensor.Reader(out) as z:              # nothing lost on the way to .zt
         assert z.attributes["gguf.tokenizer.ggml.tokens"] == tokens
+
+
+# the f16 fields of each block type (scales and mins): finite values, so every output
+# is a number and the comparison below can be bit for bit
+F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
+              "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+
+
+def random_blocks(rng, qtype, rows, row_elements):
+    block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    n = rows * row_elements // block
+    blocks = rng.integers(0, 256, (n, nbytes), dtype=np.uint8)
+    for at in F16_FIELDS[qtype.name]:
+        blocks[:, at:at + 2] = (rng.standard_normal(n) * 0.1).astype(np.float16) \
+            .view(np.uint8).reshape(n, 2)
+    return blocks.reshape(rows, -1)
+
+
+def test_block_types_dequantize_exactly_as_gguf_py(tmp_path):
+    """Every block type gguf.py decodes, written by gguf's own writer, converted and
+    dequantized by ztensor (both the API and the command): the same float32 bits."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "q.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    written = {}
+    for name in F16_FIELDS:
+        qtype = gguf.GGMLQuantizationType[name]
+        blocks = random_blocks(rng, qtype, 3, 512)
+        w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+        written[name] = gguf.quants.dequantize(blocks, qtype).astype(np.float32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert main(["convert", str(path), str(tmp_path / "q.zt"), "-q"]) == 0
+    with ztensor.Reader(tmp_path / "q.zt") as r:
+        for name, expected in written.items():
+            obj = r.read(name)
+            assert obj.format == "gguf_blocks" and obj.shape == (3, 512)
+            got = ztensor.dequantize(obj, dtype=np.float32, threads=2)
+            assert got.shape == expected.shape
+            assert got.tobytes() == expected.tobytes(), name
+            half = ztensor.dequantize(obj, dtype=np.float16)
+            np.testing.assert_array_equal(half, expected.astype(np.float16))
+    assert main(["dequantize", str(tmp_path / "q.zt"), str(tmp_path / "d.zt"), "--dtype",
+                 "float32", "-q"]) == 0
+    with ztensor.Reader(tmp_path / "d.zt") as r:
+        for name, expected in written.items():
+            assert r.read_numpy(name).tobytes() == expected.tobytes(), name
+
+
+def test_undecodable_and_lying_blocks(tmp_path):
+    from ztensor.tensor import Tensor
+    blocks = np.zeros(34, np.uint8)
+    obj = Tensor({"blocks": blocks}, shape=(32,), format="gguf_blocks",
+                 attributes={"ggml_type": "TQ1_0", "ggml_type_id": 34})
+    with pytest.raises(ztensor.UnsupportedError, match="TQ1_0"):
+        ztensor.dequantize(obj)
+    short = Tensor({"blocks": blocks[:30]}, shape=(32,), format="gguf_blocks",
+                   attributes={"ggml_type": "Q8_0", "ggml_type_id": 8})
+    with pytest.raises(ztensor.FormatError, match="do not hold"):
+        ztensor.dequantize(short)

@@ -42,9 +42,13 @@ def outcomes(call):
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0], [4], [8]),
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [(1 << 64) - 1], [0], [2]),
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0, 1], [0], [1]),
+    lambda k: k.ggml_dequant(34, U8[:34], np.zeros(128, np.uint8)),
+    lambda k: k.ggml_dequant(8, U8[:33], np.zeros(128, np.uint8)),
+    lambda k: k.ggml_dequant(8, U8[:34], np.zeros(64, np.uint8)),
 ], ids=["bswap-width-3", "bswap-negative", "bswap-lengths", "fp8-kind-9", "fp8-to-bf16",
         "fp8-src-type-7", "unpack-bits-3", "unpack-short", "bf16-odd", "cbor-depth-0",
-        "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts"])
+        "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts", "ggml-type",
+        "ggml-partial-block", "ggml-short-out"])
 def test_bad_calls_raise_the_same_error_on_both_backends(call):
     seen = outcomes(call)
     assert all(t is ztensor.KernelArgumentError for t, _ in seen), seen

@@ -79,6 +79,22 @@ def manifest_encode(names_size, name_len, plain, rank, dims, dtype, offset, leng
     return name_len, plain, rank, dims, dtype, offset, length, pre_len, cap
 
 
+# ggml type id -> (elements, bytes) per block: the types csrc/ggml_blocks.c decodes
+GGML_BLOCKS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+               10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210)}
+
+
+def ggml_dequant(ggml_type: int, n_blocks_bytes: int, n_out_bytes: int) -> int:
+    """The number of blocks, after checking the type and both buffers' sizes."""
+    integers("ggml_dequant", ggml_type=ggml_type)
+    if ggml_type not in GGML_BLOCKS:
+        fail("ggml_dequant", f"ggml type {ggml_type} is not one this kernel decodes")
+    elements, nbytes = GGML_BLOCKS[ggml_type]
+    if n_blocks_bytes % nbytes or n_out_bytes != n_blocks_bytes // nbytes * elements * 4:
+        fail("ggml_dequant", "blocks must be whole and out must hold 4 bytes per element")
+    return n_blocks_bytes // nbytes
+
+
 def float_type(kernel: str, code: int, allow_bf16: bool = True) -> int:
     if code not in (0, 1, 2) or (code == 2 and not allow_bf16):
         fail(kernel, f"unknown float type code {code}")

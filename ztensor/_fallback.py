@@ -71,6 +71,103 @@ def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
         dst[d:d + n] = src[s:s + n]
 
 
+# ------------------------------------------------------------------- ggml blocks
+def ggml_dequant(ggml_type, blocks, out):
+    """numpy twin of csrc/ggml_blocks.c: the same element order, the same float32
+    roundings (one per numpy operation, as in C)."""
+    blocks = np.frombuffer(blocks, np.uint8)
+    out = np.frombuffer(out, np.uint8)  # raises for a read-only out, as C's wrapper does
+    n = _contract.ggml_dequant(ggml_type, blocks.size, out.size)
+    elements, nbytes = _contract.GGML_BLOCKS[ggml_type]
+    b = blocks.reshape(n, nbytes)
+    out.view(np.float32).reshape(n, elements)[...] = _GGML[ggml_type](b)
+
+
+def _half(b, at):
+    return b[:, at:at + 2].copy().view("<f2").astype(np.float32)  # (n, 1)
+
+
+def _q4_q5(b, has_min, five):
+    d = _half(b, 0)
+    m = _half(b, 2) if has_min else None
+    p = 4 if has_min else 2
+    j = np.arange(32)
+    qs = b[:, p + (4 if five else 0):]
+    q = np.where(j < 16, qs[:, j % 16] & 0x0F, qs[:, j % 16] >> 4).astype(np.int32)
+    if five:
+        qh = b[:, p:p + 4].copy().view("<u4").astype(np.int64)  # (n, 1)
+        q = q | (((qh >> j) & 1) << 4).astype(np.int32)
+    if has_min:
+        return (d * q.astype(np.float32)) + m
+    return d * (q - (16 if five else 8)).astype(np.float32)
+
+
+def _q8_0(b):
+    return b[:, 2:].view(np.int8).astype(np.float32) * _half(b, 0)
+
+
+_E = np.arange(256)
+
+
+def _q2_k(b):
+    scales, qs = b[:, :16], b[:, 16:80]
+    d, dmin = _half(b, 80), _half(b, 82)
+    q = (qs[:, (_E // 128) * 32 + _E % 32] >> (2 * ((_E % 128) // 32))) & 3
+    sc = scales[:, _E // 16]
+    dl = d * (sc & 0x0F).astype(np.float32)
+    ml = dmin * (sc >> 4).astype(np.float32)
+    return dl * q.astype(np.float32) - ml
+
+
+def _q3_k(b):
+    hmask, qs, s = b[:, :32], b[:, 32:96], b[:, 96:108]
+    d = _half(b, 108)
+    i = np.arange(16)
+    low = np.where(i < 8, s[:, i % 8], s[:, i % 8] >> 4) & 0x0F
+    high = (s[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+    dl = d * ((low | (high << 4)).astype(np.int8).astype(np.int32) - 32).astype(np.float32)
+    ql = (qs[:, (_E // 128) * 32 + _E % 32] >> (2 * ((_E % 128) // 32))) & 3
+    qh = ((hmask[:, _E % 32] >> (_E // 32)) & 1) ^ 1
+    q = ql.astype(np.int32) - (qh.astype(np.int32) << 2)
+    return dl[:, _E // 16] * q.astype(np.float32)
+
+
+def _scale_min_k4(s):
+    j = np.arange(4)
+    sc = np.concatenate([s[:, j] & 63, (s[:, 8 + j] & 0x0F) | ((s[:, j] >> 2) & 0x30)], axis=1)
+    mn = np.concatenate([s[:, 4 + j] & 63, (s[:, 8 + j] >> 4) | ((s[:, 4 + j] >> 2) & 0x30)],
+                        axis=1)
+    return sc.astype(np.float32), mn.astype(np.float32)
+
+
+def _q4_q5_k(b, five):
+    d, dmin = _half(b, 0), _half(b, 2)
+    sc, mn = _scale_min_k4(b[:, 4:16])
+    qs = b[:, 48:] if five else b[:, 16:]
+    sub = _E // 32
+    q = ((qs[:, (_E // 64) * 32 + _E % 32] >> (4 * ((_E % 64) // 32))) & 0x0F).astype(np.int32)
+    if five:
+        q = q | (((b[:, 16:48][:, _E % 32] >> sub) & 1).astype(np.int32) << 4)
+    dl, ml = d * sc[:, sub], dmin * mn[:, sub]
+    return dl * q.astype(np.float32) - ml
+
+
+def _q6_k(b):
+    ql, qh, scales = b[:, :128], b[:, 128:192], b[:, 192:208]
+    d = _half(b, 208)
+    half, i = _E // 128, _E % 128
+    low = (ql[:, half * 64 + i % 64] >> (4 * (i // 64))) & 0x0F
+    high = (qh[:, half * 32 + i % 32] >> (2 * (i // 32))) & 3
+    dl = d * scales[:, _E // 16].view(np.int8).astype(np.float32)
+    return dl * ((low | (high << 4)).astype(np.int32) - 32).astype(np.float32)
+
+
+_GGML = {2: lambda b: _q4_q5(b, False, False), 3: lambda b: _q4_q5(b, True, False),
+         6: lambda b: _q4_q5(b, False, True), 7: lambda b: _q4_q5(b, True, True),
+         8: _q8_0, 10: _q2_k, 11: _q3_k, 12: lambda b: _q4_q5_k(b, False),
+         13: lambda b: _q4_q5_k(b, True), 14: _q6_k}
+
+
 # ------------------------------------------------------------------- crc32c
 def _crc_table():
     poly = 0x82F63B78

@@ -120,3 +120,8 @@ cdef extern from "manifest_encode.h":
         zt_vocab dtypes
     zt_status zt_manifest_encode(const zt_mf_encode_args *a, uint8_t *out, size_t cap,
                                  size_t *written) nogil
+
+cdef extern from "ggml_blocks.h":
+    size_t zt_ggml_block_elements(int type)
+    size_t zt_ggml_block_bytes(int type)
+    zt_status zt_ggml_dequant(int type, const uint8_t *blocks, size_t nblocks, float *out) nogil

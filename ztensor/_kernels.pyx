@@ -321,6 +321,20 @@ def manifest_encode(bytes names, name_len, plain, rank, dims, dtype, offset, len
     return bytes(o[:written])
 
 
+def ggml_dequant(ggml_type, const uint8_t[::1] blocks, uint8_t[::1] out):
+    """GGUF quantized blocks -> float32 values (out holds their bytes); see
+    csrc/ggml_blocks.h for the types."""
+    nblocks = _contract.ggml_dequant(ggml_type, blocks.shape[0], out.shape[0])
+    cdef size_t n = nblocks
+    cdef int t = ggml_type
+    cdef zt_status st
+    if n == 0:
+        return
+    with nogil:
+        st = zt_ggml_dequant(t, &blocks[0], n, <float *>&out[0])
+    _raise_for_status(st, "ggml dequantization")
+
+
 # ------------------------------------------------------------------ conversions
 def fp8_decode(const uint8_t[::1] src, uint8_t[::1] dst, kind, dst_type):
     """FP8 codes -> float32 (dst_type 0) or float16 bits (1); dst holds the bytes."""

@@ -307,7 +307,8 @@ def cmd_dequantize(args, out):
         progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
         for name in reader.keys():
             obj = reader.read(name)
-            if obj.format == "quantized_group":
+            if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and
+                                                   _decodable(obj)):
                 weight = dequantize(obj, dtype=dtype)
                 types = {"data": "bf16"} if weight.dtype == np.uint16 else None
                 obj = Tensor({"data": weight}, attributes=obj.attributes, types=types)
@@ -317,6 +318,11 @@ def cmd_dequantize(args, out):
         progress.finish()
     _report(args, out, {"input": args.input, "output": args.output, "dequantized": converted})
     return 0
+
+
+def _decodable(obj):
+    from ztensor._contract import GGML_BLOCKS
+    return obj.attributes.get("ggml_type_id") in GGML_BLOCKS
 
 
 def cmd_diff(args, out):

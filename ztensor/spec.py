@@ -28,7 +28,7 @@ DEFAULT_ZSTD_LEVEL = 3
 
 # The component whose dtype and type an object reports, per format (others: the first).
 PRIMARY_ROLES = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
-                 "quantized_group": "packed_weight"}
+                 "quantized_group": "packed_weight", "gguf_blocks": "blocks"}
 
 # The most a zstd stream can expand: every block has a 3-byte header and yields at
 # most 128 KiB, and the densest block is RLE (header + 1 byte), so n bytes of zstd

@@ -12,6 +12,7 @@
 #include "crc32c.h"
 #include "floatconv.h"
 #include "footer.h"
+#include "ggml_blocks.h"
 #include "manifest_encode.h"
 #include "manifest_scan.h"
 #include "quant.h"
@@ -246,6 +247,21 @@ static void test_manifest_tables(void) {
           !r.fast, "declines what it does not take");
 }
 
+/* Known answers for two GGUF block types, written as the bytes a file holds. */
+static void test_ggml_blocks(void) {
+    uint8_t q8[34] = {0x00, 0x38};  /* d = 0.5 (f16 0x3800, little-endian) */
+    q8[2] = (uint8_t)-2;
+    q8[3] = 4;
+    float out[256];
+    CHECK(zt_ggml_dequant(8, q8, 1, out) == ZT_OK && out[0] == -1.0f && out[1] == 2.0f &&
+          out[2] == 0.0f, "Q8_0");
+    uint8_t q4[18] = {0x00, 0x3C, 0x9A};  /* d = 1.0; byte 0: low nibble 10, high 9 */
+    CHECK(zt_ggml_dequant(2, q4, 1, out) == ZT_OK && out[0] == 2.0f && out[16] == 1.0f &&
+          out[1] == -8.0f, "Q4_0");
+    CHECK(zt_ggml_dequant(34, q4, 1, out) == ZT_E_ARG && zt_ggml_block_bytes(12) == 144 &&
+          zt_ggml_block_elements(14) == 256, "unknown type refused, geometry");
+}
+
 int main(void) {
     zt_crc32c_init();
     zt_floatconv_init();
@@ -257,6 +273,7 @@ int main(void) {
     test_dequant();
     test_cbor_scan();
     test_manifest_tables();
+    test_ggml_blocks();
     test_blobwriter();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

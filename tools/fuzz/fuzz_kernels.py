@@ -18,7 +18,7 @@ def array(fdp, dtype, max_items=512):
 def test_one_input(data: bytes):
     import atheris
     fdp = atheris.FuzzedDataProvider(data)
-    which = fdp.ConsumeIntInRange(0, 2)
+    which = fdp.ConsumeIntInRange(0, 3)
     if which == 0:
         shape = (fdp.ConsumeIntInRange(0, 40), fdp.ConsumeIntInRange(0, 300))
         comps = {"packed_weight": array(fdp, np.int32).reshape(-1)}
@@ -39,9 +39,18 @@ def test_one_input(data: bytes):
         floatconv.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
         values = array(fdp, fdp.PickValueInList([np.float32, np.float16]), 2048)
         floatconv.float_to_fp8(values, kind)
-    else:
+    elif which == 2:
         floatconv.bf16_to_float32(array(fdp, np.uint16, 4096))
         floatconv.float32_to_bf16(array(fdp, np.float32, 4096))
+    else:  # GGUF blocks: any bytes, any type id, any shape
+        blocks = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 8192)), np.uint8)
+        attrs = {"ggml_type_id": fdp.PickValueInList([2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 9,
+                                                      34, -1, "8", None])}
+        t = ztensor.Tensor({"blocks": blocks}, shape=(fdp.ConsumeIntInRange(0, 4096),),
+                           format="gguf_blocks", attributes=attrs)
+        with only_ztensor_errors():
+            ztensor.dequantize(t, dtype=fdp.PickValueInList([np.float32, np.float16,
+                                                             "bfloat16"]))
 
 
 if __name__ == "__main__":

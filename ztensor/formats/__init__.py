@@ -1,7 +1,7 @@
 """READ 5 / WRITE 1: one module per object ``format``, the one home of its rules.
 
 Each module (``dense``, ``sparse`` for sparse_csr and sparse_coo, ``quantized``
-for quantized_group) provides the same four steps, and nothing outside it knows a
+for quantized_group, ``gguf_blocks`` for GGUF's quantized tensors) provides the same four steps, and nothing outside it knows a
 format's rules:
 
 * ``check_entry(checker, name, shape, components)``: manifest checks, run at open
@@ -17,7 +17,7 @@ Formats this version does not know pass through :data:`GENERIC`: components kept
 exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
 these formats by ``ztensor/legacy.py``.
 """
-from ztensor.formats import dense, quantized, sparse
+from ztensor.formats import dense, gguf_blocks, quantized, sparse
 
 
 class _Generic:
@@ -41,7 +41,7 @@ class _Generic:
 
 GENERIC = _Generic()
 HANDLERS = {"dense": dense, "sparse_csr": sparse, "sparse_coo": sparse,
-            "quantized_group": quantized}
+            "quantized_group": quantized, "gguf_blocks": gguf_blocks}
 
 
 def handler(fmt):

@@ -200,6 +200,9 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
     UnsupportedError
         An unsupported bit width or dtype.
     """
+    if isinstance(obj, Tensor) and obj.format == "gguf_blocks":  # GGUF's own blocks
+        from ztensor.formats import gguf_blocks
+        return gguf_blocks.dequantize(obj, dtype=dtype, threads=threads)
     out_type, out_dtype = _output_type(dtype)
     if isinstance(obj, Tensor):
         inputs = _from_tensor(obj)
