@@ -268,3 +268,34 @@ def test_pt_slice_shapes_match_safetensors(tmp_path, index):
             b = ours.get_slice(name)[index]
             assert a.shape == b.shape and a.dtype == b.dtype, (name, index)
             assert torch.equal(a, b)
+
+
+def test_slices_of_zstd_decode_once_and_convert_only_the_selection(tmp_path, monkeypatch):
+    from ztensor import components, dtypes
+    data = np.random.default_rng(2).standard_normal((400, 64)).astype(np.float32)
+    with ztensor.Writer(tmp_path / "z.zt") as w:
+        w.write_numpy("z", data, compress=True)
+        w.write_numpy("b", data, type="bf16")
+    decodes = []
+    real = components.read_component
+    monkeypatch.setattr(components, "read_component",
+                        lambda *a, **k: decodes.append(1) or real(*a, **k))
+    with ztensor.safe_open(tmp_path / "z.zt", framework="np") as f:
+        for i in range(20):
+            np.testing.assert_array_equal(f.get_slice("z")[i * 8:(i + 1) * 8], data[i * 8:(i + 1) * 8])
+        assert len(decodes) == 1
+        # bf16 without ml_dtypes: the slice alone is decoded, to float32
+        monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
+        dtypes.ml_dtypes_module.cache_clear()
+        try:
+            converted = []
+            from ztensor import floatconv
+            real_bf16 = floatconv.bf16_to_float32
+            monkeypatch.setattr(floatconv, "bf16_to_float32",
+                                lambda a: converted.append(a.size) or real_bf16(a))
+            part = f.get_slice("b")[10:12, :5]
+        finally:
+            monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
+            dtypes.ml_dtypes_module.cache_clear()
+    assert part.dtype == np.float32 and part.shape == (2, 5) and converted == [10]
+    np.testing.assert_allclose(part, data[10:12, :5], rtol=1e-2)  # bf16's precision

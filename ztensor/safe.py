@@ -39,6 +39,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._device = device
         self._dequantize = dequantize
         self._checkpoint = None
+        self._decoded: Dict[str, Any] = {}  # zstd components decoded for slices, by name
         try:
             self._reader = Reader(filename, copy_on_write=self._framework == "pt")
         except FileNotFoundError:
@@ -105,6 +106,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return _Slice(self, name)
 
     def close(self) -> None:
+        self._decoded.clear()
         self._reader.close()
 
     def __enter__(self):
@@ -136,13 +138,30 @@ class _Slice:
         selection = _selection(index, shape, self._name, self._owner._reader.path)
         part = self._rows_only(selection)
         if part is None:
-            view = self._owner._reader.read_numpy(self._name)   # zero-copy for raw data
-            part = np.array(view[selection])                    # touches only those pages
+            part = self._selected(selection)
         if self._owner._framework == "pt":
             from ztensor.torch_bridge import numpy_to_torch
             return numpy_to_torch(part, self._meta, self._owner._device)
         return part
 
+
+    def _selected(self, selection):
+        """The selection of the stored elements (a view of a raw component; a zstd
+        component decoded once per handle and kept), converted afterwards: bf16/FP8
+        without ml_dtypes decode only the selected elements."""
+        from ztensor import logical
+
+        reader = self._owner._reader
+        if reader._foreign is not None:  # other formats: their own reading
+            return np.array(reader.read_numpy(self._name)[selection])
+        comp = self._meta.components["data"]
+        stored = self._owner._decoded.get(self._name)
+        if stored is None:
+            stored = reader._component(self._meta, comp, False)
+            if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
+                self._owner._decoded[self._name] = stored
+        elements = logical.as_elements(stored, comp.dtype, comp.type).reshape(self._meta.shape)
+        return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type)
 
     def _rows_only(self, selection):
         """On a source that is not mapped (a URL, a file object, mmap=False), the rows
