@@ -189,3 +189,23 @@ def test_row_slices_of_unmapped_sources_equal_numpy(tmp_path, index):
         for source in (fileobj, str(path)):
             with ztensor.safe_open(source, framework="np") as f:
                 np.testing.assert_array_equal(f.get_slice("d")[index], data[index])
+
+
+def test_sharded_checkpoint_behind_a_url(server):
+    url, www, served = server
+    tensors = {f"layer.{i}.w": np.full((64, 64), i, np.float32) for i in range(6)}
+    ztensor.save_sharded(tensors, www / "ckpt", max_shard_size=40_000)
+    with ztensor.open_sharded(f"{url}/ckpt/model.zt.index.json") as ckpt:
+        assert len(ckpt.shards) > 1 and sorted(ckpt.keys()) == sorted(tensors)
+        time.sleep(0.2)
+        before = served()
+        np.testing.assert_array_equal(ckpt["layer.4.w"], tensors["layer.4.w"])
+        time.sleep(0.2)
+        one = served() - before
+        everything = ckpt.read_all()
+        assert ckpt.verify() == 0
+    for name, arr in tensors.items():
+        np.testing.assert_array_equal(everything[name], arr)
+    assert one < 64 * 64 * 4 + (16 << 10)  # that tensor, its shard's footer and manifest
+    with pytest.raises(ztensor.FormatError, match="index"):
+        ztensor.open_sharded(f"{url}/ckpt/")

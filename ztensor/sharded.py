@@ -123,9 +123,23 @@ def _write_json_atomically(path: str, value: Any) -> None:
         raise
 
 
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+# an index is JSON text that lists names; no honest one comes near this
+MAX_INDEX_BYTES = 256 << 20
+
+
 def find_index(path: PathLike) -> Optional[str]:
-    """The index file of a checkpoint directory (or the path itself, if it is one)."""
+    """The index file of a checkpoint directory (or the path itself, if it is one).
+    A URL must name the index itself: a server has no directory listing."""
     path = os.fspath(path)
+    if _is_url(path):
+        if not path.endswith(".index.json"):
+            raise FormatError("a sharded checkpoint behind a URL is opened by its index "
+                              "(.../model.zt.index.json)", path=path)
+        return path
     if os.path.isfile(path):
         return path if path.endswith(".index.json") else None
     found = sorted(n for n in os.listdir(path) if n.endswith((".zt.index.json",
@@ -150,10 +164,9 @@ class ShardedReader:
             self._map = {n: os.path.basename(single) for n in names}
             self._meta: Dict[str, Any] = {}
             return
-        self.folder = os.path.dirname(index)
+        self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
         try:
-            with open(index, encoding="utf-8") as f:
-                data = json.load(f)
+            data = json.loads(_read_index(index))
         except (OSError, ValueError, RecursionError) as exc:
             raise FormatError(f"not a readable index: {exc}", path=index) from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -168,6 +181,11 @@ class ShardedReader:
         self._map = dict(weight_map)
         meta = data.get("metadata") or {}
         self._meta = meta if isinstance(meta, dict) else {}
+
+    def _shard(self, file: str) -> str:
+        """The path or URL of shard ``file`` (a plain name beside the index)."""
+        return f"{self.folder}/{file}" if _is_url(self.folder) else \
+            os.path.join(self.folder, file)
 
     @staticmethod
     def _single_file(path):
@@ -185,7 +203,7 @@ class ShardedReader:
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
         if file not in self._readers:
-            reader = Reader(os.path.join(self.folder, file))
+            reader = Reader(self._shard(file))
             missing = [n for n, f in self._map.items() if f == file and n not in reader]
             if missing:
                 reader.close()
@@ -255,17 +273,17 @@ class ShardedReader:
         for are read)."""
         from ztensor.safe import safe_open
         self._reader(name)  # the name must be in its shard
-        return safe_open(os.path.join(self.folder, self._map[name]),
+        return safe_open(self._shard(self._map[name]),
                          framework="np").get_slice(name)
 
     def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> int:
         """Every shard's digests; ``progress(bytes done, bytes total)`` over the
         shards' file sizes, after each component checked."""
         checked, done = 0, 0
-        paths = [os.path.join(self.folder, file) for file in self.shards]
-        total = sum(os.path.getsize(p) for p in paths)
+        paths = [self._shard(file) for file in self.shards]
+        total = sum(_size(p) for p in paths)
         for path in paths:
-            size = os.path.getsize(path)
+            size = _size(path)
             with Reader(path) as r:
                 checked += r.verify(None if progress is None else
                                     lambda d, t, base=done: progress(base + d, total))
@@ -279,12 +297,12 @@ class ShardedReader:
         """name -> array of every tensor, shard by shard (each shard in one batch:
         ztensor/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
         out: Dict[str, Any] = {}
-        paths = {file: os.path.join(self.folder, file) for file in self.shards}
-        total, done = sum(os.path.getsize(p) for p in paths.values()), 0
+        paths = {file: self._shard(file) for file in self.shards}
+        total, done = sum(_size(p) for p in paths.values()), 0
         for file, path in paths.items():
             names = [n for n, f in self._map.items() if f == file]
             out.update(self._reader(names[0]).read_numpy(names, copy=copy) if names else {})
-            done += os.path.getsize(path)
+            done += _size(path)
             if progress is not None:
                 progress(done, total)
         return {name: out[name] for name in self._map}
@@ -306,7 +324,30 @@ class ShardedReader:
                f"{len(self)} tensor(s)]>"
 
 
+def _read_index(index: str) -> bytes:
+    """The index's bytes, at most MAX_INDEX_BYTES (local file or fsspec URL)."""
+    if _is_url(index):
+        import fsspec
+        with fsspec.open(index, "rb") as f:
+            data = f.read(MAX_INDEX_BYTES + 1)
+    else:
+        with open(index, "rb") as f:
+            data = f.read(MAX_INDEX_BYTES + 1)
+    if len(data) > MAX_INDEX_BYTES:
+        raise ValueError(f"larger than {MAX_INDEX_BYTES} bytes")
+    return data
+
+
+def _size(path: str) -> int:
+    if _is_url(path):
+        import fsspec
+        fs, inner = fsspec.core.url_to_fs(path)
+        return int(fs.size(inner))
+    return os.path.getsize(path)
+
+
 def open_sharded(path: PathLike) -> ShardedReader:
     """The Reader API over a sharded checkpoint: a directory or an index file
-    (``.zt.index.json``, or ``.safetensors.index.json`` of safetensors shards)."""
+    (``.zt.index.json``, or ``.safetensors.index.json`` of safetensors shards), or an
+    index's fsspec URL (its shards are read with range requests, as Reader(url))."""
     return ShardedReader(path)
