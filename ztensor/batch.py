@@ -107,12 +107,16 @@ def _copy_planned(reader, plans, threads):
 def _fetch_planned(reader, plans, threads):
     """Unmapped sources (a URL, a file object, mmap=False): every range in one
     coalesced, concurrent fetch (Source.read_ranges), then into owned arrays."""
-    names = list(plans)
-    ranges = [(offset, count * storage.itemsize)
-              for (storage, count, offset), _ in plans.values()]
-    blobs = reader._source.read_ranges(ranges, threads)
-    out = {}
-    for name, blob in zip(names, blobs):
+    source, out = reader._source, {}
+    # a large tensor is one request of its own, read straight into its array (no copy
+    # to spare); the small ones are coalesced, their requests concurrent
+    small = [n for n, ((storage, count, _), _) in plans.items()
+             if count * storage.itemsize < _SHARED_BELOW]
+    for name, ((storage, count, offset), shape) in plans.items():
+        if count * storage.itemsize >= _SHARED_BELOW:
+            out[name] = source.array(storage, count, offset).reshape(shape)
+    ranges = [(plans[n][0][2], plans[n][0][1] * plans[n][0][0].itemsize) for n in small]
+    for name, blob in zip(small, source.read_ranges(ranges, threads)):
         (storage, count, _), shape = plans[name]
         arr = np.empty(count, storage)
         arr.view(np.uint8)[:] = np.frombuffer(blob, np.uint8)

@@ -131,16 +131,19 @@ class Source:
         self._check(offset, length, what, where)
         with self._lock:
             self._require_open()
-            if self._file is not None:
-                return memoryview(_read_exactly(self._file, offset, length, self.name, what,
-                                                where)).toreadonly()
-            if self._fd is None:
+            if self._file is None and self._fd is None:
                 return self._view[offset:offset + length]
-            fd = self._fd
+        return memoryview(self._read_fresh(offset, length, what, where)).toreadonly()
+
+    def _read_fresh(self, offset, length, what, where):
+        """A new bytearray of ``length`` bytes at ``offset`` (unmapped sources)."""
+        with self._lock:
+            self._require_open()
+            if self._file is not None:
+                return _read_exactly(self._file, offset, length, self.name, what, where)
             # pread under the lock: close() cannot hand the descriptor number to
             # another file between the check and the read
-            return memoryview(_pread_exactly(fd, offset, length, self.name, what,
-                                             where)).toreadonly()
+            return _pread_exactly(self._fd, offset, length, self.name, what, where)
 
     def read_ranges(self, ranges, threads=1):
         """The bytes of each ``(offset, length)`` in ``ranges``, for sources that are
@@ -198,10 +201,13 @@ class Source:
 
     def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
         """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
-        caller's manifest checks): a view when mapped, a copy otherwise."""
+        caller's manifest checks): a read-only view when mapped, a fresh writable
+        array otherwise."""
         nbytes = count * dtype.itemsize
-        if not self.mapped:
-            return np.frombuffer(self.view(offset, nbytes, "component"), dtype, count)
+        if not self.mapped:  # a fresh buffer of our own: writable, like a copy
+            self._check(offset, nbytes, "component", {})
+            return np.frombuffer(self._read_fresh(offset, nbytes, "component", {}), dtype,
+                                 count)
         self._check(offset, nbytes, "component", {})
         with self._lock:
             self._require_open()
@@ -245,7 +251,7 @@ class Source:
 # round trip; 256 KiB is a few milliseconds of transfer); no fetch above _GROUP bytes,
 # so large reads still spread over parallel requests
 _GAP = 256 << 10
-_GROUP = 64 << 20
+_GROUP = 4 << 20
 
 
 def _pread_exactly(fd, offset, length, name, what, where):
