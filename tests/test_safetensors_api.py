@@ -299,3 +299,20 @@ def test_slices_of_zstd_decode_once_and_convert_only_the_selection(tmp_path, mon
             dtypes.ml_dtypes_module.cache_clear()
     assert part.dtype == np.float32 and part.shape == (2, 5) and converted == [10]
     np.testing.assert_allclose(part, data[10:12, :5], rtol=1e-2)  # bf16's precision
+
+
+def test_torch_load_file_copy_reads_in_one_batch(tmp_path):
+    torch = pytest.importorskip("torch")
+    tensors = {"a": torch.arange(10, dtype=torch.float32),
+               "b": torch.ones(3, dtype=torch.bfloat16),
+               "c": torch.zeros(2, 2, dtype=torch.int64),
+               "u": torch.arange(3, dtype=torch.uint8),
+               "bo": torch.tensor([True, False])}
+    ztensor.torch.save_file(tensors, str(tmp_path / "t.zt"))
+    for threads in (1, 2):
+        out = ztensor.torch.load_file(str(tmp_path / "t.zt"), copy=True, threads=threads)
+        for name, t in tensors.items():
+            assert out[name].dtype == t.dtype and torch.equal(out[name], t), name
+        out["a"][0] = 100  # owned memory: the file and the next load are untouched
+    again = ztensor.torch.load_file(str(tmp_path / "t.zt"), copy=True)
+    assert again["a"][0] == 0

@@ -168,18 +168,29 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
 
 
 def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
-              dequantize: bool = False) -> Dict[str, torch.Tensor]:
+              dequantize: bool = False, threads: Optional[int] = None
+              ) -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor for every tensor of a file, on ``device``.
 
     On the CPU the tensors are zero-copy views of a private (copy-on-write) mapping
-    of the file unless ``copy``; elsewhere each tensor goes to the device directly.
-    Quantized (GPTQ) objects come under GPTQ checkpoint names, or dequantized with
-    ``dequantize=True`` (see :func:`ztensor.numpy.load_file`)."""
+    of the file unless ``copy``: then the plain ones are read in one batch, copied in
+    ``threads`` threads (ztensor/batch.py); elsewhere each tensor goes to the device
+    directly.  Quantized (GPTQ) objects come under GPTQ checkpoint names, or
+    dequantized with ``dequantize=True`` (see :func:`ztensor.numpy.load_file`)."""
     from ztensor import checkpoint
     out = {}
     with Reader(filename, copy_on_write=True) as r:
-        for key, (name, role) in checkpoint.entries(r, dequantize).items():
-            if role is None and r.metadata(name).format == "dense":
+        entries = checkpoint.entries(r, dequantize)
+        owned = {}
+        if copy and str(device) == "cpu":
+            plain = [name for name, role in entries.values()
+                     if role is None and r._format_of(name) == "dense"]
+            owned = r.read_numpy(plain, copy=True, threads=threads)
+        for key, (name, role) in entries.items():
+            arr = owned.get(name) if role is None else None
+            if arr is not None and arr.dtype.kind in "biuf" and arr.dtype.isnative:
+                out[key] = torch.from_numpy(arr)  # an owned array: shared, not copied
+            elif role is None and r._format_of(name) == "dense":
                 out[key] = object_to_torch(r, name, copy=copy, device=device)
             else:
                 arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
