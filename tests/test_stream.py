@@ -21,13 +21,14 @@ def test_chunks_of_any_size_read_back(tmp_path, compress, checksum):
     data = RNG.standard_normal((300, 17)).astype(np.float32)
     path = tmp_path / "s.zt"
     flat = data.reshape(-1)
+    stored = flat.astype("<f4")  # bytes chunks are the stored (little-endian) bytes
     with ztensor.Writer(str(path)) as w:
         w.write_numpy("before", np.arange(3))
         with w.stream("x", data.shape, np.float32, compress=compress, checksum=checksum,
                       attributes={"source": "stream"}) as s:
-            s.write(flat[:1000])                      # an array chunk
-            s.write(flat[1000:1001].tobytes()[:3])    # bytes splitting an element
-            s.write(flat[1000:2000].tobytes()[3:])
+            s.write(flat[:1000])                        # an array chunk (native order)
+            s.write(stored[1000:1001].tobytes()[:3])    # bytes splitting an element
+            s.write(stored[1000:2000].tobytes()[3:])
             s.write(flat[2000:].reshape(-1, 2) if (len(flat) - 2000) % 2 == 0 else flat[2000:])
         w.write_numpy("after", np.ones(2))
     out, meta = read_back(path, "x")
