@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import ztensor
-from ztensor import _fallback, floatconv, kernels
+from ztensor import _fallback, kernels
 
 
 def median(fn, repeat):

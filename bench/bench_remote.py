@@ -27,13 +27,22 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 
-def median(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+from bench_kernels import median  # noqa: E402 - this folder is first on sys.path
+
+
+def batch_vs_serial(url, names, repeat):
+    """Times of read_numpy(names, copy=True) in one batch, and name by name."""
+    import ztensor
+
+    def batch():
+        with ztensor.Reader(url) as r:
+            r.read_numpy(names, copy=True)
+
+    def serial():
+        with ztensor.Reader(url) as r:
+            for name in names:
+                r.read_numpy(name, copy=True)
+    return median(batch, repeat), median(serial, repeat)
 
 
 def nginx(folder):
@@ -93,16 +102,7 @@ def bench_remote(folder, size_mb, repeat):
         one_bytes = served(folder) - before
         t_one = median(one, repeat)
         names = [f"t{i}" for i in range(n // 4, n // 2)]
-
-        def many():
-            with ztensor.Reader(f"{url}/m.zt") as r:
-                r.read_numpy(names, copy=True)
-
-        def many_one_by_one():
-            with ztensor.Reader(f"{url}/m.zt") as r:
-                for name in names:
-                    r.read_numpy(name, copy=True)
-        t_many, t_serial = median(many, repeat), median(many_one_by_one, repeat)
+        t_many, t_serial = batch_vs_serial(f"{url}/m.zt", names, repeat)
         print(f"  file {size / 2**20:.0f} MiB over HTTP (nginx, loopback): full download "
               f"{full * 1e3:.1f} ms")
         print(f"  one 4 MiB tensor: {one_bytes / 2**20:.3f} MiB served "
@@ -114,16 +114,7 @@ def bench_remote(folder, size_mb, repeat):
             for i in range(400):
                 w.write_numpy(f"s{i}", np.full(10_000, i, np.float32))  # 40 KB each
         small = [f"s{i}" for i in range(100, 300)]
-
-        def small_batch():
-            with ztensor.Reader(f"{url}/small.zt") as r:
-                r.read_numpy(small, copy=True)
-
-        def small_serial():
-            with ztensor.Reader(f"{url}/small.zt") as r:
-                for name in small:
-                    r.read_numpy(name, copy=True)
-        t_batch, t_each = median(small_batch, repeat), median(small_serial, repeat)
+        t_batch, t_each = batch_vs_serial(f"{url}/small.zt", small, repeat)
         print(f"  {len(small)} tensors of 40 KB: one batch {t_batch * 1e3:.1f} ms, one by one "
               f"{t_each * 1e3:.1f} ms -> {t_each / t_batch:.2f}x")
     finally:

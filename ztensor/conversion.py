@@ -16,7 +16,7 @@ input bytes.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from ztensor.errors import ZTensorError
 

@@ -13,7 +13,7 @@ import os
 import secrets
 import stat
 import warnings
-from typing import Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ztensor.manifest import Checker, gc_paused, encode_manifest
 from ztensor import formats
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
+
+if TYPE_CHECKING:
+    from ztensor.streaming import TensorStream
 
 def _plain_storage():
     """numpy dtype -> storage for arrays written as they are: a spec primitive with no
