@@ -8,8 +8,10 @@ to a directory of ``.zt`` shards, one tensor at a time.
   its own (same stem, ``.zt``), then ``model.zt.index.json`` written last, atomically,
   so a crash never leaves an index naming a shard that is not complete.
 
-Memory stays at one tensor (inputs are memory-mapped where their format allows), and
-every output file is written to a temporary name and renamed into place.
+Inputs are memory-mapped where their format allows, and tensors larger than
+``STREAM_CHUNK`` are written through ``Writer.stream`` a chunk at a time (compressed
+and digested as they go), so memory stays at one chunk, not one tensor.  Every
+output file is written to a temporary name and renamed into place.
 ``progress(bytes done, bytes total)`` is called after each tensor, totals counted in
 input bytes.
 """
@@ -18,10 +20,15 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Union
 
+import numpy as np
+
 from ztensor.errors import ZTensorError
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]
+# dense tensors larger than this go through Writer.stream in chunks of this size, so
+# a conversion holds one chunk of a huge tensor, compressed or byte-swapped, at a time
+STREAM_CHUNK = 16 << 20
 
 
 def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = False,
@@ -67,10 +74,34 @@ def _convert_file(source, target, compress, checksum, counter):
     count = 0
     with Writer(target, attributes=attributes) as writer:
         for name, tensor in tensors:
-            writer.write(name, tensor, compress=compress, checksum=checksum)
+            data = tensor.components.get("data")
+            if tensor.format == "dense" and isinstance(data, np.ndarray) \
+                    and data.nbytes > STREAM_CHUNK:
+                _write_streamed(writer, name, tensor, data, compress, checksum)
+            else:
+                writer.write(name, tensor, compress=compress, checksum=checksum)
             counter.add(sum(getattr(a, "nbytes", 0) for a in tensor.components.values()))
             count += 1
     return count
+
+
+def _write_streamed(writer, name, tensor, data, compress, checksum):
+    """A large dense tensor through Writer.stream, STREAM_CHUNK bytes at a time.
+    The input is a mapped view (or a decoded array the importer already holds), so
+    what this adds is one chunk: its byte-order swap or compressed frame, never a
+    second copy of the tensor."""
+    with writer.stream(name, tensor.shape, data.dtype, compress=compress,
+                       checksum=checksum, attributes=tensor.attributes or None,
+                       type=tensor.types.get("data")) as sink:
+        if data.flags.c_contiguous:
+            flat = data.reshape(-1)
+            step = max(1, STREAM_CHUNK // data.itemsize)
+            for start in range(0, flat.size, step):
+                sink.write(flat[start:start + step])
+        else:  # strided (a transposed input): blocks of leading rows, copied one at a time
+            step = max(1, STREAM_CHUNK // max(1, data[0].nbytes))
+            for start in range(0, data.shape[0], step):
+                sink.write(np.ascontiguousarray(data[start:start + step]))
 
 
 def _convert_checkpoint(source, target, compress, checksum, force, progress):

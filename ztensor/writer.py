@@ -180,12 +180,15 @@ class Writer:
 
     def stream(self, name: str, shape: Any, dtype: Any, *,
                compress: Union[bool, int] = False, checksum: Optional[str] = None,
-               attributes: Optional[Dict[str, Any]] = None) -> "TensorStream":
+               attributes: Optional[Dict[str, Any]] = None,
+               type: Optional[str] = None) -> "TensorStream":
         """Write a dense object chunk by chunk: returns a :class:`ztensor.TensorStream`
         taking the elements in C order (numpy arrays of ``dtype``, torch tensors or
         little-endian bytes) until it holds ``shape`` x ``dtype`` bytes.  Chunks are
         compressed and digested as they arrive, so memory stays at one chunk.  Until
-        the stream is closed the writer takes nothing else.
+        the stream is closed the writer takes nothing else.  ``type`` is the logical
+        type of raw elements, as in ``Tensor(types={"data": ...})``: ``"bf16"`` for
+        uint16 bit patterns, an FP8 type for uint8 codes.
 
         >>> with w.stream("big", (1_000_000, 4096), np.float16) as s:
         ...     for block in blocks():
@@ -201,11 +204,7 @@ class Writer:
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(attributes, self.path, name)
         dtype = np.dtype(dtype)
-        found = dtypes.spec_types_for(dtype)
-        if found is None:
-            raise UnsupportedError(f"cannot store numpy dtype {dtype}", path=self.path,
-                                   obj=name)
-        storage, ltype = found
+        storage, ltype = self._storage_of(name, "data", dtype, type)
 
         class _Sized:  # what the reader's check needs of the array: its size
             nbytes = math.prod(int(d) for d in shape) * dtype.itemsize \
@@ -345,15 +344,23 @@ class Writer:
     def _prepare(self, name, role, arr, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
         arr = np.asarray(arr)
-        found = dtypes.spec_types_for(arr.dtype)
+        storage, ltype = self._storage_of(name, role, arr.dtype, explicit)
+        if not arr.flags.c_contiguous:
+            arr = np.array(arr, order="C")
+        return arr, storage, ltype
+
+    def _storage_of(self, name, role, dtype, explicit):
+        """(storage dtype, logical type) for elements of numpy ``dtype`` with the
+        caller's logical type ``explicit`` (or None), refusing contradictions."""
+        found = dtypes.spec_types_for(dtype)
         if found is None:
-            raise UnsupportedError(f"cannot store numpy dtype {arr.dtype}", path=self.path,
+            raise UnsupportedError(f"cannot store numpy dtype {dtype}", path=self.path,
                                    obj=name, component=role)
         storage, ltype = found
         if explicit == "bf16":  # bf16 bit patterns (uint16 when ml_dtypes is missing)
             if storage not in ("u16", "bf16"):
                 raise FormatError(f"bf16 components need uint16 bits or ml_dtypes bfloat16, "
-                                  f"not {arr.dtype}", path=self.path, obj=name, component=role)
+                                  f"not {dtype}", path=self.path, obj=name, component=role)
             storage, explicit = "bf16", None
         if explicit is not None:
             if ltype is not None and explicit != ltype:
@@ -365,9 +372,7 @@ class Writer:
                                   f"array is {storage!r}", path=self.path, obj=name,
                                   component=role)
             ltype = explicit
-        if not arr.flags.c_contiguous:
-            arr = np.array(arr, order="C")
-        return arr, storage, ltype
+        return storage, ltype
 
     def _check_name(self, name):
         attrs.check_name(name, "object names", path=self.path)
