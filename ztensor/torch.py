@@ -29,7 +29,9 @@ from ztensor import _save
 from ztensor.errors import FormatError
 from ztensor.reader import Reader, open_bytes
 from ztensor.tensor import Tensor
-from ztensor.torch_bridge import numpy_to_torch_plain, object_to_torch, to_numpy_for_writing
+from ztensor.staging import for_device as staging_for
+from ztensor.torch_bridge import (is_cpu, numpy_to_torch_plain, object_to_torch,
+                                  to_numpy_for_writing)
 from ztensor.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
@@ -179,24 +181,37 @@ def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
     dequantized with ``dequantize=True`` (see :func:`ztensor.numpy.load_file`)."""
     from ztensor import checkpoint
     out = {}
+    on_cpu = is_cpu(device)
     with Reader(filename, copy_on_write=True) as r:
         entries = checkpoint.entries(r, dequantize)
         owned = {}
-        if copy and str(device) == "cpu":
+        if copy and on_cpu:
             plain = [name for name, role in entries.values()
                      if role is None and r._format_of(name) == "dense"]
             owned = r.read_numpy(plain, copy=True, threads=threads)
+        elif not on_cpu:  # one staging buffer, sized once for the largest object
+            staging = staging_for(device)
+            staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()),
+                                default=0))
         for key, (name, role) in entries.items():
             arr = owned.get(name) if role is None else None
             if arr is not None and arr.dtype.kind in "biuf" and arr.dtype.isnative:
                 out[key] = torch.from_numpy(arr)  # an owned array: shared, not copied
             elif role is None and r._format_of(name) == "dense":
-                out[key] = object_to_torch(r, name, copy=copy, device=device)
+                out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
             else:
                 arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
                                        else None)
-                out[key] = numpy_to_torch_plain(arr, device)
+                out[key] = numpy_to_torch_plain(arr, device, sync=False)
+        if not on_cpu:
+            staging.sync()  # every tensor complete, as after tensor.to(device)
     return out
+
+
+def _stored_bytes(reader, name):
+    """The largest component of ``name``, decoded."""
+    return max((c.uncompressed_length or c.length
+                for c in reader.metadata(name).components.values()), default=0)
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,

@@ -39,13 +39,31 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
         raise UnsupportedError(f"torch dtype {t.dtype} cannot be stored", obj=name) from None
 
 
-def object_to_torch(reader, name, copy, device):
-    obj = reader.read(name, copy=copy)
+def is_cpu(device) -> bool:
+    return torch.device(device).type == "cpu"
+
+
+def object_to_torch(reader, name, copy, device, sync=True):
+    """Dense object ``name`` as a torch tensor on ``device``.  Off the CPU it goes
+    through the device's staging buffer (ztensor/staging.py) straight from the
+    file's mapping (or the decoded array): no host copy of its own.  ``sync=False``
+    leaves the last copies in flight; the caller syncs the staging buffer."""
+    on_cpu = is_cpu(device)
+    obj = reader.read(name, copy=copy and on_cpu)
     if obj.format != "dense":
         raise UnsupportedError(f"torch tensors come from dense objects; this one is "
                                f"{obj.format!r}", path=reader.path, obj=name)
     arr = obj.components["data"]
     spec = obj.types.get("data")
+    if not on_cpu:
+        if spec in _FROM_SPEC:
+            target = _FROM_SPEC[spec][0]
+        elif spec is not None and spec not in ("complex64", "complex128"):
+            raise UnsupportedError(f"logical type {spec!r} has no torch dtype",
+                                   path=reader.path, obj=name)
+        else:
+            target = torch_dtype_of(arr.dtype)
+        return to_device(arr, target, obj.shape, device, sync)
     if spec in _FROM_SPEC:                     # bits -> torch's own bf16 / float8 dtype
         target, bits_torch = _FROM_SPEC[spec]
         bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
@@ -56,7 +74,41 @@ def object_to_torch(reader, name, copy, device):
                                obj=name)
     else:
         t = _from_numpy(_native(arr, copy))
-    return t if device == "cpu" else t.to(device)
+    return t
+
+
+def to_device(arr, dtype, shape, device, sync=True):
+    """A tensor of ``dtype``/``shape`` on a non-CPU ``device`` holding ``arr``'s
+    elements (any byte order; bf16/float8 as bits), through the staging buffer."""
+    from ztensor import staging
+    buffer = staging.for_device(device)
+    out = buffer.put(arr, dtype, shape)
+    if sync:
+        buffer.sync()
+    return out
+
+
+def _placed(t, device):
+    """A CPU tensor ``t`` (native order, contiguous) moved to ``device``."""
+    if is_cpu(device):
+        return t
+    t = t.contiguous()
+    return to_device(t.reshape(-1).view(torch.uint8).numpy(), t.dtype, t.shape, device)
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def torch_dtype_of(np_dtype):
+    """The torch dtype holding numpy ``np_dtype``'s values (any byte order)."""
+    key = np_dtype.newbyteorder("=") if np_dtype.itemsize > 1 else np_dtype
+    found = _TORCH_DTYPES.get(key)
+    if found is None:
+        try:
+            found = _TORCH_DTYPES[key] = _from_numpy(np.empty(0, key)).dtype
+        except TypeError:
+            raise UnsupportedError(f"numpy dtype {np_dtype} has no torch dtype") from None
+    return found
 
 
 def _native(arr, copy):
@@ -89,12 +141,12 @@ def numpy_to_torch(arr, meta, device):
         t = torch.from_numpy(np.asarray(arr, np.float32, order="C")).to(target)
     else:
         t = _from_numpy(_native(np.asarray(arr, order="C"), True))
-    return t if device == "cpu" else t.to(device)
+    return _placed(t, device)
 
 
 def _reader_bits(bits, target, device):
     t = torch.from_numpy(bits.view(np.int16) if bits.dtype.itemsize == 2 else bits).view(target)
-    return t if device == "cpu" else t.to(device)
+    return _placed(t, device)
 
 
 def torch_bits_dtype(dtype):
@@ -104,8 +156,9 @@ def torch_bits_dtype(dtype):
     return None if found is None else (found[0], found[1])
 
 
-def numpy_to_torch_plain(arr, device):
+def numpy_to_torch_plain(arr, device, sync=True):
     """A torch tensor owning a copy of a plain numpy array (native order)."""
-    t = _from_numpy(np.array(arr, dtype=arr.dtype.newbyteorder("=")
-                             if arr.dtype.itemsize > 1 else arr.dtype))
-    return t if device == "cpu" else t.to(device)
+    if not is_cpu(device):
+        return to_device(arr, torch_dtype_of(arr.dtype), arr.shape, device, sync)
+    return _from_numpy(np.array(arr, dtype=arr.dtype.newbyteorder("=")
+                                if arr.dtype.itemsize > 1 else arr.dtype))
