@@ -1,8 +1,11 @@
 /* Group-quantized dequantization.
  *
- * Layout (docs/quantized_group.md): codes are packed along K, LSB first, in int32
- * words stored little-endian: code(k, n) = (word[k / P][n] >> (bits * (k % P))) & mask,
- * P = 32 / bits.  Each output row n reads column n of the packed words; a small
+ * Layout (docs/quantized_group.md): codes are packed along K as one LSB-first bit
+ * stream over int32 words stored little-endian: code k of a column occupies bits
+ * [bits*k, bits*k + bits) of the stream, word i holding bits [32i, 32i + 32).  For 2,
+ * 4 and 8 bits that is code(k, n) = (word[k / P][n] >> (bits * (k % P))) & mask with
+ * P = 32 / bits; 3-bit codes (AutoGPTQ's layout) cross word boundaries: 32 codes fill
+ * 3 words.  Each output row n reads column n of the packed words; a small
  * table per (row, group) holds the 2^bits possible outputs already converted to
  * the output type, so the inner loop is shift, mask, load, store (for 8-bit codes,
  * and for groups smaller than a table, the table would cost more than it saves,
@@ -30,15 +33,42 @@ static inline float load_float(const uint8_t *base, size_t i, int type) {
     return f;
 }
 
+/* Codes per block and int32 words per block: a block is the shortest run of codes
+ * that fills whole words (8 codes in 1 word for 4 bits; 32 codes in 3 words for 3). */
+static size_t block_codes(int bits) { return bits == 3 ? 32 : 32 / (size_t)bits; }
+static size_t block_words(int bits) { return bits == 3 ? 3 : 1; }
+static size_t stream_words(size_t codes, int bits) {
+    return codes / block_codes(bits) * block_words(bits);
+}
+
+/* Code i of an LSB-first stream of host-order words; a code may straddle two words
+ * (3 bits only; then the next word exists, as the stream holds whole blocks). */
+static inline uint32_t stream_code(const uint32_t *words, size_t i, int bits) {
+    const size_t bit = i * (size_t)bits, w = bit >> 5;
+    const unsigned shift = (unsigned)(bit & 31);
+    uint64_t v = words[w] >> shift;
+    if (shift + (unsigned)bits > 32) v |= (uint64_t)words[w + 1] << (32 - shift);
+    return (uint32_t)v & ((1u << bits) - 1);
+}
+
+/* The same over little-endian words in memory. */
+static inline uint32_t stream_code_le(const uint8_t *words, size_t i, int bits) {
+    const size_t bit = i * (size_t)bits, w = bit >> 5;
+    const unsigned shift = (unsigned)(bit & 31);
+    uint64_t v = zt_load_le32(words + 4 * w) >> shift;
+    if (shift + (unsigned)bits > 32) v |= (uint64_t)zt_load_le32(words + 4 * (w + 1)) << (32 - shift);
+    return (uint32_t)v & ((1u << bits) - 1);
+}
+
 static float zero_point(const zt_dequant_args *a, size_t g, size_t n) {
     switch (a->zero_type) {
     case ZT_ZERO_NONE:
         return (float)(1 << (a->bits - 1));
     case ZT_ZERO_PACKED_V1:
     case ZT_ZERO_PACKED_V2: {
-        size_t per = 32 / (size_t)a->bits, words_per_row = a->N / per;
-        uint32_t w = zt_load_le32(a->zeros + 4 * (g * words_per_row + n / per));
-        uint32_t mask = (1u << a->bits) - 1, z = (w >> (a->bits * (n % per))) & mask;
+        const uint32_t mask = (1u << a->bits) - 1;
+        const uint32_t z = stream_code_le(a->zeros + 4 * g * stream_words(a->N, a->bits), n,
+                                          a->bits);
         /* v1 stores zero - 1; AutoGPTQ decodes (stored + 1) & mask, so a zero of 0
          * (stored as all ones after the wrap) comes back as 0 */
         return (float)(a->zero_type == ZT_ZERO_PACKED_V1 ? (z + 1) & mask : z);
@@ -68,7 +98,7 @@ enum { TILE = 16 };  /* output rows done together: one cache line of packed word
 static size_t tile_stride(size_t words_per_row) { return words_per_row + 16; }
 
 static void transpose_tile(const zt_dequant_args *a, size_t n0, size_t rows, uint32_t *tw) {
-    const size_t per = 32 / (size_t)a->bits, nw = a->K / per, stride = tile_stride(nw);
+    const size_t nw = stream_words(a->K, a->bits), stride = tile_stride(nw);
     for (size_t kw = 0; kw < nw; kw++) {
         const uint8_t *words = a->qweight + 4 * (kw * a->N + n0);
         for (size_t t = 0; t < rows; t++) tw[t * stride + kw] = zt_load_le32(words + 4 * t);
@@ -110,6 +140,23 @@ LUT_ROW(f32, 2)
 LUT_ROW(f32, 4)
 LUT_ROW(u16, 2)
 LUT_ROW(u16, 4)
+
+/* 3-bit codes straddle words, so the table row walks the stream code by code. */
+#define LUT_ROW_3(T)                                                                      \
+    static void lut_row_##T##_3(const zt_dequant_args *a, const uint32_t *words,          \
+                                const T *lut, T *out) {                                   \
+        size_t g = 0, left = a->group_size;                                               \
+        for (size_t k = 0; k < a->K; k++) {                                               \
+            const size_t gk = a->g_idx ? group_of(a, k) : g;                              \
+            out[k] = lut[gk * 8 + stream_code(words, k, 3)];                              \
+            if (--left == 0) {                                                            \
+                g++;                                                                      \
+                left = a->group_size;                                                     \
+            }                                                                             \
+        }                                                                                 \
+    }
+LUT_ROW_3(f32)
+LUT_ROW_3(u16)
 
 #ifdef ZT_X86_AVX2
 #include <immintrin.h>
@@ -176,24 +223,22 @@ static void build_tables(const float *scale, const float *zero, size_t count, si
         }
 }
 
-/* Direct path (8-bit codes): compute each value of one row. */
+/* Direct path (8-bit codes, and groups smaller than a table): compute each value
+ * of one row. */
 static void direct_row(const zt_dequant_args *a, size_t n, const uint32_t *words,
                        const float *scale, const float *zero) {
-    const size_t per = 32 / (size_t)a->bits;
-    const uint32_t mask = (1u << a->bits) - 1;
     size_t g = 0, left = a->group_size;  /* k / group_size, kept without dividing */
-    for (size_t kw = 0; kw < a->K / per; kw++)
-        for (size_t j = 0; j < per; j++) {
-            size_t k = kw * per + j, gk = a->g_idx ? group_of(a, k) : g;
-            const float code = (float)((words[kw] >> (a->bits * j)) & mask);
-            const float diff = code - zero[gk];   /* rounded to float: see build_tables */
-            const float value = diff * scale[gk];
-            put(a->out, n * a->K + k, value, a->out_type);
-            if (--left == 0) {
-                g++;
-                left = a->group_size;
-            }
+    for (size_t k = 0; k < a->K; k++) {
+        const size_t gk = a->g_idx ? group_of(a, k) : g;
+        const float code = (float)stream_code(words, k, a->bits);
+        const float diff = code - zero[gk];   /* rounded to float: see build_tables */
+        const float value = diff * scale[gk];
+        put(a->out, n * a->K + k, value, a->out_type);
+        if (--left == 0) {
+            g++;
+            left = a->group_size;
         }
+    }
 }
 
 /* Is every g_idx value a group of this weight?  O(K), against the O(rows * K) of
@@ -206,8 +251,8 @@ static int group_index_ok(const zt_dequant_args *a) {
 }
 
 zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row_end) {
-    if (a == NULL || (a->bits != 2 && a->bits != 4 && a->bits != 8) || row_end > a->N ||
-        a->K % (32 / (size_t)a->bits))
+    if (a == NULL || (a->bits != 2 && a->bits != 3 && a->bits != 4 && a->bits != 8) ||
+        row_end > a->N || a->K % block_codes(a->bits))
         return ZT_E_ARG;
     if (a->K == 0 || row_begin >= row_end) return ZT_OK;
     if (a->G == 0 || a->group_size == 0) return ZT_E_ARG;
@@ -219,7 +264,7 @@ zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row
      * then proportional to the rows asked for and to K, never to G * 2^bits alone. */
     const int use_lut = a->bits <= 4 && a->group_size >= L && G <= a->K;
     const size_t tile = row_end - row_begin < TILE ? row_end - row_begin : TILE;
-    const size_t stride = tile_stride(a->K / (32 / (size_t)a->bits));
+    const size_t stride = tile_stride(stream_words(a->K, a->bits));
     uint32_t *tw = (uint32_t *)malloc(tile * stride * sizeof(uint32_t));
     float *scale = (float *)malloc(2 * tile * G * sizeof(float));
     float *values = use_lut ? (float *)malloc(tile * G * L * sizeof(float)) : NULL;
@@ -261,6 +306,7 @@ zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row
             if (a->out_type == ZT_F32) {
                 float *out = (float *)a->out + n * a->K;
                 if (a->bits == 4) lut_row_f32_4(a, words, values + lut_at, out);
+                else if (a->bits == 3) lut_row_f32_3(a, words, values + lut_at, out);
                 else lut_row_f32_2(a, words, values + lut_at, out);
             } else {
                 uint16_t *out = (uint16_t *)a->out + n * a->K;
@@ -271,6 +317,7 @@ zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row
                 }
 #endif
                 if (a->bits == 4) lut_row_u16_4(a, words, lut16 + lut_at, out);
+                else if (a->bits == 3) lut_row_u16_3(a, words, lut16 + lut_at, out);
                 else lut_row_u16_2(a, words, lut16 + lut_at, out);
             }
         }
@@ -283,12 +330,7 @@ zt_status zt_dequant_rows(const zt_dequant_args *a, size_t row_begin, size_t row
 }
 
 zt_status zt_unpack_codes(const uint8_t *words, size_t count, int bits, uint8_t *out) {
-    if (bits != 2 && bits != 4 && bits != 8) return ZT_E_ARG;
-    const size_t per = 32 / (size_t)bits;
-    const uint32_t mask = (1u << bits) - 1;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t w = zt_load_le32(words + 4 * (i / per));
-        out[i] = (uint8_t)((w >> (bits * (i % per))) & mask);
-    }
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 8) return ZT_E_ARG;
+    for (size_t i = 0; i < count; i++) out[i] = (uint8_t)stream_code_le(words, i, bits);
     return ZT_OK;
 }

@@ -34,7 +34,7 @@ def outcomes(call):
     lambda k: k.fp8_decode(U8[:4], np.zeros(16, np.uint8), 9, 0),
     lambda k: k.fp8_decode(U8[:4], np.zeros(16, np.uint8), 0, 2),
     lambda k: k.fp8_encode(np.zeros(16, np.uint8), U8[:4].copy(), 0, 7),
-    lambda k: k.unpack_codes(U8[:8], 16, 3, np.zeros(16, np.uint8)),
+    lambda k: k.unpack_codes(U8[:8], 16, 5, np.zeros(16, np.uint8)),
     lambda k: k.unpack_codes(U8[:4], 16, 4, np.zeros(16, np.uint8)),
     lambda k: k.bf16_decode(U8[:3], np.zeros(6, np.uint8)),
     lambda k: k.cbor_scan(b"\xa0", 0),
@@ -46,7 +46,7 @@ def outcomes(call):
     lambda k: k.ggml_dequant(8, U8[:33], np.zeros(128, np.uint8)),
     lambda k: k.ggml_dequant(8, U8[:34], np.zeros(64, np.uint8)),
 ], ids=["bswap-width-3", "bswap-negative", "bswap-lengths", "fp8-kind-9", "fp8-to-bf16",
-        "fp8-src-type-7", "unpack-bits-3", "unpack-short", "bf16-odd", "cbor-depth-0",
+        "fp8-src-type-7", "unpack-bits-5", "unpack-short", "bf16-odd", "cbor-depth-0",
         "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts", "ggml-type",
         "ggml-partial-block", "ggml-short-out"])
 def test_bad_calls_raise_the_same_error_on_both_backends(call):
@@ -87,7 +87,7 @@ HUGE = 1 << 62
     dict(K=-8),
     dict(row_begin=4, row_end=2),
     dict(row_end=9),
-    dict(bits=3),
+    dict(bits=5),
     dict(bits=True),
     dict(scale_type=5),
     dict(zero_type=17, zeros=np.zeros(3, np.uint8)),

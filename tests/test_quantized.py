@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 import ztensor
 from backends import MODULES
-from ztensor import _fallback, kernels
+from ztensor import _contract, _fallback, kernels
+from ztensor.formats.quantized import to_gptq
 
 try:
     import ml_dtypes
@@ -74,20 +75,159 @@ def test_dequantize_matches_autogptq_formula(bits, act_order, fmt):
     np.testing.assert_array_equal(gotbf.view(np.uint16), bf16_bits(oracle))
 
 
+# ------------------------------------------------------------------ 3-bit: AutoGPTQ's layout
+# AutoGPTQ packs 3-bit codes 32 to 3 words (QuantLinear.pack in qlinear_cuda_old) and
+# unpacks them with a shift table and two fix-ups for the codes that straddle words.
+# Both transcribed here in numpy, independently of ztensor's bit-stream code.
+WF3 = np.array([[0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 0],
+                [0, 1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31],
+                [0, 2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 0]], np.int64)
+
+
+def autogptq_pack3(intweight):
+    """QuantLinear.pack's 3-bit branch: codes [K, N] -> uint32 words [K*3/32, N]."""
+    K, N = intweight.shape
+    q = np.zeros((K // 32 * 3, N), np.uint64)
+    iw = intweight.astype(np.uint64)
+    i = row = 0
+    while row < q.shape[0]:
+        for j in range(i, i + 10):
+            q[row] |= iw[j] << np.uint64(3 * (j - i))
+        i += 10
+        q[row] |= iw[i] << np.uint64(30)
+        row += 1
+        q[row] |= (iw[i] >> np.uint64(2)) & np.uint64(1)
+        i += 1
+        for j in range(i, i + 10):
+            q[row] |= iw[j] << np.uint64(3 * (j - i) + 1)
+        i += 10
+        q[row] |= iw[i] << np.uint64(31)
+        row += 1
+        q[row] |= (iw[i] >> np.uint64(1)) & np.uint64(3)
+        i += 1
+        for j in range(i, i + 10):
+            q[row] |= iw[j] << np.uint64(3 * (j - i) + 2)
+        i += 10
+        row += 1
+    return (q & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def autogptq_unpack3(words):
+    """The 3-bit branch of AutoGPTQ's dequantization, down axis 0: [R, C] -> [R*32/3, C]."""
+    w = words.astype(np.int64) & 0xFFFFFFFF
+    w = w.reshape(w.shape[0] // 3, 3, 1, -1)
+    x = w >> WF3[None, :, :, None]
+    x[:, 0, 10] = (x[:, 0, 10] & 0x3) | ((x[:, 1, 0] << 2) & 0x4)
+    x[:, 1, 11] = (x[:, 1, 11] & 0x1) | ((x[:, 2, 0] << 1) & 0x6)
+    x &= 0x7
+    codes = np.concatenate([x[:, 0, :11], x[:, 1, 1:12], x[:, 2, 1:11]], axis=1)
+    return codes.reshape(-1, words.shape[1])
+
+
+@pytest.mark.parametrize("act_order", [False, True])
+@pytest.mark.parametrize("fmt", ["gptq", "gptq_v2"])
+def test_3bit_matches_autogptq(act_order, fmt):
+    rng = np.random.default_rng(31 + act_order)
+    N, K, gs = 64, 256, 64
+    G = K // gs
+    codes = rng.integers(0, 8, (K, N))
+    qweight = autogptq_pack3(codes).view(np.int32)
+    np.testing.assert_array_equal(autogptq_unpack3(qweight), codes)  # the oracle agrees
+    zero_codes = rng.integers(0, 8, (G, N))
+    stored = (zero_codes - 1) & 7 if fmt == "gptq" else zero_codes
+    qzeros = autogptq_pack3(stored.T).T.copy().view(np.int32)  # packed along N
+    scales = (rng.random((G, N)) * 0.02 + 1e-3).astype(np.float16)
+    g_idx = (rng.permutation(K) // gs if act_order else np.arange(K) // gs).astype(np.int32)
+    tensors = {"qweight": qweight, "qzeros": qzeros, "scales": scales}
+    if act_order:
+        tensors["g_idx"] = g_idx
+    unpacked_zeros = autogptq_unpack3(qzeros.T).T
+    z = (unpacked_zeros + 1) & 7 if fmt == "gptq" else unpacked_zeros
+    np.testing.assert_array_equal(z, zero_codes)
+    oracle = (scales[g_idx].astype(np.float32)
+              * (codes - z[g_idx]).astype(np.float32)).T
+    for dtype, want in ((np.float32, oracle), (np.float16, oracle.astype(np.float16))):
+        got = ztensor.dequantize(tensors, bits=3, group_size=gs, checkpoint_format=fmt,
+                                 dtype=dtype)
+        np.testing.assert_array_equal(got, want)
+    obj = ztensor.from_gptq(qweight, qzeros, scales, g_idx if act_order else None, bits=3,
+                            group_size=gs, checkpoint_format=fmt)
+    assert obj.attributes["packing"] == "32_per_3_i32"
+    np.testing.assert_array_equal(ztensor.dequantize(obj, dtype=np.float32), oracle)
+    back = to_gptq(obj)  # always AutoGPTQ's v1 qzeros
+    np.testing.assert_array_equal(back["qweight"], qweight)
+    np.testing.assert_array_equal(autogptq_unpack3(back["qzeros"].T).T,
+                                  (zero_codes - 1) & 7)
+
+
+def test_3bit_packing_is_autogptqs():
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, 8, (96, 5))
+    from ztensor.formats.quantized import pack_codes
+    np.testing.assert_array_equal(pack_codes(codes, 3).view(np.uint32), autogptq_pack3(codes))
+    words = autogptq_pack3(codes)
+    for impl in IMPLS:
+        out = np.empty(codes.shape[0], np.uint8)
+        impl.unpack_codes(np.ascontiguousarray(words[:, 2]).view(np.uint8), out.size, 3, out)
+        np.testing.assert_array_equal(out, codes[:, 2])
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_quantize_every_width_through_a_file(tmp_path, bits):
+    rng = np.random.default_rng(bits)
+    w = rng.standard_normal((64, 192)).astype(np.float32)
+    q = ztensor.quantize(w, bits=bits, group_size=32)
+    with ztensor.Writer(tmp_path / "q.zt") as wr:
+        wr.write("q", q)
+    with ztensor.Reader(tmp_path / "q.zt") as r:
+        got = ztensor.dequantize(r.read("q"), dtype=np.float32)
+    steps = q.components["scales"].astype(np.float32).T.repeat(32, axis=1)
+    assert (np.abs(got - w) <= steps * 1.0001).all()  # within one step everywhere
+    codes = to_gptq(q)
+    assert codes["qweight"].shape == (192 * bits // 32, 64)
+
+
+def test_group_size_minus_one_is_one_group_per_row(tmp_path):
+    """GPTQ's group_size=-1: quantize, store (-1 kept, as configs say), read, dequantize."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 96)).astype(np.float32)
+    q = ztensor.quantize(w, bits=3, group_size=-1)
+    assert q.attributes["group_size"] == -1 and q.components["scales"].shape == (1, 16)
+    want = ztensor.dequantize(ztensor.quantize(w, bits=3, group_size=96), dtype=np.float32)
+    with ztensor.Writer(tmp_path / "q.zt") as wr:
+        wr.write("q", q)
+    with ztensor.Reader(tmp_path / "q.zt") as r:
+        np.testing.assert_array_equal(ztensor.dequantize(r.read("q"), dtype=np.float32), want)
+    g = to_gptq(q)
+    got = ztensor.dequantize(g, bits=3, group_size=-1, dtype=np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dequantize_takes_torch_dtypes():
+    torch = pytest.importorskip("torch")
+    q = ztensor.quantize(np.random.default_rng(2).standard_normal((8, 64)), bits=3,
+                         group_size=32)
+    for tdtype, ndtype in ((torch.float16, np.float16), (torch.float32, np.float32)):
+        np.testing.assert_array_equal(ztensor.dequantize(q, dtype=tdtype),
+                                      ztensor.dequantize(q, dtype=ndtype))
+
+
 IMPLS = MODULES
 
 
-@settings(max_examples=60)
-@given(st.sampled_from([2, 4, 8]), st.integers(1, 9), st.integers(1, 6), st.sampled_from([1, 3, 8, 32, 128]),
+@settings(max_examples=80)
+@given(st.sampled_from([2, 3, 4, 8]), st.integers(1, 9), st.integers(1, 6), st.sampled_from([1, 3, 8, 32, 128]),
        st.sampled_from(["none", "f16", "f32", "bf16", "v1", "v2"]),
        st.sampled_from([0, 1, 2]), st.sampled_from([0, 1, 2]), st.booleans(), st.integers(0, 2**31))
 def test_c_kernel_matches_fallback(bits, nw, nk, group_size, zero_kind, scale_type, out_type,
                                    act_order, seed):
     rng = np.random.default_rng(seed)
-    per = 32 // bits
+    per = _contract.block_codes(bits)
     N, K = per * nw, per * nk
     G = -(-K // group_size)
-    qweight = rng.integers(0, 2**32, (K // per) * N, dtype=np.uint64).astype("<u4")
+    qweight = rng.integers(0, 2**32, _contract.stream_words(K, bits) * N,
+                           dtype=np.uint64).astype("<u4")
+    zwords = G * _contract.stream_words(N, bits)
     scales = {0: (rng.random(G * N) - 0.5).astype("<f4"),
               1: (rng.random(G * N) - 0.5).astype("<f2"),
               2: ((rng.random(G * N) - 0.5).astype(np.float32).view(np.uint32) >> 16)
@@ -98,9 +238,9 @@ def test_c_kernel_matches_fallback(bits, nw, nk, group_size, zero_kind, scale_ty
         "f32": (kernels.F32, (rng.random(G * N) * 15).astype("<f4")),
         "bf16": (kernels.BF16, (rng.integers(0, 15, G * N).astype(np.float32).view(np.uint32)
                                 >> 16).astype("<u2")),
-        "v1": (kernels.ZERO_PACKED_V1, rng.integers(0, 2**32, G * N // per, dtype=np.uint64)
+        "v1": (kernels.ZERO_PACKED_V1, rng.integers(0, 2**32, zwords, dtype=np.uint64)
                .astype("<u4")),
-        "v2": (kernels.ZERO_PACKED_V2, rng.integers(0, 2**32, G * N // per, dtype=np.uint64)
+        "v2": (kernels.ZERO_PACKED_V2, rng.integers(0, 2**32, zwords, dtype=np.uint64)
                .astype("<u4")),
     }[zero_kind]
     g_idx = rng.integers(0, G, K).astype("<i4") if act_order else None
@@ -188,7 +328,7 @@ def lying(q, **changes):
     ({"zeros": np.zeros((9, 9), np.float16)}, ztensor.FormatError, "zeros holds 81"),
     ({"g_idx": np.full(256, 9, np.int32)}, ztensor.FormatError, "g_idx values"),
     ({"g_idx": np.zeros(3, np.int32)}, ztensor.FormatError, "g_idx holds 3"),
-    ({"bits": 3}, ztensor.UnsupportedError, "bits=3"),
+    ({"bits": 5}, ztensor.UnsupportedError, "bits=5"),
     ({"group_size": 0}, ztensor.FormatError, "group_size"),
     ({"group_size": True}, ztensor.FormatError, "group_size"),
     ({"shape": (32, 250)}, ztensor.FormatError, "multiple of 8"),

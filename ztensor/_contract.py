@@ -11,7 +11,17 @@ from ztensor.errors import KernelArgumentError
 FLOAT_WIDTHS = (4, 2, 2)          # zt_float_type: f32, f16, bf16
 FP8_KIND_COUNT = 4                 # f8_e4m3fn, f8_e5m2, f8_e4m3fnuz, f8_e5m2fnuz
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
-BITS = (2, 4, 8)
+BITS = (2, 3, 4, 8)
+
+
+def block_codes(bits: int) -> int:
+    """Codes in the shortest run that fills whole int32 words (32 for 3-bit codes)."""
+    return 32 if bits == 3 else 32 // bits
+
+
+def stream_words(codes: int, bits: int) -> int:
+    """int32 words holding ``codes`` codes (a whole number of blocks)."""
+    return codes // block_codes(bits) * (3 if bits == 3 else 1)
 SWAP_WIDTHS = (1, 2, 4, 8)
 
 
@@ -118,7 +128,7 @@ def bf16(kernel: str, n_bf16_bytes: int, n_f32_bytes: int) -> None:
 def unpack_codes(n_word_bytes: int, count: int, bits: int, n_out: int) -> None:
     integers("unpack_codes", count=count, bits=bits)
     if bits not in BITS:
-        fail("unpack_codes", f"bits must be 2, 4 or 8, got {bits}")
+        fail("unpack_codes", f"bits must be 2, 3, 4 or 8, got {bits}")
     if n_out != count or n_word_bytes % 4 or n_word_bytes * 8 < count * bits:
         fail("unpack_codes", "sizes do not match")
 
@@ -131,17 +141,17 @@ def dequant(n_qweight: int, n_scales: int, zeros_len, g_idx_len, K: int, N: int,
     integers(kernel, K=K, N=N, G=G, group_size=group_size, bits=bits, scale_type=scale_type,
              zero_type=zero_type, out_type=out_type, row_begin=row_begin, row_end=row_end)
     if bits not in BITS:
-        fail(kernel, f"bits must be 2, 4 or 8, got {bits}")
+        fail(kernel, f"bits must be 2, 3, 4 or 8, got {bits}")
     if not 0 <= row_begin <= row_end <= N:
         fail(kernel, f"row range [{row_begin}, {row_end}) is not inside [0, {N}]")
     scale_width = float_type(kernel, scale_type)
     out_width = float_type(kernel, out_type)
-    per = 32 // bits
+    per = block_codes(bits)
     if K % per:
         fail(kernel, f"K={K} is not a multiple of {per}")
     if K and (G == 0 or group_size == 0):
         fail(kernel, "G and group_size must be positive")
-    if n_qweight != K // per * N * 4:
+    if n_qweight != stream_words(K, bits) * N * 4:
         fail(kernel, "qweight does not hold K*bits/32 x N int32 words")
     if n_scales != G * N * scale_width:
         fail(kernel, "scales do not hold G x N values")
@@ -150,7 +160,7 @@ def dequant(n_qweight: int, n_scales: int, zeros_len, g_idx_len, K: int, N: int,
     if zero_type == ZERO_NONE:
         pass
     elif zero_type in (ZERO_PACKED_V1, ZERO_PACKED_V2):
-        if zeros_len is None or N % per or zeros_len != G * (N // per) * 4:
+        if zeros_len is None or N % per or zeros_len != G * stream_words(N, bits) * 4:
             fail(kernel, "packed zeros do not hold G x N*bits/32 int32 words")
     else:
         width = float_type(kernel, zero_type)

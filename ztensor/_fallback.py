@@ -382,14 +382,30 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
 
 
+def stream_codes(words, bits):
+    """The codes of LSB-first bit streams running down axis 0 of ``words`` (uint32,
+    [whole blocks of words, columns]): [codes, columns].  Code j of a block sits at
+    bit j*bits of the block's words; 3-bit codes may straddle two words."""
+    per, width = _contract.block_codes(bits), 3 if bits == 3 else 1
+    blocks = words.reshape(words.shape[0] // width, width, -1).astype(np.uint64)
+    codes = np.empty((blocks.shape[0], per, blocks.shape[2]), np.uint8)
+    for j in range(per):
+        w, shift = divmod(j * bits, 32)
+        v = blocks[:, w] >> np.uint64(shift)
+        if shift + bits > 32:
+            v |= blocks[:, w + 1] << np.uint64(32 - shift)
+        codes[:, j] = v & np.uint64((1 << bits) - 1)
+    return codes.reshape(-1, words.shape[1])
+
+
 def unpack_codes(words, count, bits, out):
     """Unpack count LSB-first codes from little-endian int32 words."""
     _contract.unpack_codes(memoryview(words).nbytes, count, bits, memoryview(out).nbytes)
-    per = 32 // bits
-    w = np.frombuffer(words, "<u4")[:(count * bits + 31) // 32]
-    shifts = np.arange(per, dtype=np.uint32) * bits
-    codes = ((w[:, None] >> shifts[None, :]) & ((1 << bits) - 1)).reshape(-1)
-    np.frombuffer(out, np.uint8)[...] = codes[:count]
+    blocks = -(-count // _contract.block_codes(bits))
+    w = np.zeros(_contract.stream_words(blocks * _contract.block_codes(bits), bits), np.uint32)
+    held = np.frombuffer(words, "<u4")[:w.size]
+    w[:held.size] = held
+    np.frombuffer(out, np.uint8)[...] = stream_codes(w[:, None], bits)[:count, 0]
 
 
 def _floats(buf, ftype, shape):
@@ -413,17 +429,15 @@ def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale
             _status.raise_for_status(_status.GROUP_INDEX, "dequantize")
     if K == 0 or N == 0 or row_begin == row_end:
         return
-    per, rows = 32 // bits, slice(row_begin, row_end)
-    words = np.frombuffer(qweight, "<u4").reshape(K // per, N)[:, rows]
-    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :, None]
-    codes = ((words[:, None, :] >> shifts) & ((1 << bits) - 1)).reshape(K, -1)
+    rows = slice(row_begin, row_end)
+    words = np.frombuffer(qweight, "<u4").reshape(_contract.stream_words(K, bits), N)[:, rows]
+    codes = stream_codes(words, bits)
     s = _floats(scales, scale_type, (G, N))[:, rows]
     if zero_type == ZERO_NONE:
         z = np.full_like(s, 2.0 ** (bits - 1))
     elif zero_type in (ZERO_PACKED_V1, ZERO_PACKED_V2):
-        packed = np.frombuffer(zeros, "<u4").reshape(G, N // per)
-        unpacked = ((packed[:, :, None] >> shifts[0, :, 0][None, None, :])
-                    & ((1 << bits) - 1)).reshape(G, N)
+        packed = np.frombuffer(zeros, "<u4").reshape(G, _contract.stream_words(N, bits))
+        unpacked = stream_codes(np.ascontiguousarray(packed.T), bits).T.astype(np.int64)
         if zero_type == ZERO_PACKED_V1:  # stored zero - 1; AutoGPTQ: (stored + 1) & mask
             unpacked = (unpacked + 1) & ((1 << bits) - 1)
         z = unpacked[:, rows].astype(np.float32)

@@ -134,6 +134,32 @@ static void test_dequant(void) {
     g_idx[4 * 5] = 0;
     g_idx[4 * 5 + 3] = 0x80;  /* -2^31 as int32: a huge unsigned group number */
     CHECK(zt_dequant_rows(&c, 0, 2) == ZT_E_GROUP_INDEX, "negative g_idx");
+    /* 3-bit codes, AutoGPTQ's layout: code k = (5k + 3) % 8 at bit 3k of 3 LE words
+     * (codes 10 and 21 straddle words); symmetric, so zero 4; scale 1; one column */
+    const uint8_t q3[12] = {0x43, 0x75, 0xC6, 0x43, 0x75, 0xC6, 0x43, 0x75,
+                            0xC6, 0x43, 0x75, 0xC6};
+    const uint8_t s3[2] = {0x00, 0x3C};
+    float o3[32];
+    for (int t = 0; t < 2; t++) {  /* group 32: the table path; group 1: computed values */
+        zt_dequant_args d = {q3, s3, NULL, NULL, 32, 1, 1, 32, 3, ZT_F16, ZT_ZERO_NONE,
+                             ZT_F32, o3};
+        uint8_t s3g[64];
+        if (t == 1) {
+            for (int g = 0; g < 32; g++) memcpy(s3g + 2 * g, s3, 2);
+            d.scales = s3g;
+            d.G = 32;
+            d.group_size = 1;
+        }
+        CHECK(zt_dequant_rows(&d, 0, 1) == ZT_OK, "dequant 3-bit status");
+        int ok = 1;
+        for (int k = 0; k < 32; k++) ok &= o3[k] == (float)((5 * k + 3) % 8 - 4);
+        CHECK(ok, "dequant 3-bit values (path %d): %g %g %g", t, o3[10], o3[21], o3[31]);
+    }
+    uint8_t c3[32];
+    CHECK(zt_unpack_codes(q3, 32, 3, c3) == ZT_OK && c3[10] == 5 && c3[21] == 4 && c3[31] == 6,
+          "unpack 3-bit codes");
+    zt_dequant_args e = {q3, s3, NULL, NULL, 16, 1, 1, 16, 3, ZT_F16, ZT_ZERO_NONE, ZT_F32, o3};
+    CHECK(zt_dequant_rows(&e, 0, 1) == ZT_E_ARG, "3-bit K must fill whole words");
 }
 
 static zt_status scan(const char *hex, size_t max_depth, zt_cbor_scan_result *r) {

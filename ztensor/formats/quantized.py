@@ -4,13 +4,16 @@ Our convention, which is the layout AutoGPTQ / GPTQModel checkpoints use, so the
 tensors drop in unchanged:
 
 * object ``shape`` = ``[N_out, K_in]`` (``nn.Linear.weight``)
-* ``packed_weight``: int32 ``[K * bits / 32, N]``, codes packed along K, LSB first
+* ``packed_weight``: int32 ``[K * bits / 32, N]``, codes packed along K as one LSB-first
+  bit stream per column (3-bit codes straddle words: 32 codes in 3 words, AutoGPTQ's
+  layout)
 * ``scales``: f16/bf16/f32 ``[G, N]``, ``G = ceil(K / group_size)``
 * ``zeros``: f16/bf16/f32 ``[G, N]``, the true zero point; absent when symmetric
   (zero point ``2**(bits-1)``)
 * ``g_idx``: optional int32 ``[K]``, the group of each input column (act-order)
-* attributes ``bits``, ``group_size``, ``packing: "{32/bits}_per_i32"``,
-  ``pack_axis: 0``, ``pack_order: "lsb_first"``
+* attributes ``bits`` (2, 3, 4, 8), ``group_size`` (-1: one group per row),
+  ``packing: "{32/bits}_per_i32"`` (``"32_per_3_i32"`` for 3 bits), ``pack_axis: 0``,
+  ``pack_order: "lsb_first"``
 
 ``W[n, k] = scales[g, n] * (code(k, n) - zeros[g, n])`` with ``g = g_idx[k]``.
 """
@@ -23,12 +26,12 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from ztensor import kernels
+from ztensor import _contract, kernels
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.tensor import Tensor
 
-BITS = (2, 4, 8)
+BITS = _contract.BITS
 _OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
 
 
@@ -66,7 +69,7 @@ class _Layout:
         if type(bits) is not int:
             raise FormatError(f"bits must be an integer, got {show(bits)}", **where)
         if bits not in BITS:
-            raise UnsupportedError(f"bits={show(bits)}: only 2, 4 and 8-bit codes are "
+            raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
                                    "supported", **where)
         if type(group_size) is not int:
             raise FormatError(f"group_size must be an integer, got {show(group_size)}",
@@ -77,10 +80,10 @@ class _Layout:
             raise FormatError(f"group_size must be -1 or in [1, 2**63), got {show(group_size)}",
                               **where)
         self.N, self.K, self.bits, self.group_size = N, K, bits, group_size
-        self.per = 32 // bits
+        self.per = _contract.block_codes(bits)  # codes per block of whole words
         if K % self.per:
-            raise FormatError(f"K={K} is not a multiple of {self.per} ({bits}-bit codes per "
-                              "int32)", **where)
+            raise FormatError(f"K={K} is not a multiple of {self.per} ({bits}-bit codes fill "
+                              f"{self.per * bits // 32} int32 words)", **where)
         self.G = -(-K // group_size) if K else 0   # integer ceil: no float rounding
         self.where = where
 
@@ -98,7 +101,7 @@ class _Layout:
     def check_convention(self, attrs):
         """The packing attributes, when present, must name our convention: an object
         packed any other way would otherwise dequantize to wrong weights silently."""
-        want = {"packing": f"{self.per}_per_i32", "pack_axis": 0, "pack_order": "lsb_first"}
+        want = {"packing": _packing(self.bits), "pack_axis": 0, "pack_order": "lsb_first"}
         for key, value in want.items():
             got = attrs.get(key, value)
             if type(got) is not type(value) or got != value:
@@ -107,7 +110,8 @@ class _Layout:
                                        "docs/quantized_group.md", **self.where)
 
     def shaped(self, role, arr):
-        shapes = {"packed_weight": (self.K // self.per, self.N), "scales": (self.G, self.N),
+        shapes = {"packed_weight": (_contract.stream_words(self.K, self.bits), self.N),
+                  "scales": (self.G, self.N),
                   "zeros": (self.G, self.N), "g_idx": (self.K,)}
         want = shapes.get(role)
         if want is None:
@@ -277,14 +281,19 @@ def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
     if qweight.ndim != 2:
         raise FormatError(f"qweight must be 2-D [K*bits/32, N], got shape {qweight.shape}")
     if type(bits) is not int or bits not in BITS:
-        raise UnsupportedError(f"bits={show(bits)}: only 2, 4 and 8-bit codes are supported")
-    layout = _Layout(qweight.shape[1], qweight.shape[0] * (32 // bits), bits, group_size, {})
+        raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
+                               "supported")
+    if qweight.shape[0] % (3 if bits == 3 else 1):
+        raise FormatError(f"qweight has {qweight.shape[0]} rows: 3-bit codes fill words in "
+                          "threes")
+    layout = _Layout(qweight.shape[1], qweight.shape[0] * 32 // bits, bits, group_size, {})
     scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(tensors["scales"])),
                                       "scales", {})
     qzeros = _int32_words(tensors["qzeros"], "qzeros", {})
-    if layout.N % layout.per or qzeros.size != layout.G * (layout.N // layout.per):
+    row_words = _contract.stream_words(layout.N, bits)
+    if layout.N % layout.per or qzeros.size != layout.G * row_words:
         raise FormatError(f"qzeros holds {qzeros.size} words, [N={layout.N}, K={layout.K}] "
-                          f"needs {layout.G} x {layout.N // layout.per}", component="qzeros")
+                          f"needs {layout.G} x {row_words}", component="qzeros")
     g_idx = tensors.get("g_idx")
     g_idx = None if g_idx is None else layout.check_g_idx(g_idx)
     zero_type = kernels.ZERO_PACKED_V1 if checkpoint_format == "gptq" else kernels.ZERO_PACKED_V2
@@ -305,6 +314,7 @@ def from_gptq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray,
                         bits, group_size, checkpoint_format)
     layout = inputs.layout
     codes = np.empty(layout.G * layout.N, np.uint8)
+    # rows of qzeros are whole blocks, so the rows one after another are one stream
     kernels.unpack_codes(inputs.zeros.view(np.uint8), codes.size, bits, codes)
     zero = codes.reshape(layout.G, layout.N)
     if inputs.zero_type == kernels.ZERO_PACKED_V1:  # as AutoGPTQ: (stored + 1) & mask
@@ -340,10 +350,7 @@ def to_gptq(t: Tensor) -> Dict[str, np.ndarray]:
     if layout.N % layout.per:
         raise UnsupportedError(f"N={layout.N} is not a multiple of {layout.per}: GPTQ qzeros "
                                "need whole int32 words")
-    stored = ((zero - 1) & mask).astype(np.uint32).reshape(layout.G, layout.N // layout.per,
-                                                          layout.per)
-    shifts = np.arange(layout.per, dtype=np.uint32) * layout.bits
-    qzeros = np.bitwise_or.reduce(stored << shifts, axis=2).astype(np.uint32).view(np.int32)
+    qzeros = pack_codes(((zero - 1) & mask).T, layout.bits).T.copy()
     g_idx = (np.asarray(inputs.g_idx, np.int32) if inputs.g_idx is not None
              else (np.arange(layout.K) // layout.group_size).astype(np.int32))
     scales = np.asarray(t.components["scales"]).reshape(layout.G, layout.N)
@@ -358,9 +365,29 @@ def _float_values(arr):
     return arr.astype(np.float64)
 
 
+def _packing(bits):
+    return "32_per_3_i32" if bits == 3 else f"{32 // bits}_per_i32"
+
+
 def _attributes(bits, group_size):
-    return {"bits": bits, "group_size": group_size, "packing": f"{32 // bits}_per_i32",
+    return {"bits": bits, "group_size": group_size, "packing": _packing(bits),
             "pack_axis": 0, "pack_order": "lsb_first"}
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes ``[K, N]`` (K a whole number of blocks) packed down axis 0 into int32
+    ``[K * bits / 32, N]``: per column one LSB-first bit stream, code k at bit
+    ``k * bits`` (so 3-bit codes straddle words, as AutoGPTQ packs them)."""
+    codes = np.asarray(codes).astype(np.uint64)
+    per, width = _contract.block_codes(bits), 3 if bits == 3 else 1
+    blocks = codes.reshape(codes.shape[0] // per, per, -1)
+    words = np.zeros((blocks.shape[0], width, blocks.shape[2]), np.uint64)
+    for j in range(per):
+        w, shift = divmod(j * bits, 32)
+        words[:, w] |= (blocks[:, j] << np.uint64(shift)) & np.uint64(0xFFFFFFFF)
+        if shift + bits > 32:
+            words[:, w + 1] |= blocks[:, j] >> np.uint64(32 - shift)
+    return words.astype(np.uint32).reshape(-1, codes.shape[1]).view(np.int32)
 
 
 def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
@@ -372,10 +399,12 @@ def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
     ``zero = round(-min / scale)``; symmetric: zero ``2**(bits-1)`` and ``scale =
     2 * max|w| / (2**bits - 1)`` (GPTQ's choice).  Scales and zeros are float16."""
     w = np.asarray(weight, np.float32)
+    weight_group_size = group_size  # stored as given: -1 stays -1, as GPTQ configs say
     if w.ndim != 2:
         raise ValueError(f"quantize needs a 2-D [N_out, K_in] weight, got shape {w.shape}")
     layout = _Layout(w.shape[0], w.shape[1], bits, group_size, {})
     N, K, G, qmax = layout.N, layout.K, layout.G, (1 << bits) - 1
+    group_size = layout.group_size  # -1 resolved: one group per row
     pad = G * group_size - K
     wg = np.pad(w, ((0, 0), (0, pad)), constant_values=np.nan).reshape(N, G, group_size)
     if sym:
@@ -391,11 +420,8 @@ def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
     s = scale16.astype(np.float32)
     codes = np.clip(np.round(wg / s[:, :, None] + zero[:, :, None]), 0, qmax)
     codes = np.nan_to_num(codes).reshape(N, G * group_size)[:, :K].astype(np.uint32)
-    per = layout.per
-    shifts = (np.arange(per, dtype=np.uint32) * bits)[None, :, None]
-    packed = np.bitwise_or.reduce(codes.T.reshape(K // per, per, N) << shifts, axis=1)
-    comps = {"packed_weight": packed.astype(np.uint32).view(np.int32), "scales": scale16.T.copy()}
+    comps = {"packed_weight": pack_codes(codes.T, bits), "scales": scale16.T.copy()}
     if not sym:
         comps["zeros"] = zero.T.astype(np.float16)
     return Tensor(comps, shape=(N, K), format="quantized_group",
-                  attributes=_attributes(bits, group_size))
+                  attributes=_attributes(bits, weight_group_size))
