@@ -32,6 +32,11 @@ def write_ours(path):
                                       shape=(2, 3), format="sparse_csr"))
         w.write("fp8", ztensor.Tensor({"data": np.array([0x38, 0x40, 0x7E], np.uint8)},
                                       types={"data": "f8_e4m3fn"}))
+        # over FRAME_BYTES: zstd frames plus a seek table in a skippable frame
+        w.write_numpy("framed", FRAMED, compress=True, checksum="crc32c")
+
+
+FRAMED = asymmetric((700, 1000), "<f4", seed=9)  # 2.8 MB: three frames
 
 
 @pytest.mark.parametrize("version", ["1.2.3", "1.1.1"])
@@ -48,6 +53,7 @@ def test_reference_reads_our_files(tmp_path, version):
         assert theirs.dtype.newbyteorder("=") == arr.dtype.newbyteorder("=")
         want_shape = list(arr.shape) if arr.shape else [1]  # the reference reshapes [] to [1]
         assert reply["objects"][name]["shape"] in (list(arr.shape), want_shape)
+    np.testing.assert_array_equal(got["framed/data"].reshape(FRAMED.shape), FRAMED)
     if version == "1.2.3":
         np.testing.assert_array_equal(got["csr/indices"], [1, 0])
         np.testing.assert_array_equal(got["fp8/data"], [0x38, 0x40, 0x7E])

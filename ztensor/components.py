@@ -3,14 +3,15 @@
 Reading: bounds-checked view of the stored bytes, digest check when asked, zstd
 decoding into a buffer of exactly the declared size, then the storage dtype with
 its byte order.  Writing: an array's little-endian bytes, in bounded chunks,
-through an optional zstd stream and digest, into the blob writer.
+through optional zstd frames (with a seek table: ztensor/seekable.py) and digest,
+into the blob writer.
 """
 from __future__ import annotations
 
 import numpy as np
 import zstandard
 
-from ztensor import digests, dtypes, kernels, spec
+from ztensor import digests, dtypes, kernels, seekable, spec
 from ztensor.errors import FormatError, LimitError
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
@@ -32,7 +33,9 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
         digests.verify(stored, comp.digest, **where)
     dtype = storage_dtype(comp)
     if comp.encoding == "zstd":
-        data = zstd_decode(stored, comp.uncompressed_length, limits, **where)
+        data = seekable.decode_whole(stored, comp, limits, **where)  # frames in parallel
+        if data is None:
+            data = zstd_decode(stored, comp.uncompressed_length, limits, **where)
         unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
             raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
@@ -63,7 +66,7 @@ def zstd_decode(stored, size, limits, out=None, **where):
     reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
     try:
         if out is None:  # else: the caller's buffer, of exactly the declared size
-            out = _alloc(min(want, _FIRST_GUESS_RATIO * len(stored) + _CHUNK), where)
+            out = alloc(min(want, first_allocation(len(stored))), where)
         done = 0
         while True:
             if done == len(out):
@@ -95,7 +98,12 @@ def zstd_decode(stored, size, limits, out=None, **where):
 _FIRST_GUESS_RATIO = 16  # typical weights compress 1.1-3x; zeros far more
 
 
-def _alloc(nbytes, where):
+def first_allocation(stored_length: int) -> int:
+    """The most a decoder allocates before decoded bytes show more is needed."""
+    return _FIRST_GUESS_RATIO * stored_length + _CHUNK
+
+
+def alloc(nbytes, where):
     try:
         return np.empty(nbytes, np.uint8)
     except MemoryError:
@@ -103,7 +111,7 @@ def _alloc(nbytes, where):
 
 
 def _grow(buf, nbytes, where):
-    bigger = _alloc(nbytes, where)
+    bigger = alloc(nbytes, where)
     bigger[:len(buf)] = buf
     return bigger
 
@@ -169,20 +177,24 @@ class ComponentSink:
         self.blobs, self.role, self.storage, self.ltype = blobs, role, storage, ltype
         self.offset = blobs.pos
         self.hasher = digests.Hasher(checksum) if checksum else None
-        self.compressor = (zstandard.ZstdCompressor(level=compress).compressobj()
-                           if compress else None)
+        # zstd as independent frames with a seek table (ztensor/seekable.py)
+        self.compressor = seekable.FrameWriter(compress) if compress else None
         self.raw_length = 0
 
     def write(self, chunk) -> None:
         self.raw_length += len(chunk)
-        _emit(self.blobs, self.hasher,
-              chunk if self.compressor is None else self.compressor.compress(chunk))
+        if self.compressor is None:
+            _emit(self.blobs, self.hasher, chunk)
+            return
+        for frame in self.compressor.write(chunk):
+            _emit(self.blobs, self.hasher, frame)
 
     def finish(self):
         from ztensor.objects import ComponentSpec
 
         if self.compressor is not None:
-            _emit(self.blobs, self.hasher, self.compressor.flush())
+            for frame in self.compressor.finish():
+                _emit(self.blobs, self.hasher, frame)
         compressed = self.compressor is not None
         return ComponentSpec(self.role, self.storage, self.ltype, self.offset,
                              self.blobs.pos - self.offset, "zstd" if compressed else "raw",

@@ -52,8 +52,11 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
             from ztensor import digests
             digests.verify(stored, comp.digest, path=reader.path, obj=name, component="data")
         raw = flat.view(np.uint8)
-        components.zstd_decode(stored, comp.uncompressed_length, reader._limits, out=raw,
-                               path=reader.path, obj=name, component="data")
+        where = {"path": reader.path, "obj": name, "component": "data"}
+        from ztensor import seekable
+        if seekable.decode_whole(stored, comp, reader._limits, out=raw, **where) is None:
+            components.zstd_decode(stored, comp.uncompressed_length, reader._limits, out=raw,
+                                   **where)
         width = dtypes.swap_width(target.dtype)   # 0 on little-endian hosts
         if width:  # little-endian bytes -> native order, in place
             from ztensor import kernels

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from ztensor import dtypes
+from ztensor import components, dtypes
 from ztensor.errors import ClosedError, ObjectNotFoundError, SafetensorError, UnsupportedError
 from ztensor.reader import Reader
 
@@ -40,6 +40,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._dequantize = dequantize
         self._checkpoint = None
         self._decoded: Dict[str, Any] = {}  # zstd components decoded for slices, by name
+        self._tables: Dict[str, Any] = {}   # their seek tables (None: written without)
         try:
             self._reader = Reader(filename, copy_on_write=self._framework == "pt")
         except FileNotFoundError:
@@ -107,6 +108,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
 
     def close(self) -> None:
         self._decoded.clear()
+        self._tables.clear()
         self._reader.close()
 
     def __enter__(self):
@@ -138,6 +140,8 @@ class _Slice:
         selection = _selection(index, shape, self._name, self._owner._reader.path)
         part = self._rows_only(selection)
         if part is None:
+            part = self._frames_only(selection)
+        if part is None:
             part = self._selected(selection)
         if self._owner._framework == "pt":
             from ztensor.torch_bridge import numpy_to_torch
@@ -163,6 +167,41 @@ class _Slice:
         elements = logical.as_elements(stored, comp.dtype, comp.type).reshape(self._meta.shape)
         return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type)
 
+    def _frames_only(self, selection):
+        """For a zstd component written with a seek table (ztensor/seekable.py): the
+        rows the selection's first index spans, decoding only the frames that hold
+        them.  None where that does not apply (no table, digests checked on every
+        read, another format, a selection not led by an integer or a slice)."""
+        from ztensor import logical, seekable
+
+        reader = self._owner._reader
+        shape, comp = self._meta.shape, self._meta.components.get("data")
+        if (reader._foreign is not None or reader._verify or not shape or not shape[0]
+                or not selection or comp is None or comp.encoding != "zstd"
+                or self._name in self._owner._decoded
+                or not isinstance(selection[0], (int, slice))):
+            return None
+        tables = self._owner._tables
+        if self._name not in tables:
+            tables[self._name] = seekable.read_seek_table(
+                reader._source, comp, path=reader.path, obj=self._name, component="data")
+        table = tables[self._name]
+        if table is None:
+            return None
+        start, end, local = _row_span(selection[0], shape[0])
+        if end == start:
+            return None
+        row_bytes = comp.uncompressed_length // shape[0]
+        data, at = seekable.decode_range(reader._source, comp, table, start * row_bytes,
+                                         end * row_bytes, reader._limits, path=reader.path,
+                                         obj=self._name, component="data")
+        stored = np.frombuffer(data, components.storage_dtype(comp), (end - start) * row_bytes
+                               // components.storage_dtype(comp).itemsize, at)
+        elements = logical.as_elements(stored, comp.dtype, comp.type)
+        block = elements.reshape((end - start,) + tuple(shape[1:]))
+        return logical.as_values(np.array(block[(local,) + tuple(selection[1:])]), comp.dtype,
+                                 comp.type)
+
     def _rows_only(self, selection):
         """On a source that is not mapped (a URL, a file object, mmap=False), the rows
         the selection's first index spans, read as one range; None where the whole
@@ -179,21 +218,25 @@ class _Slice:
         first = selection[0]
         if not plan or not isinstance(first, (int, slice)):
             return None
-        rows = shape[0]
-        if isinstance(first, int):
-            start = first + rows if first < 0 else first
-            end, local = start + 1, 0
-        else:
-            start, stop, step = first.indices(rows)
-            count = len(range(start, stop, step))
-            end = start + (count - 1) * step + 1 if count else start
-            local = slice(0, end - start, step)
+        start, end, local = _row_span(first, shape[0])
         storage, _, offset = plan
         row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * storage.itemsize
         stored = source.view(offset + start * row_bytes, (end - start) * row_bytes,
                              "component", obj=self._name, component="data")
         block = np.frombuffer(stored, storage).reshape((end - start,) + tuple(shape[1:]))
         return np.array(block[(local,) + tuple(selection[1:])])
+
+
+def _row_span(first, rows):
+    """(start, end, index within the block) of the rows a leading int or slice
+    spans: [start, end) is the block to read, the index selects from it."""
+    if isinstance(first, int):
+        start = first + rows if first < 0 else first
+        return start, start + 1, 0
+    start, stop, step = first.indices(rows)
+    count = len(range(start, stop, step))
+    end = start + (count - 1) * step + 1 if count else start
+    return start, end, slice(0, end - start, step)
 
 
 def _render(index) -> str:
