@@ -194,3 +194,113 @@ def test_undecodable_and_lying_blocks(tmp_path):
                    attributes={"ggml_type": "Q8_0", "ggml_type_id": 8})
     with pytest.raises(ztensor.FormatError, match="do not hold"):
         ztensor.dequantize(short)
+
+
+# ------------------------------------------------------------------ .gguf output
+def gguf_contents(path):
+    """(key -> (value types, value), tensor name -> (ggml type, shape, bytes)) as
+    gguf-py's own reader sees a file."""
+    r = gguf.GGUFReader(str(path))
+    fields = {}
+    for f in r.fields.values():
+        if f.name.startswith("GGUF."):
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            value = [f.contents(i) for i in range(len(f.data))]
+        else:
+            value = f.contents()
+        fields[f.name] = (list(f.types), value)
+    tensors = {t.name: (t.tensor_type.name, [int(d) for d in t.shape], bytes(t.data))
+               for t in r.tensors}
+    return fields, tensors
+
+
+def test_gguf_round_trip_keeps_types_values_and_blocks(tmp_path):
+    rng = np.random.default_rng(4)
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.context_length", 4096)
+    w.add_int64("llama.big", -(1 << 40))
+    w.add_float32("llama.rope.freq_base", 10000.0)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(100)])
+    w.add_array("tokenizer.ggml.token_type", [1, 2, 3])
+    w.add_custom_alignment(64)
+    w.add_tensor("f32", rng.standard_normal((4, 32)).astype(np.float32))
+    w.add_tensor("f16", rng.standard_normal(32).astype(np.float16))
+    w.add_tensor("i32", np.arange(7, dtype=np.int32))
+    bf = rng.integers(0, 2**15, 64, dtype=np.uint16)
+    w.add_tensor("bf", bf, raw_shape=(64,), raw_dtype=gguf.GGMLQuantizationType.BF16)
+    for name in ("Q4_0", "Q6_K"):
+        qtype = gguf.GGMLQuantizationType[name]
+        blocks = random_blocks(rng, qtype, 2, 256)
+        w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+    tq = getattr(gguf.GGMLQuantizationType, "TQ1_0", None)
+    if tq is not None:  # a type our reader does not know: kept raw, written back raw
+        block, nbytes = gguf.GGML_QUANT_SIZES[tq]
+        w.add_tensor("ternary", np.arange(2 * nbytes, dtype=np.uint8).reshape(1, -1),
+                     raw_shape=(1, 2 * nbytes), raw_dtype=tq)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.warns(UserWarning) if tq is not None else _no_warning():
+        assert main(["convert", "-q", str(path), str(tmp_path / "m.zt")]) == 0
+    assert main(["convert", "-q", str(tmp_path / "m.zt"), str(tmp_path / "back.gguf")]) == 0
+    before, after = gguf_contents(path), gguf_contents(tmp_path / "back.gguf")
+    assert after[0] == before[0]           # every key, its value types and its value
+    assert after[1] == before[1]           # every tensor: ggml type, shape, bytes
+    # and the data section follows the recorded alignment
+    assert gguf.GGUFReader(str(tmp_path / "back.gguf")).alignment == 64
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_other_files_to_gguf(tmp_path):
+    """An .npz (no architecture, no GGUF types recorded) and a zTensor file with
+    plain attributes: typed from their values."""
+    arrays = {"w": np.arange(12, dtype=np.float64).reshape(3, 4), "n": np.arange(3, dtype=np.int8)}
+    np.savez(tmp_path / "a.npz", **arrays)
+    assert main(["convert", "-q", str(tmp_path / "a.npz"), str(tmp_path / "a.gguf")]) == 0
+    fields, tensors = gguf_contents(tmp_path / "a.gguf")
+    assert fields == {}
+    assert tensors["w"][:2] == ("F64", [4, 3]) and tensors["w"][2] == arrays["w"].tobytes()
+    with ztensor.Writer(tmp_path / "b.zt", attributes={"name": "x", "layers": 3,
+                                                       "ids": [1, -2], "eps": 1e-5}) as w:
+        w.write_numpy("e", np.ones(4, np.float32))
+    assert main(["convert", "-q", str(tmp_path / "b.zt"), str(tmp_path / "b.gguf")]) == 0
+    fields, _ = gguf_contents(tmp_path / "b.gguf")
+    T = gguf.GGUFValueType
+    assert fields["name"] == ([T.STRING], "x") and fields["layers"] == ([T.INT32], 3)
+    assert fields["ids"] == ([T.ARRAY, T.INT32], [1, -2]) and fields["eps"] == ([T.FLOAT64], 1e-5)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda w: w.write_numpy("u", np.arange(3, dtype=np.uint8)), "'u8' has no GGUF"),
+    (lambda w: w.write("q", ztensor.quantize(np.ones((8, 64), np.float32), bits=4,
+                                             group_size=32)), "quantized_group object"),
+    (lambda w: w.write_numpy("e", np.ones(2, np.float32), attributes={"a": 1}),
+     "per-tensor attributes"),
+])
+def test_what_gguf_cannot_hold_is_refused(tmp_path, make, message, capsys):
+    with ztensor.Writer(tmp_path / "x.zt") as w:
+        make(w)
+    with pytest.raises(ztensor.UnsupportedError, match=message):
+        ztensor.convert(tmp_path / "x.zt", tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+    assert main(["convert", "-q", str(tmp_path / "x.zt"), str(tmp_path / "y.gguf")]) != 0
+    assert "y.gguf" not in " ".join(p.name for p in tmp_path.iterdir())
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_maps_as_attributes_are_refused(tmp_path):
+    with ztensor.Writer(tmp_path / "m.zt", attributes={"cfg": {"a": 1}}) as w:
+        w.write_numpy("e", np.ones(2, np.float32))
+    with pytest.raises(ztensor.UnsupportedError, match="'cfg'"):
+        ztensor.convert(tmp_path / "m.zt", tmp_path / "m.gguf")

@@ -3,7 +3,7 @@
 ``ztensor ls FILE``               one row per object: name, format, shape, dtype, encoding, size
 ``ztensor info FILE``             version, attributes, counts and total sizes
 ``ztensor verify FILE``           structure, every object decoded, every digest checked
-``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz; a checkpoint
+``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz / .gguf; a checkpoint
                                  directory or index -> a directory of .zt shards + index
 ``ztensor dequantize IN OUT``     quantized_group objects -> dense, others copied
 ``ztensor diff A B``              objects added, removed, changed; value differences
@@ -429,7 +429,8 @@ COMMANDS = {
     "info": (cmd_info, "summarize a file: version, attributes, counts, sizes", ["file"]),
     "verify": (cmd_verify, "check structure, decode every object, check every digest",
                ["file"]),
-    "convert": (cmd_convert, "convert .safetensors/.npy/.npz/.zt to a .zt v1.2 file",
+    "convert": (cmd_convert, "convert any tensor file to the format OUT's name says "
+                "(.zt v1.2, .safetensors, .npz, .gguf)",
                 ["input", "output"]),
     "dequantize": (cmd_dequantize, "write quantized_group objects as dense weights",
                    ["input", "output"]),

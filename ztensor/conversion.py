@@ -2,7 +2,7 @@
 to a directory of ``.zt`` shards, one tensor at a time.
 
 * A file in any format ``Reader`` reads becomes the format the output's name says:
-  ``.zt`` (v1.2), ``.safetensors`` or ``.npz`` (ztensor/exporters.py).
+  ``.zt`` (v1.2), ``.safetensors``, ``.npz`` or ``.gguf`` (ztensor/exporters.py).
 * A checkpoint directory or index (``model.safetensors.index.json``, Hugging Face's
   layout, or ``.zt.index.json``) becomes an output directory: each shard converted on
   its own (same stem, ``.zt``), then ``model.zt.index.json`` written last, atomically,
@@ -67,9 +67,7 @@ def _convert_file(source, target, compress, checksum, counter):
     kind = exporters.format_for(target)  # the output's name says its format
     if kind != "zt":
         with Reader(source) as reader:
-            write = exporters.write_safetensors if kind == "safetensors" \
-                else exporters.write_npz
-            return write(reader, target, progress=counter.add)
+            return exporters.writer_for(kind)(reader, target, progress=counter.add)
     attributes, tensors = importers.open_any(source)
     count = 0
     with Writer(target, attributes=attributes) as writer:

@@ -11,7 +11,10 @@ quantized tensors keep their blocks untouched as one ``u8`` component ``blocks``
 an object with format ``gguf_blocks`` and attributes naming the ggml type and block
 geometry.  Key/values become file attributes ``gguf.<key>``, arrays whole (a 32,000-entry
 tokenizer vocabulary is a list of 32,000 strings: attribute values are plain data, and
-each item takes at least a byte of the file, so the manifest grows with the file).  A
+each item takes at least a byte of the file, so the manifest grows with the file), and
+their GGUF value types in the attribute ``gguf_value_types`` (``{key: type id}``, arrays
+``[9, element type id]``), so ``ztensor convert m.zt m.gguf`` writes them back as they
+were (ztensor/exporters.py).  A
 tensor of a ggml type this module does not know is kept too, as the raw bytes up to the
 next tensor (format ``gguf_blocks``, attribute ``ggml_type_id``), with a warning.
 Every count, length and offset is checked against the file before use.
@@ -48,6 +51,9 @@ GGML_TYPES = {
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
+# the file attribute holding each key's GGUF value type (ids as above; arrays as
+# [9, element type]), so a .gguf written back has the types it was read with
+VALUE_TYPES = "gguf_value_types"
 MAX_COUNT = 1 << 24          # tensors or key/values in one file
 MAX_DIMS = 8
 MAX_ARRAY_DEPTH = 8          # arrays of arrays
@@ -115,10 +121,18 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]
     if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
         raise LimitError(f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit "
                          f"{MAX_COUNT})", path=name)
-    attributes = {}
+    attributes: Dict[str, Any] = {}
+    value_types: Dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string("key")
-        attributes[f"gguf.{key}"] = cur.value(cur.unpack("<I", f"type of {key}"), key)
+        vtype = cur.unpack("<I", f"type of {key}")
+        if vtype == ARRAY and cur.pos + 4 <= len(cur.data):  # [ARRAY, element type]
+            value_types[key] = [ARRAY, struct.unpack("<I", cur.data[cur.pos:cur.pos + 4])[0]]
+        else:
+            value_types[key] = vtype
+        attributes[f"gguf.{key}"] = cur.value(vtype, key)
+    if value_types:  # GGUF's value types, which plain attribute values do not carry
+        attributes[VALUE_TYPES] = value_types
     infos = [_tensor_info(cur, name) for _ in range(n_tensors)]
     alignment = attributes.get("gguf.general.alignment", 32)
     if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
