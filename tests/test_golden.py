@@ -9,7 +9,7 @@ import pytest
 import ztensor
 
 DATA = Path(__file__).parent / "data"
-FOLDERS = ["ref-1.2.3", "ref-1.1.1", "ref-0.1.4", "v0.1-handmade"]
+FOLDERS = ["ref-2.1.2", "ref-1.2.3", "ref-1.1.1", "ref-0.1.4", "v0.1-handmade"]
 
 
 def golden_objects():
@@ -69,7 +69,7 @@ def test_versions_are_reported():
         for path in (DATA / folder).glob("*.zt"):
             with ztensor.Reader(path) as r:
                 versions.setdefault(folder, set()).add(r.version)
-    assert versions == {"ref-1.2.3": {"1.2.0"}, "ref-1.1.1": {"1.1.0"},
+    assert versions == {"ref-2.1.2": {"2.0"}, "ref-1.2.3": {"1.2.0"}, "ref-1.1.1": {"1.1.0"},
                         "ref-0.1.4": {"0.1.0"}, "v0.1-handmade": {"0.1.0"}}
 
 

@@ -125,6 +125,12 @@ def bf16(kernel: str, n_bf16_bytes: int, n_f32_bytes: int) -> None:
         fail(kernel, "buffers must hold one float32 per bf16")
 
 
+def cbor_canonical(max_depth: int) -> None:
+    integers("cbor_check_canonical", max_depth=max_depth)
+    if not 0 <= max_depth <= 100000:
+        fail("cbor_check_canonical", f"max_depth must be in [0, 100000], got {max_depth}")
+
+
 def unpack_codes(n_word_bytes: int, count: int, bits: int, n_out: int) -> None:
     integers("unpack_codes", count=count, bits=bits)
     if bits not in BITS:

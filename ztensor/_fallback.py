@@ -556,3 +556,206 @@ def cbor_scan(data, max_depth, path=None):
             if info == 24 and arg < 32:
                 fail(_status.CBOR_MALFORMED, "a two-byte simple value below 32")
     return pos, items, max(depth, 1)
+
+
+# ------------------------------------------------------------------ v2 container
+def cbor_check_canonical(data, max_depth, path=None):
+    """Python twin of csrc/cbor_canonical.c: None, or FormatError."""
+    _contract.cbor_canonical(max_depth)
+    buf = bytes(data)
+    n = len(buf)
+    pos = 0
+    stack = []  # frames: [left, seen, start, key_start, key_end, is_map]
+
+    def fail(status, why):
+        _status.raise_canonical(status, why, pos, max_depth, path)
+
+    while True:
+        item_start, depth = pos, len(stack)
+        if depth > max_depth:
+            fail(_status.CBOR_DEPTH, "nesting deeper than the limit")
+        if pos >= n:
+            fail(_status.CBOR_MALFORMED, "the bytes end inside an item")
+        ib = buf[pos]
+        pos += 1
+        major, info = ib >> 5, ib & 31
+        arg = info
+        if info == 31:
+            fail(_status.CBOR_MALFORMED, "an indefinite length")
+        if info >= 28:
+            fail(_status.CBOR_MALFORMED, "a reserved head value")
+        if info >= 24:
+            size = 1 << (info - 24)
+            if n - pos < size:
+                fail(_status.CBOR_MALFORMED, "the bytes end inside a head")
+            arg = int.from_bytes(buf[pos:pos + size], "big")
+            pos += size
+            if major != 7 and arg < (24, 0x100, 0x10000, 0x100000000)[info - 24]:
+                fail(_status.CBOR_MALFORMED, "a head not in shortest form")
+        opens = False
+        if major in (2, 3):
+            if arg > n - pos:
+                fail(_status.CBOR_MALFORMED, "a string longer than the bytes left")
+            pos += arg
+        elif major in (4, 5):
+            if major == 5 and arg > (n - pos) // 2:
+                fail(_status.CBOR_MALFORMED, "a map longer than the bytes left")
+            if arg > n - pos:
+                fail(_status.CBOR_MALFORMED, "an array longer than the bytes left")
+            if arg:
+                if depth + 1 > max_depth:
+                    fail(_status.CBOR_DEPTH, "nesting deeper than the limit")
+                stack.append([2 * arg if major == 5 else arg, 0, item_start, 0, 0, major == 5])
+                opens = True
+        elif major == 6:
+            fail(_status.CBOR_TAG, "a CBOR tag")
+        elif major == 7:
+            if info == 24 and arg < 32:
+                fail(_status.CBOR_MALFORMED, "a simple value in two bytes")
+            if 25 <= info <= 27 and not _float_canonical(info, buf[pos - (2 << (info - 25)):pos]):
+                fail(_status.CBOR_MALFORMED, "a float not in its shortest form")
+        if opens:
+            continue
+        child = item_start
+        while stack:
+            f = stack[-1]
+            if f[5] and f[1] % 2 == 0:
+                if f[1] > 0 and buf[f[3]:f[4]] >= buf[child:pos]:
+                    fail(_status.CBOR_MALFORMED, "map keys not in strictly increasing order")
+                f[3], f[4] = child, pos
+            f[1] += 1
+            f[0] -= 1
+            if f[0]:
+                break
+            child = f[2]
+            stack.pop()
+        if not stack:
+            break
+    if pos != n:
+        fail(_status.CBOR_MALFORMED, "bytes after the manifest's item")
+
+
+def _float_canonical(info, raw):
+    if info == 25:
+        bits = int.from_bytes(raw, "big")
+        return not ((bits & 0x7C00) == 0x7C00 and bits & 0x3FF) or bits == 0x7E00
+    value = np.frombuffer(raw, ">f4" if info == 26 else ">f8")[0]
+    if value != value:
+        return False
+    narrower = np.float16 if info == 26 else np.float32
+    with np.errstate(over="ignore"):
+        return float(value.astype(narrower)) != float(value)
+
+
+_XXH_SECRET = bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
+    "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
+    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e")
+_M64 = (1 << 64) - 1
+_P32_1, _P32_2, _P32_3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
+_P64_1, _P64_2, _P64_3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+_P64_4, _P64_5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
+_MX1, _MX2 = 0x165667919E3779F9, 0x9FB21C651E98DF25
+
+
+def _r64(b, at):
+    return int.from_bytes(b[at:at + 8], "little")
+
+
+def _fold(a, b):
+    p = a * b
+    return (p & _M64) ^ (p >> 64)
+
+
+def _avalanche(x):
+    x ^= x >> 37
+    x = (x * _MX1) & _M64
+    return x ^ (x >> 32)
+
+
+def _mix16(p, at, s_at):
+    return _fold(_r64(p, at) ^ _r64(_XXH_SECRET, s_at), _r64(p, at + 8) ^ _r64(_XXH_SECRET, s_at + 8))
+
+
+def xxh3_64(data):
+    """Python twin of csrc/xxh3.c (XXH3-64, seed 0); large inputs are summed per block
+    with numpy (the accumulation within a block does not depend on the accumulators)."""
+    p = memoryview(data).cast("B")
+    n = len(p)
+    s = _XXH_SECRET
+    if n <= 16:
+        b = bytes(p)
+        if n > 8:
+            lo = (_r64(s, 24) ^ _r64(s, 32)) ^ _r64(b, 0)
+            hi = (_r64(s, 40) ^ _r64(s, 48)) ^ _r64(b, n - 8)
+            swapped = int.from_bytes(lo.to_bytes(8, "little"), "big")
+            return _avalanche((n + swapped + hi + _fold(lo, hi)) & _M64)
+        if n >= 4:
+            first = int.from_bytes(b[:4], "little")
+            last = int.from_bytes(b[n - 4:], "little")
+            v = (_r64(s, 8) ^ _r64(s, 16)) ^ (last | (first << 32))
+            rot = lambda x, r: ((x << r) | (x >> (64 - r))) & _M64  # noqa: E731
+            v ^= rot(v, 49) ^ rot(v, 24)
+            v = (v * _MX2) & _M64
+            v ^= ((v >> 35) + n) & _M64
+            v = (v * _MX2) & _M64
+            return v ^ (v >> 28)
+        if n:
+            combined = b[n - 1] | (n << 8) | (b[0] << 16) | (b[n >> 1] << 24)
+            v = (int.from_bytes(s[0:4], "little") ^ int.from_bytes(s[4:8], "little")) ^ combined
+        else:
+            v = _r64(s, 56) ^ _r64(s, 64)
+        v ^= v >> 33
+        v = (v * _P64_2) & _M64
+        v ^= v >> 29
+        v = (v * _P64_3) & _M64
+        return v ^ (v >> 32)
+    if n <= 240:
+        b = bytes(p)
+        acc = (n * _P64_1) & _M64
+        if n <= 128:
+            for i in range(((n - 1) >> 5), -1, -1):
+                acc += _mix16(b, 16 * i, 32 * i) + _mix16(b, n - 16 * i - 16, 32 * i + 16)
+            return _avalanche(acc & _M64)
+        for i in range(8):
+            acc += _mix16(b, 16 * i, 16 * i)
+        acc = _avalanche(acc & _M64)
+        for i in range(8, n >> 4):
+            acc += _mix16(b, 16 * i, 16 * (i - 8) + 3)
+        acc += _mix16(b, n - 16, 119)
+        return _avalanche(acc & _M64)
+    acc = np.array([_P32_3, _P64_1, _P64_2, _P64_3, _P64_4, _P32_2, _P64_5, _P32_1], np.uint64)
+    windows = np.array([np.frombuffer(s, "<u8", 8, 8 * k) for k in range(16)], np.uint64)
+    swap = np.arange(8) ^ 1
+    blocks = (n - 1) // 1024
+    full = np.frombuffer(p[:blocks * 1024], "<u8").reshape(blocks, 16, 8).astype(np.uint64)
+    scramble = np.frombuffer(s, "<u8", 8, 128).astype(np.uint64)
+    lo32 = np.uint64(0xFFFFFFFF)
+    with np.errstate(over="ignore"):
+        for start in range(0, blocks, 4096):  # bounded temporaries
+            part = full[start:start + 4096]
+            v = part ^ windows[None]
+            sums = ((v & lo32) * (v >> np.uint64(32))).sum(axis=1, dtype=np.uint64) \
+                + part.sum(axis=1, dtype=np.uint64)[:, swap]
+            for row in sums:
+                acc += row
+                acc ^= acc >> np.uint64(47)
+                acc ^= scramble
+                acc *= np.uint64(_P32_1)
+        last = bytes(p[blocks * 1024:])
+        stripes = [np.frombuffer(last, "<u8", 8, 64 * k) for k in range((len(last) - 1) // 64)]
+        stripes.append(np.frombuffer(bytes(p[n - 64:]), "<u8"))
+        offsets = [8 * k for k in range(len(stripes) - 1)] + [192 - 71]
+        for stripe, off in zip(stripes, offsets):
+            stripe = stripe.astype(np.uint64)
+            v = stripe ^ np.frombuffer(s, "<u8", 8, off).astype(np.uint64)
+            acc += stripe[swap]
+            acc += (v & lo32) * (v >> np.uint64(32))
+    a = [int(x) for x in acc]
+    result = (n * _P64_1) & _M64
+    for i in range(4):
+        result += _fold(a[2 * i] ^ _r64(s, 11 + 16 * i), a[2 * i + 1] ^ _r64(s, 19 + 16 * i))
+    return _avalanche(result & _M64)

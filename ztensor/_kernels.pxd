@@ -78,6 +78,13 @@ cdef extern from "cbor_scan.h":
     zt_status zt_cbor_scan(const uint8_t *buf, size_t len, size_t max_depth,
                            zt_cbor_scan_result *out) nogil
 
+cdef extern from "cbor_canonical.h":
+    zt_status zt_cbor_check_canonical(const uint8_t *buf, size_t len, size_t max_depth,
+                                      zt_cbor_scan_result *out) nogil
+
+cdef extern from "xxh3.h":
+    uint64_t zt_xxh3_64(const uint8_t *data, size_t len) nogil
+
 cdef extern from "manifest_scan.h":
     ctypedef struct zt_vocab:
         const char *words

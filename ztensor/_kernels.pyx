@@ -169,6 +169,30 @@ def cbor_scan(const uint8_t[::1] data, size_t max_depth, path=None):
     return r.end, r.items, r.depth
 
 
+def cbor_check_canonical(const uint8_t[::1] data, size_t max_depth, path=None):
+    """None when data is one CBOR item in core deterministic encoding, no tags, no
+    item deeper than max_depth (root: 0); else FormatError (csrc/cbor_canonical.h)."""
+    cdef zt_cbor_scan_result r
+    cdef zt_status st
+    cdef uint8_t dummy = 0
+    _contract.cbor_canonical(max_depth)
+    with nogil:
+        st = zt_cbor_check_canonical(&data[0] if data.shape[0] else &dummy, data.shape[0],
+                                     max_depth, &r)
+    if st != ZT_OK:
+        _status.raise_canonical(<int>st, r.why.decode("ascii"), r.end, max_depth, path)
+
+
+def xxh3_64(const uint8_t[::1] data):
+    """XXH3-64 (seed 0) of data, as an int (csrc/xxh3.h)."""
+    cdef size_t n = data.shape[0]
+    cdef uint8_t dummy = 0
+    cdef uint64_t h
+    with nogil:
+        h = zt_xxh3_64(&data[0] if n else &dummy, n)
+    return h
+
+
 OBJECT_FIELDS = ZT_MF_OBJECT_FIELDS
 COMPONENT_FIELDS = ZT_MF_COMPONENT_FIELDS
 

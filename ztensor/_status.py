@@ -54,6 +54,18 @@ def raise_cbor(status: int, why: str, offset: int, tag: int, max_depth: int, pat
     raise errors.FormatError(f"manifest refused: {why} (byte {offset})", path=path)
 
 
+def raise_canonical(status: int, why: str, offset: int, max_depth: int, path=None):
+    """The FormatError for a v2 manifest that is not deterministic CBOR."""
+    if status == CBOR_TAG:
+        why = "a CBOR tag (v2 manifests use none)"
+    elif status == CBOR_DEPTH:
+        why = f"nesting deeper than {max_depth} levels"
+    elif status != CBOR_MALFORMED:
+        raise_for_status(status, "checking the manifest", path)
+    raise errors.FormatError(f"manifest is not deterministic CBOR: {why} (byte {offset})",
+                             path=path)
+
+
 def footer_context(manifest_size: int, file_size: int, max_manifest: int) -> str:
     """The numbers behind a footer error, for its message."""
     return (f"reading the footer: manifest_size={manifest_size}, file size={file_size}, "

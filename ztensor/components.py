@@ -12,7 +12,7 @@ import numpy as np
 import zstandard
 
 from ztensor import digests, dtypes, kernels, seekable, spec
-from ztensor.errors import FormatError, LimitError
+from ztensor.errors import FormatError, LimitError, UnsupportedError
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
 
@@ -27,9 +27,11 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
     """The component's elements as a 1-D array of its storage dtype, in disk byte
     order: a read-only view of the source for raw components, a new array for zstd
     ones.  ``where`` (path, obj, component) names the component in errors."""
+    require_local(comp, **where)
     stored = source.view(comp.offset, comp.length, "component", obj=where.get("obj"),
                          component=where.get("component"))
-    if verify and comp.digest is not None:
+    stored_digest = verify and comp.digest is not None and comp.digest_over == "stored"
+    if stored_digest:
         digests.verify(stored, comp.digest, **where)
     dtype = storage_dtype(comp)
     if comp.encoding == "zstd":
@@ -40,8 +42,21 @@ def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
             raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
                               f"{comp.type or comp.dtype} elements", **where)
-        return np.frombuffer(data, dtype)
-    return np.frombuffer(stored, dtype)
+    elif comp.encoding == "raw":
+        data = stored
+    else:
+        raise UnsupportedError(f"encoding {comp.encoding!r} is not one this reader decodes",
+                               **where)
+    if verify and comp.digest is not None and not stored_digest:  # v2: over decoded bytes
+        digests.verify(data, comp.digest, **where)
+    return np.frombuffer(data, dtype)
+
+
+def require_local(comp, **where) -> None:
+    """Refuse a v2 part whose bytes are in another file (a shard)."""
+    if comp.shard is not None:
+        raise UnsupportedError(f"its bytes are in shard {comp.shard!r} of a multi-file v2 "
+                               "model, which this reader does not open", **where)
 
 
 def zstd_decode(stored, size, limits, out=None, **where):

@@ -1,5 +1,6 @@
 """Component digests: ``"crc32c:0x%08X"`` and ``"sha256:<64 hex>"`` over the stored
-(possibly compressed) bytes, as the reference implementation writes them."""
+(possibly compressed) bytes, as the reference implementation writes them; v2 files'
+``"xxh3:<16 hex>"`` and ``"sha256:"`` cover the decoded bytes (the caller decodes)."""
 from __future__ import annotations
 
 import hashlib
@@ -33,9 +34,16 @@ class Hasher:
 
 
 def verify(stored, digest: str, **where) -> None:
-    """Raise ChecksumError unless ``stored`` matches ``digest`` (validated syntax)."""
+    """Raise ChecksumError unless ``stored`` matches ``digest`` (validated syntax).
+    ``xxh3:<16 hex>`` (XXH3-64, zTensor v2's part digest) is verified too."""
     algorithm, _, expected = digest.partition(":")
     algorithm = algorithm.lower()
+    if algorithm == "xxh3":
+        actual = f"{kernels.xxh3_64(memoryview(stored).cast('B')):016x}"
+        if actual != expected.lower():
+            raise ChecksumError(f"xxh3 mismatch: manifest says {expected}, the bytes give "
+                                f"{actual}", **where)
+        return
     if algorithm not in ALGORITHMS:
         raise UnsupportedError(f"cannot verify digest algorithm {algorithm!r} "
                                f"(known: {', '.join(ALGORITHMS)})", **where)

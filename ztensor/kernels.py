@@ -33,6 +33,8 @@ bf16_encode = _impl.bf16_encode
 unpack_codes = _impl.unpack_codes
 dequant_rows = _impl.dequant_rows
 cbor_scan = _impl.cbor_scan
+cbor_check_canonical = _impl.cbor_check_canonical
+xxh3_64 = _impl.xxh3_64
 ggml_dequant = _impl.ggml_dequant
 if backend == "c":  # the numpy fallback decodes and encodes manifests through cbor2
     manifest_scan = _impl.manifest_scan
@@ -53,4 +55,4 @@ FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
            "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
-           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "copy_spans", "ggml_dequant"]
+           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans", "ggml_dequant"]

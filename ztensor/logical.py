@@ -31,6 +31,11 @@ def _ml_view(arr: np.ndarray, ml_name: str):
 
 def as_elements(arr: np.ndarray, storage: str, ltype) -> np.ndarray:
     """Exact stored elements in the richest lossless numpy dtype available."""
+    if ltype == "bool" and storage == "u8":  # v2's bool: bytes 0 and 1 only
+        if arr.size and int(arr.max()) > 1:
+            from ztensor.errors import FormatError
+            raise FormatError("a bool element holds a byte other than 0 or 1")
+        return arr.view(np.bool_)
     if ltype in _COMPLEX and dtypes.logical_known(storage, ltype):
         return arr.view(_COMPLEX[ltype].newbyteorder(arr.dtype.byteorder))
     ml_name = ("bfloat16" if storage == "bf16" else

@@ -49,13 +49,19 @@ class ComponentSpec:
         ``"sha256:<hex>"`` or ``"crc32c:0x<hex>"`` over the stored bytes.
     byteorder : str
         ``"<"`` (every v1 file) or ``">"`` (v0.1 ``data_endianness: "big"``).
+    digest_over : str
+        ``"stored"`` (v1: the bytes as stored) or ``"decoded"`` (v2 parts).
+    shard : str or None
+        v2 only: the shard (another file) holding the bytes; None for this file.
     """
 
     __slots__ = ("role", "dtype", "type", "offset", "length", "encoding",
-                 "uncompressed_length", "digest", "byteorder", "aligned")
+                 "uncompressed_length", "digest", "byteorder", "aligned", "digest_over",
+                 "shard")
 
     def __init__(self, role, dtype, type, offset, length, encoding="raw",
-                 uncompressed_length=None, digest=None, byteorder="<", aligned=True):
+                 uncompressed_length=None, digest=None, byteorder="<", aligned=True,
+                 digest_over="stored", shard=None):
         self.role = role
         self.dtype = dtype
         self.type = type
@@ -66,6 +72,8 @@ class ComponentSpec:
         self.digest = digest
         self.byteorder = byteorder
         self.aligned = aligned  # False only for parts of a v0.1 sparse blob
+        self.digest_over = digest_over
+        self.shard = shard
 
     @property
     def decoded_length(self):

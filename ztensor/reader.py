@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Union, overload
 
 import numpy as np
 
-from ztensor import components, floatconv, dtypes, foreign, formats, legacy, logical, spec
+from ztensor import (components, container_v2, floatconv, dtypes, foreign, formats, legacy,
+                     logical, spec)
 from ztensor.formats import dense
 from ztensor.errors import ClosedError, LimitError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
@@ -101,6 +102,12 @@ class Reader:
         self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap)
         self.path = self._source.name
         try:
+            head = self._source.view(0, min(8, self._source.size), "header")
+            if container_v2.is_v2(head):  # PyPI ztensor 2.x's container, read-only
+                attributes, specs = container_v2.read(self._source, self._limits, self.path)
+                self._manifest = Manifest(container_v2.VERSION, attributes, specs)
+                self._closed = False
+                return
             footer = read_footer(self._source, self._limits)
             raw = self._source.view(footer.manifest_offset, footer.manifest_size, "manifest")
             self._manifest = decode_manifest(raw, footer, path=self.path, limits=self._limits)
@@ -319,9 +326,18 @@ class Reader:
                 if comp.digest is not None]
         total, done = sum(comp.length for _, _, comp in todo), 0
         for name, role, comp in todo:
+            where = {"path": self.path, "obj": name, "component": role}
+            if comp.digest_over == "decoded":  # v2: the digest names the content
+                data = components.read_component(self._source, comp, limits=self._limits,
+                                                 **where)
+                digests.verify(data.view(np.uint8), comp.digest, **where)
+                done += comp.length
+                if progress is not None:
+                    progress(done, total)
+                continue
             stored = self._source.view(comp.offset, comp.length, "component",
                                        obj=name, component=role)
-            digests.verify(stored, comp.digest, path=self.path, obj=name, component=role)
+            digests.verify(stored, comp.digest, **where)
             done += comp.length
             if progress is not None:
                 progress(done, total)
@@ -387,11 +403,16 @@ class Reader:
             raise UnsupportedError("stored bytes are a zTensor notion", path=self.path,
                                    obj=name)
         comp = self.metadata(name).components[role]
+        components.require_local(comp, path=self.path, obj=name, component=role)
         return self._source.view(comp.offset, comp.length, "component", obj=name,
                                  component=role)
 
     def _component(self, obj, comp, copy):
         self._require_open()
+        if comp.digest_over == "decoded" and comp.type not in container_v2.DECODED_TYPES:
+            raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
+                                   "decodes (a v2 reader must refuse, not reinterpret)",
+                                   path=self.path, obj=obj.name, component=comp.role)
         arr = components.read_component(self._source, comp, verify=self._verify,
                                         limits=self._limits, path=self.path, obj=obj.name,
                                         component=comp.role)

@@ -239,9 +239,55 @@ def generate_v01_handmade():
     gold.save()
 
 
+def generate_v2(tmp, version="2.1.2"):
+    """PyPI ztensor 2.x's container (read-only for us): dense objects of every
+    storage type and the logical types it writes, zstd-seekable parts, attributes,
+    sparse CSR/COO, and a canonical file."""
+    import ml_dtypes
+
+    folder = HERE / f"ref-{version}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    gold = Golden(folder)
+    cases = {**dense_cases(),  # (its Writer.add stores a 0-d shape as [1]: not used here)
+             "c64": (ramp(6, np.float32) + 1j * ramp(6, np.float32, 9)).astype(np.complex64),
+             "bf16": (ramp(10, np.float32) / 3).astype(ml_dtypes.bfloat16),
+             "f8": np.array([0x00, 0x01, 0x38, 0x7E, 0x80, 0xB8, 0xFE, 0x7F], np.uint8)}
+    objects = []
+    for name, arr in cases.items():
+        opts = {"compress": True} if name in ("i64", "f16", "u32") else {}
+        if name == "f8":
+            opts["type"] = "f8_e4m3fn"
+        objects.append({"name": name, "kind": "dense", "arrays": {"data": arr}, **opts})
+        stored = arr.view(np.uint16) if name == "bf16" else \
+            arr.view(np.float32) if name == "c64" else arr  # complex: the float pairs
+        gold.add("dense.zt", name, "dense", arr.shape, {"data": stored})
+    payload = {"path": str(folder / "dense.zt"), "attributes": {
+        "model": "golden", "layers": 3, "eps": 1e-5, "flags": [True, None, "x"],
+        "nested": {"a": {"b": [1, -2, 2.5]}}}, "objects": []}
+    for o in objects:
+        payload["objects"].append({**o, "arrays": save_arrays(tmp, o["name"], o["arrays"])})
+    reference.run(version, "write", payload, tmp)
+    csr, coo = sparse_cases()
+    write_with_reference(version, folder, "sparse.zt", [
+        {"name": "csr", "kind": "sparse_csr", "shape": [3, 4], "arrays": csr},
+        {"name": "coo", "kind": "sparse_coo", "shape": [3, 4], "arrays": coo}], tmp)
+    gold.add("sparse.zt", "csr", "sparse_csr", [3, 4], csr)
+    gold.add("sparse.zt", "coo", "sparse_coo", [3, 4], coo)
+    canonical = {"b": ramp(4, np.int32), "w": ramp(12, np.float32).reshape(3, 4)}  # sorted
+    payload = {"path": str(folder / "canonical.zt"), "canonical": True, "objects": [
+        {"name": k, "kind": "dense", "arrays": save_arrays(tmp, "c_" + k, {"data": v})}
+        for k, v in canonical.items()]}
+    reference.run(version, "write", payload, tmp)
+    for name, arr in canonical.items():
+        gold.add("canonical.zt", name, "dense", arr.shape, {"data": arr})
+    gold.save()
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         for version in reference.VERSIONS:
             generate_reference(version, Path(tmp))
+        generate_v2(Path(tmp))
     generate_v01_handmade()
     print("golden files written under", HERE)

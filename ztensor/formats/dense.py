@@ -65,7 +65,8 @@ def view_plan(spec):
     if spec.format != "dense" or spec.legacy is not None:
         return False
     comp = spec.components["data"]
-    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16":
+    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16" or \
+            comp.shard is not None:
         return False
     dtype = components.storage_dtype(comp)
     if not (dtype.isnative or dtype.itemsize == 1):

@@ -1,0 +1,300 @@
+"""READ 1-3 for zTensor version 2 files (the container PyPI ``ztensor`` 2.x writes):
+footer, manifest checks, and the objects mapped onto our ObjectSpecs.  Read-only:
+this package writes v1.2 (docs/format-versions.md).
+
+The v2 spec (the reference repository's spec/ztensor-v2-spec.md, Draft 4) in brief::
+
+    magic 89 5A 54 32 0D 0A 1A 0A | blobs at multiples of 4096 | manifest blob |
+    footer: manifest offset u64, length u64, XXH3-64 of the manifest u64,
+            version u32 (= 2), reserved u32, magic
+
+Every rule of its validation summary (section 3.6) is checked before any data is
+read: footer magic and version; manifest bounds, alignment, 1 GiB cap, XXH3-64;
+deterministic CBOR (csrc/cbor_canonical.c: shortest heads, definite lengths,
+sorted unique keys, canonical floats, no tags, depth 32); then the schema here:
+blob references ([offset, length], 4096-aligned, at least 4096, inside the file
+and off the footer, pairwise identical or disjoint per file, the manifest blob
+included), shard table and references, names, shapes (rank <= 64, no u64
+overflow), attribute maps, and the dense size equation.
+
+How the objects map:
+
+* ``dense`` -> dense; ``zt.sparse_csr/1`` / ``zt.sparse_coo/1`` -> our sparse
+  formats (their data rules run when assembled); ``gguf.<type>/1`` -> gguf_blocks
+  (part ``data`` becomes component ``blocks``, ``elems_per_block`` becomes
+  ``block_elements``).  Any other layout is kept structurally: its parts are
+  readable as raw components, never interpreted.
+* Encoding ``zt.zstd-seekable/1`` is zstd frames with a seek table, which our
+  decoder reads (ztensor/seekable.py); another encoding is refused when decoded.
+* Logical types: ``bool`` (bytes must be 0 or 1), the four FP8 types, complex64
+  and complex128 decode; ``f8_e8m0``, ``f4_e2m1`` and unknown types are refused
+  when decoded, as the spec requires, and readable only structurally.
+* Digests (``xxh3:`` or ``sha256:``) cover the decoded bytes.
+* Parts in other files (``shard``) are validated from this manifest; reading them
+  is refused with a message naming the shard (multi-file v2 models are not read).
+* A data shard (a footer with no manifest) opens with no objects.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+from typing import Any, Dict
+
+import cbor2
+
+from ztensor import kernels
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.objects import ComponentSpec, ObjectSpec
+
+MAGIC = b"\x89ZT2\r\n\x1a\n"
+FOOTER = 40
+VERSION = "2.0"             # what Reader.version reports for these files
+ALIGN = 4096
+MAX_MANIFEST = 1 << 30
+MAX_DEPTH = 32              # item nesting below the root
+MAX_RANK = 64
+MAX_NAME = 1024
+STORAGE_WIDTH = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
+                 "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1}
+# registered logical types: required storage, size of n elements in bytes
+LOGICAL = {"bool": ("u8", lambda n: n), "f8_e4m3fn": ("u8", lambda n: n),
+           "f8_e5m2": ("u8", lambda n: n), "f8_e4m3fnuz": ("u8", lambda n: n),
+           "f8_e5m2fnuz": ("u8", lambda n: n), "f8_e8m0": ("u8", lambda n: n),
+           "f4_e2m1": ("u8", lambda n: -(-n // 2)), "complex64": ("f32", lambda n: 8 * n),
+           "complex128": ("f64", lambda n: 16 * n)}
+DECODED_TYPES = {None, "bool", "f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz",
+                 "complex64", "complex128"}
+ENCODINGS = {"zt.zstd-seekable/1": "zstd"}
+_SHARD = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\Z")
+_DIGEST = re.compile(r"(xxh3:[0-9a-f]{16}|sha256:[0-9a-f]{64})\Z")
+_U64 = (1 << 64) - 1
+
+
+def is_v2(head) -> bool:
+    return bytes(head[:8]) == MAGIC
+
+
+def read(source, limits, path):
+    """(attributes, {name: ObjectSpec}) of a v2 file, every rule checked."""
+    size = source.size
+    if size < len(MAGIC) + FOOTER:
+        raise FormatError(f"a v2 file is at least 48 bytes; this one has {size}", path=path)
+    tail = bytes(source.view(size - FOOTER, FOOTER, "footer"))
+    offset, length, digest, version, _reserved = struct.unpack("<QQQII", tail[:32])
+    if tail[32:] != MAGIC:
+        raise FormatError("v2 footer magic missing (truncated, or not a zTensor file)",
+                          path=path)
+    if version != 2:
+        raise UnsupportedError(f"zTensor container version {version} (this reader knows "
+                               "v2, and v1.2/v1.1/v0.1)", path=path)
+    if length == 0:
+        if offset or digest:
+            raise FormatError("a data shard's footer must have manifest offset and hash 0",
+                              path=path)
+        return {}, {}   # a data shard: blobs only, described by its root's manifest
+    if length > min(MAX_MANIFEST, limits.max_manifest_size):
+        raise LimitError(f"manifest of {length} bytes exceeds the limit of "
+                         f"{min(MAX_MANIFEST, limits.max_manifest_size)}", path=path)
+    if offset % ALIGN or offset < ALIGN or offset > size - FOOTER - length:
+        raise FormatError(f"manifest blob [{offset}, +{length}) is not a 4096-aligned range "
+                          "inside the file", path=path)
+    raw = source.view(offset, length, "manifest")
+    if kernels.xxh3_64(raw) != digest:
+        raise FormatError("manifest hash (XXH3-64) does not match the footer", path=path)
+    kernels.cbor_check_canonical(raw, MAX_DEPTH, path)
+    try:
+        root = cbor2.loads(bytes(raw))
+    except (cbor2.CBORDecodeError, ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"manifest is not valid CBOR: {exc}", path=path) from None
+    return _Schema(path, size, (offset, length), limits).root(root)
+
+
+class _Schema:
+    def __init__(self, path, size, manifest_blob, limits):
+        self.path, self.size, self.limits = path, size, limits
+        self.blobs: Dict[Any, list] = {None: [manifest_blob]}  # file -> references
+        self.shards: Dict[str, int] = {}
+
+    def fail(self, why, **where):
+        raise FormatError(why, path=self.path, **where)
+
+    def root(self, root):
+        if not isinstance(root, dict):
+            self.fail("the manifest is not a map")
+        if "objects" not in root or not isinstance(root["objects"], dict):
+            self.fail("the manifest has no 'objects' map")
+        attributes = self.attributes(root.get("attributes", {}), "file attributes")
+        if "shards" in root:
+            self.shard_table(root["shards"])
+        objects = root["objects"]
+        if len(objects) > self.limits.max_objects:
+            raise LimitError(f"{len(objects)} objects exceed the limit of "
+                             f"{self.limits.max_objects}", path=self.path)
+        specs = {}
+        for name, obj in objects.items():
+            self.name(name, "an object name")
+            specs[name] = self.object(name, obj)
+        for file, refs in self.blobs.items():
+            self.disjoint(file, refs)
+        return attributes, specs
+
+    # ------------------------------------------------------------ pieces
+    def name(self, name, what, **where):
+        if not isinstance(name, str) or not name or "\0" in name or \
+                len(name.encode("utf-8")) > MAX_NAME:
+            self.fail(f"{what} must be non-empty text of at most {MAX_NAME} bytes without "
+                      f"NUL, got {name!r:.80}", **where)
+
+    def attributes(self, value, what, **where):
+        if not isinstance(value, dict):
+            self.fail(f"{what} must be a map", **where)
+        for key in value:
+            self.name(key, "an attribute key", **where)
+        return value
+
+    def shard_table(self, table):
+        if not isinstance(table, dict):
+            self.fail("'shards' must be a map")
+        for name, entry in table.items():
+            if not isinstance(name, str) or not _SHARD.match(name):
+                self.fail(f"shard name {name!r:.80} is not 1-64 of A-Z a-z 0-9 . _ - "
+                          "(not starting with '.')")
+            if not isinstance(entry, dict) or type(entry.get("size")) is not int or \
+                    not 0 <= entry["size"] <= _U64 or not isinstance(entry.get("digest"), str) \
+                    or not _DIGEST.match(entry["digest"]):
+                self.fail(f"shard {name!r} needs 'size' and a lowercase 'digest'")
+            self.shards[name] = entry["size"]
+            self.blobs.setdefault(name, [])
+
+    def shape(self, shape, where):
+        if not isinstance(shape, list) or len(shape) > MAX_RANK or any(
+                type(d) is not int or not 0 <= d <= _U64 for d in shape):
+            self.fail(f"shape must be a list of at most {MAX_RANK} u64 dimensions", **where)
+        if math.prod(shape) > _U64:
+            self.fail(f"shape {shape} has more than 2**64 - 1 elements", **where)
+        return tuple(shape)
+
+    def part(self, role, part, where):
+        where = {**where, "component": role}
+        if not isinstance(part, dict):
+            self.fail("a part must be a map", **where)
+        dtype, ltype = part.get("dtype"), part.get("type")
+        if dtype not in STORAGE_WIDTH:
+            self.fail(f"unknown storage dtype {dtype!r:.40}", **where)
+        if ltype is not None:
+            if not isinstance(ltype, str):
+                self.fail("'type' must be text", **where)
+            if ltype in LOGICAL and LOGICAL[ltype][0] != dtype:
+                self.fail(f"type {ltype!r} needs dtype {LOGICAL[ltype][0]!r}, not {dtype!r}",
+                          **where)
+        blob = part.get("blob")
+        if not isinstance(blob, list) or len(blob) != 2 or any(
+                type(v) is not int or not 0 <= v <= _U64 for v in blob):
+            self.fail("'blob' must be [offset, length]", **where)
+        offset, length = blob
+        shard = part.get("shard")
+        if shard is not None and shard not in self.shards:
+            self.fail(f"part names shard {shard!r:.80}, which the shard table does not "
+                      "declare", **where)
+        file_size = self.size if shard is None else self.shards[shard]
+        if offset % ALIGN or offset < ALIGN:
+            self.fail(f"blob offset {offset} is not a multiple of 4096 at or past 4096",
+                      **where)
+        if offset + length > file_size - FOOTER:
+            self.fail(f"blob [{offset}, +{length}) runs past the data of "
+                      f"{'this file' if shard is None else 'shard ' + repr(shard)}", **where)
+        encoding, decoded = part.get("encoding"), part.get("decoded_length")
+        if (encoding is None) != (decoded is None):
+            self.fail("'decoded_length' must be present exactly when 'encoding' is", **where)
+        if encoding is not None and (not isinstance(encoding, str) or type(decoded) is not int
+                                     or not 0 <= decoded <= _U64):
+            self.fail("'encoding' must be text and 'decoded_length' a u64", **where)
+        digest = part.get("digest")
+        if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
+            self.fail(f"digest {digest!r:.80} is not 'xxh3:' or 'sha256:' with lowercase hex",
+                      **where)
+        if length:
+            self.blobs[shard].append((offset, length))
+        return ComponentSpec(role, dtype, ltype, offset, length,
+                             "raw" if encoding is None else ENCODINGS.get(encoding, encoding),
+                             decoded, digest, digest_over="decoded", shard=shard)
+
+    def object(self, name, obj):
+        where = {"obj": name}
+        if not isinstance(obj, dict):
+            self.fail("an object must be a map", **where)
+        shape = self.shape(obj.get("shape"), where)
+        layout = obj.get("layout")
+        if not isinstance(layout, str):
+            self.fail("'layout' must be text", **where)
+        attributes = self.attributes(obj.get("attributes", {}), "object attributes", **where)
+        parts = obj.get("parts")
+        if not isinstance(parts, dict) or not parts:
+            self.fail("'parts' must be a non-empty map", **where)
+        comps = {}
+        for role, part in parts.items():
+            self.name(role, "a part name", **where)
+            comps[role] = self.part(role, part, where)
+        if layout == "dense":
+            return self.dense(name, shape, attributes, comps, where)
+        if layout in ("zt.sparse_csr/1", "zt.sparse_coo/1"):
+            return ObjectSpec(name, shape, layout[3:-2], attributes, comps)
+        if layout.startswith("gguf.") and layout.endswith("/1"):
+            return self.gguf(name, layout, shape, attributes, comps, where)
+        return ObjectSpec(name, shape, layout, attributes, comps)  # structural only
+
+    def dense(self, name, shape, attributes, comps, where):
+        if list(comps) != ["data"]:
+            self.fail(f"a dense object has exactly one part, 'data'; this one has "
+                      f"{sorted(comps)}", **where)
+        comp = comps["data"]
+        count = math.prod(shape)
+        if comp.type is None:
+            want = count * STORAGE_WIDTH[comp.dtype]
+        elif comp.type in LOGICAL:
+            want = LOGICAL[comp.type][1](count)
+        else:
+            want = None  # an unknown logical type: refused when decoded, not here
+        if want is not None and comp.decoded_length != want:
+            self.fail(f"part 'data' decodes to {comp.decoded_length} bytes; shape "
+                      f"{list(shape)} of {comp.type or comp.dtype} needs {want}", **where)
+        return ObjectSpec(name, shape, "dense", attributes, comps)
+
+    def gguf(self, name, layout, shape, attributes, comps, where):
+        from ztensor.gguf import GGML_TYPES
+        per, nbytes = attributes.get("elems_per_block"), attributes.get("block_bytes")
+        comp = comps.get("data")
+        if list(comps) != ["data"] or comp.dtype != "u8" or comp.type is not None:
+            self.fail(f"{layout} has exactly one part 'data' of u8", **where)
+        if type(per) is not int or type(nbytes) is not int or per < 1 or nbytes < 1 or \
+                math.prod(shape) % per:
+            self.fail(f"{layout}: elems_per_block must divide the element count and "
+                      "block_bytes be positive", **where)
+        if comp.decoded_length != math.prod(shape) // per * nbytes:
+            self.fail(f"{layout}: part 'data' decodes to {comp.decoded_length} bytes, the "
+                      f"blocks need {math.prod(shape) // per * nbytes}", **where)
+        type_name = layout[len("gguf."):-2].upper()
+        known = [i for i, t in GGML_TYPES.items() if t[0] == type_name and t[1:3] == (per, nbytes)]
+        if not known:
+            return ObjectSpec(name, shape, layout, attributes, comps)
+        comp.role = "blocks"
+        extra = {k: v for k, v in attributes.items() if k not in ("elems_per_block",
+                                                                  "block_bytes")}
+        return ObjectSpec(name, shape, "gguf_blocks", {
+            **extra, "ggml_type": type_name, "ggml_type_id": known[0],
+            "block_elements": per, "block_bytes": nbytes}, {"blocks": comp})
+
+    def disjoint(self, file, refs):
+        """Blob references into one file: each pair identical or disjoint."""
+        held_end, held = -1, None
+        for ref in sorted(set(refs)):
+            offset, length = ref
+            if offset < held_end:
+                self.fail(f"blobs [{held[0]}, +{held[1]}) and [{offset}, +{length}) "
+                          f"{'in this file' if file is None else 'in shard ' + repr(file)} "
+                          "partly overlap")
+            held_end, held = offset + length, ref
+
+
+__all__ = ["is_v2", "read", "MAGIC", "VERSION"]
