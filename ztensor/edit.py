@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
-from ztensor.errors import FormatError, ObjectNotFoundError
+from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError
 from ztensor.reader import Reader
 from ztensor.writer import Writer
 
@@ -86,6 +86,17 @@ def _require_zt(reader):
     if reader.format != "zt":
         raise FormatError(f"only zTensor files can be edited, this is {reader.format}",
                           path=reader.path)
+    require_writable_version(reader)
+
+
+def require_writable_version(reader):
+    """Edits write v1.2: a v2 file (PyPI ztensor 2.x) would silently change container
+    version, so it is refused; ``ztensor convert`` makes a v1.2 copy on purpose."""
+    from ztensor import container_v2
+    if reader.version == container_v2.VERSION:
+        raise UnsupportedError("a zTensor v2 file is read-only here (this package writes "
+                               "v1.2): `ztensor convert` it to a v1.2 file to edit that",
+                               path=reader.path)
 
 
 def _as_array(data, name):

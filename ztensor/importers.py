@@ -25,7 +25,8 @@ def open_any(path: PathLike) -> Opened:
     fmt = foreign.sniff(name)
     if fmt is None:
         with open(name, "rb") as f:
-            if f.read(4) != b"ZTEN":
+            head = f.read(8)
+            if head[:4] != b"ZTEN" and head != b"\x89ZT2\r\n\x1a\n":
                 raise FormatError("not a tensor file ztensor can read (zTensor, safetensors, "
                                   "npy, npz, PyTorch zip, GGUF, HDF5, ONNX)", path=name)
         return open_zt(name)

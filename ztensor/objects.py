@@ -129,6 +129,8 @@ class ObjectSpec:
         ``"bfloat16"``): the reference implementation's convention, which code
         written against it compares with.  ``storage_dtype`` has the spec's name."""
         comp = self.primary
+        if comp is not None and comp.type == "bool":  # v2's bool: a logical type over u8
+            return "bool"
         return None if comp is None else dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
 
     @property

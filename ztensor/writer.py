@@ -268,6 +268,8 @@ class Writer:
         with Reader(path) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
+            from ztensor.edit import require_writable_version
+            require_writable_version(old)
             writer = cls(path, attributes=dict(old.attributes), **kwargs)
             try:
                 for name in old.keys():

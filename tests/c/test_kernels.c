@@ -8,6 +8,7 @@
 #include <string.h>
 #include "blobwrite.h"
 #include "byteswap.h"
+#include "cbor_canonical.h"
 #include "cbor_scan.h"
 #include "crc32c.h"
 #include "floatconv.h"
@@ -16,6 +17,7 @@
 #include "manifest_encode.h"
 #include "manifest_scan.h"
 #include "quant.h"
+#include "xxh3.h"
 #include "zt_endian.h"
 
 static int passed, failed;
@@ -288,6 +290,46 @@ static void test_ggml_blocks(void) {
           zt_ggml_block_elements(14) == 256, "unknown type refused, geometry");
 }
 
+/* XXH3-64 of bytes (i * 31 + 7) & 255, answers from the xxhash package: one length
+ * per path (0, 1-3, 4-8, 9-16, 17-128, 129-240, blocks) */
+static void test_xxh3(void) {
+    static uint8_t buf[4096];
+    static const struct { size_t n; uint64_t want; } known[] = {
+        {0, 0x2D06800538D394C2ULL}, {1, 0x4C5CCA45D0F4811FULL}, {3, 0x15F7093B173D005CULL},
+        {4, 0xDCA012F95811B6B9ULL}, {8, 0xDEC6A9A43575982EULL}, {9, 0xCBE393399F17FFBDULL},
+        {16, 0x7E484C18D74895D0ULL}, {17, 0x208BDE5EE2BED407ULL}, {128, 0xF92B70EAA21A6288ULL},
+        {129, 0xF8F76713F2BB60FAULL}, {240, 0xCCC7375172C41F03ULL}, {241, 0x0B3B630948CE4A00ULL},
+        {1024, 0x23BC880EBF0D29C6ULL}, {1025, 0xC09FDFBC398C7D82ULL}, {4096, 0xA3C19F8174CDE0BBULL}};
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 31 + 7);
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        CHECK(zt_xxh3_64(buf, known[k].n) == known[k].want, "xxh3 of %zu bytes", known[k].n);
+}
+
+static zt_status canonical(const char *hex) {
+    uint8_t buf[128];
+    size_t n = strlen(hex) / 2;
+    for (size_t i = 0; i < n; i++) sscanf(hex + 2 * i, "%2hhx", &buf[i]);
+    zt_cbor_scan_result r;
+    return zt_cbor_check_canonical(buf, n, 32, &r);
+}
+
+static void test_cbor_canonical(void) {
+    CHECK(canonical("a2616101616202") == ZT_OK, "sorted map");                 /* {a:1,b:2} */
+    CHECK(canonical("a2616201616102") == ZT_E_CBOR_MALFORMED, "unsorted map");
+    CHECK(canonical("a2616101616102") == ZT_E_CBOR_MALFORMED, "duplicate key");
+    CHECK(canonical("a2616101626161") == ZT_E_CBOR_MALFORMED, "truncated");
+    CHECK(canonical("a26161016261610f") == ZT_OK, "shorter key first");
+    CHECK(canonical("1817") == ZT_E_CBOR_MALFORMED && canonical("1818") == ZT_OK, "heads");
+    CHECK(canonical("f97e00") == ZT_OK && canonical("f97e01") == ZT_E_CBOR_MALFORMED, "NaN");
+    CHECK(canonical("fa3fc00000") == ZT_E_CBOR_MALFORMED, "1.5 as single");
+    CHECK(canonical("fa47c35000") == ZT_OK, "100000.0 needs single");
+    CHECK(canonical("fb3ff8000000000000") == ZT_E_CBOR_MALFORMED, "1.5 as double");
+    CHECK(canonical("fb3fb999999999999a") == ZT_OK, "0.1 needs double");
+    CHECK(canonical("9f00ff") == ZT_E_CBOR_MALFORMED, "indefinite");
+    CHECK(canonical("c000") == ZT_E_CBOR_TAG, "tag");
+    CHECK(canonical("0000") == ZT_E_CBOR_MALFORMED, "trailing byte");
+}
+
 int main(void) {
     zt_crc32c_init();
     zt_floatconv_init();
@@ -301,6 +343,8 @@ int main(void) {
     test_manifest_tables();
     test_ggml_blocks();
     test_blobwriter();
+    test_xxh3();
+    test_cbor_canonical();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
