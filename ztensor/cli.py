@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from ztensor import spec
 from ztensor._version import __version__
 from ztensor.errors import ZTensorError
 from ztensor.reader import Reader
@@ -443,7 +444,9 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ztensor", description="Inspect and convert zTensor "
                                      "(.zt) files.")
-    parser.add_argument("--version", action="version", version=f"ztensor {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"ztensor {__version__} (writes zTensor {spec.WRITE_VERSION}; "
+                                "reads v2, v1.2, v1.1, v0.1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text, positionals) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
