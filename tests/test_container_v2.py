@@ -97,10 +97,11 @@ def test_zstd_seekable_parts_and_decoded_digests(tmp_path):
     from ztensor import seekable
     raw = (np.arange(300_000) % 251).astype(np.uint16)
     fw = seekable.FrameWriter(3)
-    stream = b"".join(fw.write(raw.tobytes()) + fw.finish())
+    stored = raw.astype("<u2").tobytes()  # what a file holds: little-endian
+    stream = b"".join(fw.write(stored) + fw.finish())
     from v2files import xxh3
     part = {"dtype": "u16", "blob": [4096, len(stream)], "encoding": "zt.zstd-seekable/1",
-            "decoded_length": raw.nbytes, "digest": f"xxh3:{xxh3(raw.tobytes()):016x}"}
+            "decoded_length": raw.nbytes, "digest": f"xxh3:{xxh3(stored):016x}"}
     data = build({"z": {"shape": [300_000], "layout": "dense", "parts": {"data": part}}},
                  [(4096, stream)])
     with open_v2(tmp_path, data) as r:

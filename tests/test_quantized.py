@@ -168,7 +168,7 @@ def test_3bit_packing_is_autogptqs():
     words = autogptq_pack3(codes)
     for impl in IMPLS:
         out = np.empty(codes.shape[0], np.uint8)
-        impl.unpack_codes(np.ascontiguousarray(words[:, 2]).view(np.uint8), out.size, 3, out)
+        impl.unpack_codes(words[:, 2].astype("<u4").view(np.uint8), out.size, 3, out)
         np.testing.assert_array_equal(out, codes[:, 2])
 
 

@@ -55,7 +55,6 @@ class Manifest:
         self.attributes = attributes
         # name -> ObjectSpec in manifest order: a dict, or manifest_table.TableSpecs
         self._specs = specs
-        self.get = specs.get  # the hot call (a spec per object listed): one call less
 
     def names(self):
         return list(self._specs)
@@ -66,8 +65,9 @@ class Manifest:
     def __len__(self):
         return len(self._specs)
 
-    def get(self, name):  # replaced per instance by the specs' own get (see __init__)
-        """The ObjectSpec of ``name``, or None."""
+    def get(self, name):
+        """The ObjectSpec of ``name``, or None.  (Reader.metadata, the hot call, asks
+        ``_specs.get`` directly: a dict's, or the tables' own.)"""
         return self._specs.get(name)
 
     def format_of(self, name):

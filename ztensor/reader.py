@@ -158,7 +158,7 @@ class Reader:
     def metadata(self, name: str) -> ObjectSpec:
         """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
         dtype, type, attributes and every component's fields."""
-        found = self._manifest.get(name) if isinstance(name, str) else None
+        found = self._manifest._specs.get(name) if isinstance(name, str) else None
         if found is None:
             raise ObjectNotFoundError("no such object", path=self.path, obj=name)
         return found

@@ -354,8 +354,10 @@ def to_gptq(t: Tensor) -> Dict[str, np.ndarray]:
     g_idx = (np.asarray(inputs.g_idx, np.int32) if inputs.g_idx is not None
              else (np.arange(layout.K) // layout.group_size).astype(np.int32))
     scales = np.asarray(t.components["scales"]).reshape(layout.G, layout.N)
-    return {"qweight": np.asarray(t.components["packed_weight"]).reshape(-1, layout.N)
-            .view(np.int32), "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+    words = _int32_words(t.components["packed_weight"], "packed_weight", {})
+    # values, not bytes: native int32 on any host (the stored words are little-endian)
+    qweight = words.reshape(-1, layout.N).astype(np.uint32).view(np.int32)
+    return {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
 
 
 def _float_values(arr):
