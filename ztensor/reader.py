@@ -89,6 +89,7 @@ class Reader:
         self._verify = verify
         self._foreign = None
         self._view_of = None
+        self._base = None  # the mapping as one array, for read_numpy's hot path
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -179,7 +180,6 @@ class Reader:
     def read_numpy(self, name: List[str], *, copy: bool = ..., dtype: Any = ...,
                    threads: Optional[int] = ...) -> Dict[str, np.ndarray]: ...
 
-    @_memory_is_a_limit
     def read_numpy(self, name, *, copy=False, dtype=None, threads=None):
         """A dense object as a numpy array of its logical shape and dtype.
 
@@ -207,6 +207,27 @@ class Reader:
             bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
             when ml_dtypes is not installed; complex types as numpy complex.
         """
+        view_of = self._view_of
+        if view_of is not None and not copy and dtype is None and type(name) is str:
+            # the hot call (a zero-copy view per tensor, over the manifest's columns):
+            # one ndarray on the mapping's bytes, nothing else built
+            found = view_of(name)
+            base = self._base
+            if found is not None and (base is not None or self._map_base() is not None):
+                storage, _, offset, shape = found
+                return np.ndarray(shape, storage, self._base, offset)
+        return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
+
+    def _map_base(self):
+        """The whole mapping as one read-only (or copy-on-write) uint8 array, kept for
+        the views of read_numpy's hot path; None for unmapped sources."""
+        self._require_open()
+        if self._source.mapped:
+            self._base = self._source.all_bytes()
+        return self._base
+
+    @_memory_is_a_limit
+    def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
         if isinstance(name, list):  # as the reference: several names -> dict
             if copy and dtype is None:
                 from ztensor import batch
@@ -427,6 +448,7 @@ class Reader:
         """Release the file.  Safe to call twice, and while arrays are alive."""
         if not self._closed:
             self._closed = True
+            self._base = None  # the mapping goes when the last view handed out does
             if self._source is not None:
                 self._source.close()
             if self._foreign is not None:
