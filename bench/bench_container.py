@@ -288,8 +288,9 @@ def main():
         del tensors
         titles = {"a": "8 tensors", "b": "LLM-shaped", "c": "20,000 x 10 KB"}
         report(f"({name}) {titles[name]}", total, results, results["baselines"].keys())
-    if args.scale:
-        scaling([int(n) for n in args.scale.split(",")], args.repeat)
+    counts = [int(n) for n in args.scale.split(",") if n.strip() and int(n) > 0]
+    if counts:  # --scale "" (or 0) skips the scaling rows
+        scaling(counts, args.repeat)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ typedef struct {
  *
  * Tables NULL: count only (out->nobjects/ncomponents/ndims are the row counts to
  * allocate).  Otherwise the caller passes column-major tables with their capacities
- * (rows); a manifest that needs more leaves the fast path.
+ * (rows); a manifest that needs more leaves the fast path.  The fill pass does not
+ * validate UTF-8 again: call it only on bytes a count pass has returned fast for.
  *
  * Anything outside that shape (a duplicate key, a tag, a negative or bignum
  * integer, a null, a word not in its vocabulary, an empty name, indefinite

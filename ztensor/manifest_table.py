@@ -244,7 +244,7 @@ class TableSpecs:
         self._views = None
         # per object, in Python form, from one pass over the columns (_columns): what
         # a spec reports without building anything
-        self.shapes = self.formats = self.data_pairs = None
+        self.shapes = self.formats = self.data_pairs = self.dtype_names = None
         self._misses = 0
 
     def __iter__(self):
@@ -274,12 +274,13 @@ class TableSpecs:
         """A caller walking the manifest: every spec made now in one pass, and
         ``get`` becomes the lookup of a dict (measured: a third of the per-call cost;
         the specs are two references each, made in a C-level loop)."""
-        made = map(TableObjectSpec, itertools.repeat(self), range(len(self.names)))
-        built = self.built
-        by_name = {name: built.get(row) or spec_
-                   for row, (name, spec_) in enumerate(zip(self.names, made))}
-        self.built = {row: by_name[name] for row, name in enumerate(self.names)}
-        self.get = by_name.get  # shadows the method: the hot call is now one C call
+        from ztensor.manifest import gc_paused  # (manifest imports this module)
+        with gc_paused():  # 20k new objects, none cyclic: no collections meanwhile
+            made = list(map(TableObjectSpec, itertools.repeat(self), range(len(self.names))))
+            for row, spec_ in self.built.items():  # specs handed out keep their identity
+                made[row] = spec_
+            self.built = dict(enumerate(made))
+            self.get = dict(zip(self.names, made)).get  # shadows the method: one C call
 
     def format_of(self, name):
         row = self.index.get(name)
@@ -341,7 +342,9 @@ class TableSpecs:
             path = checker.path if checker is not None else None
             attributes = _attributes(self.raw, o[ATTRS_OFF], o[ATTRS_LEN], "attributes",
                                      path, self.names[row])
-        spec_ = self.built[row] = TableObjectSpec(self, row, attributes)
+        spec_ = self.built[row] = TableObjectSpec(self, row)
+        if attributes:
+            spec_._attributes = attributes
         return spec_
 
     def _columns(self):
@@ -353,6 +356,8 @@ class TableSpecs:
         self.shapes = [tuple(dims[start:start + rank]) for start, rank in zip(starts, ranks)]
         self.formats = [FORMATS[code] for code in self.objects[FORMAT].tolist()]
         self.data_pairs = self._data_columns()
+        self.dtype_names = [None if pair is None else dtypes.REFERENCE_NAMES.get(pair[0], pair[0])
+                            for pair in self.data_pairs]
 
     def _data_columns(self):
         """Per object: (storage, type) of its data component when dense, else None."""
@@ -402,13 +407,15 @@ class TableObjectSpec(ObjectSpec):
     references; ``components`` is built on first access.  Opening a file and
     listing every tensor's shape and dtype costs one small object per tensor."""
 
-    __slots__ = ("_specs", "_row", "_components", "_attributes")
+    # two slots set per spec; what is rarely set (components once built, attributes,
+    # the reader's cached plan) lives in the instance dict, made only when set
+    __slots__ = ("_specs", "_row", "__dict__")
+    _components = None
+    _attributes = None  # None: the object has none (decoded at open if any)
+    plan = None
 
-    def __init__(self, specs, row, attributes=None):
+    def __init__(self, specs, row):
         self._specs, self._row = specs, row
-        self._components = None
-        self._attributes = attributes  # None: the object has none (decoded at open if any)
-        self.plan = None
 
     name = property(lambda self: self._specs.names[self._row])
     shape = property(lambda self: self._specs.shapes[self._row])
@@ -434,10 +441,11 @@ class TableObjectSpec(ObjectSpec):
 
     @property
     def dtype(self):
-        data = self._data()
-        if data is None:
-            return ObjectSpec.dtype.__get__(self)
-        return dtypes.REFERENCE_NAMES.get(data[0], data[0])
+        if self._components is None:  # the listing call: a name made in _columns
+            name = self._specs.dtype_names[self._row]
+            if name is not None:
+                return name
+        return ObjectSpec.dtype.__get__(self)
 
     @property
     def storage_dtype(self):
