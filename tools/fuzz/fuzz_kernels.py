@@ -1,9 +1,11 @@
 """Fuzz target 2: dequantize and the FP8/bf16 conversions driven with arbitrary
-metadata (bits, group size, shape, component sizes and dtypes) and buffers."""
+metadata (bits, group size, shape, component sizes and dtypes) and buffers; the v2
+kernels (deterministic-CBOR check, XXH3-64) on arbitrary bytes, C against the numpy
+twin."""
 import numpy as np
 
 from common import only_ztensor_errors, run, ztensor
-from ztensor import floatconv
+from ztensor import _fallback, floatconv, kernels
 
 FLOATS = [np.float16, np.float32, np.uint16]          # uint16: bf16 bit patterns
 
@@ -18,7 +20,7 @@ def array(fdp, dtype, max_items=512):
 def test_one_input(data: bytes):
     import atheris
     fdp = atheris.FuzzedDataProvider(data)
-    which = fdp.ConsumeIntInRange(0, 3)
+    which = fdp.ConsumeIntInRange(0, 4)
     if which == 0:
         shape = (fdp.ConsumeIntInRange(0, 40), fdp.ConsumeIntInRange(0, 300))
         comps = {"packed_weight": array(fdp, np.int32).reshape(-1)}
@@ -42,6 +44,17 @@ def test_one_input(data: bytes):
     elif which == 2:
         floatconv.bf16_to_float32(array(fdp, np.uint16, 4096))
         floatconv.float32_to_bf16(array(fdp, np.float32, 4096))
+    elif which == 4:  # the v2 kernels: one verdict, one hash, from both backends
+        raw = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)), np.uint8)
+        assert kernels.xxh3_64(raw) == _fallback.xxh3_64(raw)
+        verdicts = []
+        for impl in (kernels, _fallback):
+            try:
+                impl.cbor_check_canonical(raw, 32)
+                verdicts.append("ok")
+            except ztensor.FormatError as exc:
+                verdicts.append(str(exc))
+        assert verdicts[0] == verdicts[1], verdicts
     else:  # GGUF blocks: any bytes, any type id, any shape
         blocks = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 8192)), np.uint8)
         attrs = {"ggml_type_id": fdp.PickValueInList([2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 9,
