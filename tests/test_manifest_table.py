@@ -278,3 +278,44 @@ def test_walking_many_mixed_objects_agrees(tmp_path):
             m = r.metadata(name)
             _ = m.components  # built first: the properties then come from the components
             assert row == (m.shape, m.dtype, m.storage_dtype, m.type), name
+
+
+def test_threads_listing_one_reader_agree(tmp_path):
+    """Specs are made lazily (columns on first use, the rest after 64): threads sharing
+    a Reader must all see whole specs, one per name."""
+    import sys
+    import threading
+    path = tmp_path / "many.zt"
+    with ztensor.Writer(path) as w:
+        for i in range(300):
+            w.write_numpy(f"t{i}", np.zeros((i % 7, 2), np.float32 if i % 2 else np.int16))
+    want = {f"t{i}": ((i % 7, 2), "float32" if i % 2 else "int16") for i in range(300)}
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            r = ztensor.Reader(path)
+            seen, bad = [], []
+            start = threading.Barrier(4)
+
+            def walk():
+                start.wait()
+                try:
+                    got = {n: r.metadata(n) for n in r.keys()}
+                    seen.append(got)
+                    for n, m in got.items():
+                        if (m.shape, m.dtype) != want[n]:
+                            bad.append((n, m.shape, m.dtype))
+                except Exception as exc:  # noqa: BLE001 - any error is the bug
+                    bad.append(repr(exc))
+            threads = [threading.Thread(target=walk) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not bad, bad[:3]
+            # one spec object per name, whichever thread made it
+            assert all(seen[0][n] is r.metadata(n) for n in r.keys())
+            r.close()
+    finally:
+        sys.setswitchinterval(old)

@@ -17,6 +17,7 @@ and one message, and a differential fuzz target (tools/fuzz) holds them to it.
 from __future__ import annotations
 
 import itertools
+import threading
 
 import cbor2
 import numpy as np
@@ -246,6 +247,7 @@ class TableSpecs:
         # a spec reports without building anything
         self.shapes = self.formats = self.data_pairs = self.dtype_names = None
         self._misses = 0
+        self._lock = threading.Lock()
 
     def __iter__(self):
         return iter(self.names)
@@ -264,9 +266,14 @@ class TableSpecs:
         if found is None:
             if self.shapes is None:
                 self._columns()
-            found = self.built[row] = TableObjectSpec(self, row)
-            self._misses += 1
-            if self._misses == _WALKING:
+            with self._lock:  # threads sharing a Reader get one spec per object
+                found = self.built.get(row)
+                walking = False
+                if found is None:
+                    found = self.built[row] = TableObjectSpec(self, row)
+                    self._misses += 1
+                    walking = self._misses == _WALKING
+            if walking:
                 self._build_rest()
         return found
 
@@ -275,9 +282,9 @@ class TableSpecs:
         ``get`` becomes the lookup of a dict (measured: a third of the per-call cost;
         the specs are two references each, made in a C-level loop)."""
         from ztensor.manifest import gc_paused  # (manifest imports this module)
-        with gc_paused():  # 20k new objects, none cyclic: no collections meanwhile
+        with self._lock, gc_paused():  # 20k new objects, none cyclic: no collections
             made = list(map(TableObjectSpec, itertools.repeat(self), range(len(self.names))))
-            for row, spec_ in self.built.items():  # specs handed out keep their identity
+            for row, spec_ in list(self.built.items()):  # specs handed out stay the ones
                 made[row] = spec_
             self.built = dict(enumerate(made))
             self.get = dict(zip(self.names, made)).get  # shadows the method: one C call
@@ -351,13 +358,18 @@ class TableSpecs:
         """Shapes, format names and data (storage, type) of every object, in one
         pass: a caller listing the manifest then pays one small object per spec
         (measured: a third of building the specs one by one)."""
-        starts, ranks = self.objects[DIMS_START].tolist(), self.objects[RANK].tolist()
-        dims = self.dims.tolist()
-        self.shapes = [tuple(dims[start:start + rank]) for start, rank in zip(starts, ranks)]
-        self.formats = [FORMATS[code] for code in self.objects[FORMAT].tolist()]
-        self.data_pairs = self._data_columns()
-        self.dtype_names = [None if pair is None else dtypes.REFERENCE_NAMES.get(pair[0], pair[0])
-                            for pair in self.data_pairs]
+        with self._lock:  # readers may share a Reader across threads
+            if self.shapes is not None:
+                return
+            starts, ranks = self.objects[DIMS_START].tolist(), self.objects[RANK].tolist()
+            dims = self.dims.tolist()
+            shapes = [tuple(dims[start:start + rank]) for start, rank in zip(starts, ranks)]
+            self.formats = [FORMATS[code] for code in self.objects[FORMAT].tolist()]
+            self.data_pairs = self._data_columns()
+            self.dtype_names = [None if pair is None else
+                                dtypes.REFERENCE_NAMES.get(pair[0], pair[0])
+                                for pair in self.data_pairs]
+            self.shapes = shapes  # last: other threads take a set `shapes` to mean all are
 
     def _data_columns(self):
         """Per object: (storage, type) of its data component when dense, else None."""

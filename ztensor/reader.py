@@ -212,19 +212,26 @@ class Reader:
             # the hot call (a zero-copy view per tensor, over the manifest's columns):
             # one ndarray on the mapping's bytes, nothing else built
             found = view_of(name)
-            base = self._base
-            if found is not None and (base is not None or self._map_base() is not None):
-                storage, _, offset, shape = found
-                return np.ndarray(shape, storage, self._base, offset)
+            if found is not None:
+                # one read of _base: a close racing this call sets it to None, and the
+                # array read here keeps the mapping alive for the view (never torn)
+                base = self._base
+                if base is None:
+                    base = self._map_base()
+                if base is not None:
+                    storage, _, offset, shape = found
+                    return np.ndarray(shape, storage, base, offset)
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
     def _map_base(self):
         """The whole mapping as one read-only (or copy-on-write) uint8 array, kept for
         the views of read_numpy's hot path; None for unmapped sources."""
         self._require_open()
-        if self._source.mapped:
-            self._base = self._source.all_bytes()
-        return self._base
+        if not self._source.mapped:
+            return None
+        base = self._source.all_bytes()  # ClosedError when a close got there first
+        self._base = base
+        return base
 
     @_memory_is_a_limit
     def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
