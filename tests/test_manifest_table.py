@@ -319,3 +319,46 @@ def test_threads_listing_one_reader_agree(tmp_path):
             r.close()
     finally:
         sys.setswitchinterval(old)
+
+
+def _plain_shapes(starts, ranks, dims):
+    return [tuple(int(d) for d in dims[s:s + k]) for s, k in zip(starts, ranks)]
+
+
+def _shape_columns(shapes):
+    ranks = np.array([len(s) for s in shapes], np.uint64)
+    starts = np.concatenate([[0], np.cumsum(ranks)[:-1]]).astype(np.uint64)
+    dims = np.array([d for s in shapes for d in s], np.uint64)
+    return starts, ranks, dims
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), max_size=10), min_size=0, max_size=400))
+def test_shared_shapes_are_the_shapes(shapes):
+    from ztensor.manifest_table import _shape_list
+    starts, ranks, dims = _shape_columns([tuple(s) for s in shapes])
+    got = _shape_list(starts, ranks, dims)
+    assert got == [tuple(s) for s in shapes]
+    assert all(type(d) is int for s in got for d in s)
+
+
+def test_shared_shapes_survive_a_hash_collision():
+    # (x,) and (a, b) built to hash alike: every row is still compared with its
+    # group's first, so both keep their own shape
+    from ztensor.manifest_table import _shape_list
+    k, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+
+    def key(shape):
+        h = 0
+        for column in (len(shape), *shape, *[0] * (2 - len(shape))):
+            h = ((h ^ column) * k) & mask
+        return h
+    x, a = 7, 3
+    for a in range(3, 1000):  # a second dim below 2**63, as the scanner allows
+        b = ((((2 * k) & mask) ^ a) * k & mask) ^ (((k ^ x) * k) & mask)
+        if b < (1 << 63):
+            break
+    assert key((x,)) == key((a, b))
+    shapes = [(x,), (a, b)] * 40
+    starts, ranks, dims = _shape_columns(shapes)
+    assert _shape_list(starts, ranks, dims) == shapes

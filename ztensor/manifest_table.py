@@ -71,6 +71,46 @@ for (_d, _t), _r in _RESOLVED.items():
     _ITEMSIZE[_d, _t] = 0 if _r is None else _r[2]
 
 
+# the same, flat: code dtype * _PAIR_WIDTH + type -> (storage, logical type), and the
+# reference's dtype name of that pair; the extra last entry (code -1) is None
+_PAIR_WIDTH = len(TYPE_WORDS) + 1
+_PAIRS = [None] * (len(DTYPE_WORDS) * _PAIR_WIDTH + 1)
+for (_d, _t), _r in _RESOLVED.items():
+    _PAIRS[_d * _PAIR_WIDTH + _t] = None if _r is None else _r[:2]
+_DTYPE_NAMES = [None if _p is None else dtypes.REFERENCE_NAMES.get(_p[0], _p[0])
+                for _p in _PAIRS]
+
+
+def _shape_list(starts, ranks, dims):
+    """The shape tuple of every object (its dims[start:start + rank]), each
+    distinct shape made once and shared.  Rows are grouped by a hash of (rank,
+    dims) and every row is compared with its group's first, so a collision only
+    means the plain way: one tuple per object."""
+    count = len(ranks)
+    top = int(ranks.max()) if count else 0
+    if count >= 64 and top <= 8:
+        columns = [ranks]
+        for axis in range(top):
+            has = ranks > axis
+            column = np.zeros(count, np.uint64)
+            column[has] = dims[(starts + np.uint64(axis))[has].astype(np.int64)]
+            columns.append(column)
+        key = np.zeros(count, np.uint64)
+        with np.errstate(over="ignore"):
+            for column in columns:
+                key = (key ^ column) * np.uint64(0x9E3779B97F4A7C15)
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        rep = first[group]
+        if all((column == column[rep]).all() for column in columns):
+            dims_list = dims.tolist()
+            made = [tuple(dims_list[s:s + k])
+                    for s, k in zip(starts[first].tolist(), ranks[first].tolist())]
+            return list(map(made.__getitem__, group.tolist()))
+    dims_list = dims.tolist()
+    return [tuple(dims_list[s:s + k]) for s, k in zip(starts.tolist(), ranks.tolist())]
+
+
 # dtype index -> numpy dtype of a plain view (None: never one: bf16, v1.1 aliases of
 # logical types, and multi-byte types on big-endian hosts, which need a swap)
 _VIEW_DTYPES = [dtypes.STORAGE[w].numpy if w in dtypes.STORAGE and w != "bf16"
@@ -327,11 +367,10 @@ class TableSpecs:
         mask = comp_rows >= 0
         chosen = self.comps[:, comp_rows[mask]]
         dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
-        obj = self.objects[:, rows[mask]]
         if shapes:
-            dims = self.dims
-            shapes = [tuple(dims[start:start + rank].tolist())
-                      for start, rank in zip(obj[DIMS_START].tolist(), obj[RANK].tolist())]
+            if self.shapes is None:
+                self._columns()
+            shapes = list(map(self.shapes.__getitem__, rows[mask].tolist()))
         return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
 
     def build(self, row, checker=None):
@@ -356,31 +395,30 @@ class TableSpecs:
 
     def _columns(self):
         """Shapes, format names and data (storage, type) of every object, in one
-        pass: a caller listing the manifest then pays one small object per spec
-        (measured: a third of building the specs one by one)."""
+        pass over the columns: a caller listing the manifest then pays one small
+        object per spec.  Values repeat (a model has few distinct shapes and
+        dtypes), so each distinct one is made once and the lists share it."""
         with self._lock:  # readers may share a Reader across threads
             if self.shapes is not None:
                 return
-            starts, ranks = self.objects[DIMS_START].tolist(), self.objects[RANK].tolist()
-            dims = self.dims.tolist()
-            shapes = [tuple(dims[start:start + rank]) for start, rank in zip(starts, ranks)]
-            self.formats = [FORMATS[code] for code in self.objects[FORMAT].tolist()]
-            self.data_pairs = self._data_columns()
-            self.dtype_names = [None if pair is None else
-                                dtypes.REFERENCE_NAMES.get(pair[0], pair[0])
-                                for pair in self.data_pairs]
-            self.shapes = shapes  # last: other threads take a set `shapes` to mean all are
+            objects = self.objects
+            self.formats = list(map(FORMATS.__getitem__, objects[FORMAT].tolist()))
+            codes = self._data_codes()
+            self.data_pairs = list(map(_PAIRS.__getitem__, codes))
+            self.dtype_names = list(map(_DTYPE_NAMES.__getitem__, codes))
+            # last: other threads take a set `shapes` to mean all columns are set
+            self.shapes = _shape_list(objects[DIMS_START], objects[RANK], self.dims)
 
-    def _data_columns(self):
-        """Per object: (storage, type) of its data component when dense, else None."""
+    def _data_codes(self):
+        """Per object: the (dtype, type) code of its data component when dense (an
+        index into _PAIRS), else -1 (whose entry is None)."""
         data_of = self._data_rows()
         safe = np.maximum(data_of, 0)
         ctype = self.comps[TYPE, safe]
-        width = len(TYPE_WORDS) + 1
-        pairs = (self.comps[DTYPE, safe] * width
+        codes = (self.comps[DTYPE, safe] * _PAIR_WIDTH
                  + np.where(ctype == NONE, len(TYPE_WORDS), ctype)).astype(np.int64)
-        pairs = np.where((data_of >= 0) & (self.objects[FORMAT] == DENSE), pairs, -1).tolist()
-        return [None if p < 0 else _RESOLVED[p // width, p % width][:2] for p in pairs]
+        dense = (data_of >= 0) & (self.objects[FORMAT] == DENSE)
+        return np.where(dense, codes, -1).tolist()
 
     def _data_rows(self):
         """Per object: the row of its 'data' component, or -1."""
