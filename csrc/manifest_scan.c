@@ -20,16 +20,26 @@
 #include <string.h>
 #include "manifest_scan.h"
 
+/* A vocabulary and the last word found in it (see lookup). */
+typedef struct {
+    const zt_vocab *vocab;
+    const char *word;  /* NULL: nothing found yet */
+    size_t len;
+    uint64_t index;
+} vocab_cache;
+
 typedef struct {
     const uint8_t *buf;
     size_t len, pos;
     const zt_mf_config *cfg;
+    vocab_cache formats, dtypes, types, encodings, roles;
     uint64_t *objects;            /* column-major tables; NULL: count only */
     uint64_t *components;
     uint64_t *dims;
     size_t nobj, ncomp, ndims;
     size_t cap_obj, cap_comp, cap_dims;
     const char *why;
+    int full;                     /* a table was too small (see zt_mf_result.full) */
 } scanner;
 
 typedef struct {
@@ -38,6 +48,8 @@ typedef struct {
 } head;
 
 #define SLOW(s, text) ((s)->why = (text), -1)
+/* a table is too small: not slow, the caller counts and fills again */
+#define FULL(s, text) ((s)->full = 1, SLOW(s, text))
 
 /* Row `row` of a column-major table: field f of every row is contiguous, so the
  * checks over one column read only that column. */
@@ -49,8 +61,9 @@ static void put_row(uint64_t *table, size_t cap, size_t row, const void *record,
     for (size_t f = 0; f < fields; f++) table[f * cap + row] = v[f];
 }
 
-/* The head at s->pos; -1 (slow) when the bytes end or the head is reserved. */
-static int read_head(scanner *s, head *h) {
+/* The head at s->pos; -1 (slow) when the bytes end or the head is reserved.
+ * Inlined: heads are most of what the scanner reads. */
+static inline int read_head(scanner *s, head *h) {
     if (s->pos >= s->len) return SLOW(s, "the bytes end inside an item");
     const uint8_t ib = s->buf[s->pos++];
     h->major = ib >> 5;
@@ -117,8 +130,9 @@ static int text_body(scanner *s, const head *h, uint64_t *off, uint64_t *n) {
     if (h->major != 3) return SLOW(s, "a field that is not a text string");
     if (h->info == 31) return SLOW(s, "an indefinite-length text string");
     if (h->arg > s->len - s->pos) return SLOW(s, "a string longer than the bytes left");
-    /* the fill pass reads the bytes the count pass has validated */
-    if (s->objects == NULL && !utf8_valid(s->buf + s->pos, (size_t)h->arg))
+    /* a fill after a count pass reads bytes that pass has validated */
+    if (!(s->objects != NULL && s->cfg->text_checked) &&
+        !utf8_valid(s->buf + s->pos, (size_t)h->arg))
         return SLOW(s, "text that is not UTF-8");
     *off = s->pos;
     *n = h->arg;
@@ -140,21 +154,29 @@ static int read_uint(scanner *s, uint64_t *value) {
     return 0;
 }
 
-/* Index of the text at buf[off .. off+n] in vocabulary v, or ZT_MF_NONE. */
-static uint64_t lookup(const zt_vocab *v, const uint8_t *text, uint64_t n) {
-    const char *w = v->words;
-    for (size_t i = 0; i < v->count; i++) {
+/* Index of the text at buf[off .. off+n] in vocabulary v, or ZT_MF_NONE.  The
+ * last word found is remembered: the same dtype and format repeat object after
+ * object, so most lookups are one compare. */
+static uint64_t lookup(vocab_cache *c, const uint8_t *text, uint64_t n) {
+    if (c->word != NULL && c->len == n && memcmp(c->word, text, n) == 0) return c->index;
+    const char *w = c->vocab->words;
+    for (size_t i = 0; i < c->vocab->count; i++) {
         size_t wn = strlen(w);
-        if (wn == n && memcmp(w, text, wn) == 0) return i;
+        if (wn == n && memcmp(w, text, wn) == 0) {
+            c->word = w;
+            c->len = wn;
+            c->index = i;
+            return i;
+        }
         w += wn + 1;
     }
     return ZT_MF_NONE;
 }
 
-static int key_is(const scanner *s, uint64_t off, uint64_t n, const char *word) {
-    size_t wn = strlen(word);
-    return n == wn && memcmp(s->buf + off, word, wn) == 0;
-}
+/* Whether the key at buf[off .. off+n] is the literal `word`: the length from the
+ * literal's size, so the compare is a few loads, not a call. */
+#define KEY_IS(s, off, n, word) \
+    ((n) == sizeof(word) - 1 && memcmp((s)->buf + (off), (word), sizeof(word) - 1) == 0)
 
 /* Skip one item of any kind, checking its text; depth bounds the recursion. */
 static int skip_item(scanner *s, size_t depth) {
@@ -245,9 +267,10 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
     uint64_t off, n;
     unsigned seen = 0;
     int r;
+    memset(&c, 0, sizeof c);  /* dtype, offset, length: set before the row is put (seen) */
     c.role_off = role_off;
     c.role_len = role_len;
-    c.role = lookup(&s->cfg->roles, s->buf + role_off, role_len);
+    c.role = lookup(&s->roles, s->buf + role_off, role_len);
     c.type = ZT_MF_NONE;
     c.encoding = 0;  /* absent: raw */
     c.ulen = ZT_MF_NONE;
@@ -257,32 +280,32 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
     if (open_map(s, &it)) return -1;
     while ((r = next_key(s, &it, &off, &n)) == 1) {
         uint64_t toff, tn;
-        if (key_is(s, off, n, "dtype")) {
+        if (KEY_IS(s, off, n, "dtype")) {
             SEEN(1);
             if (read_text(s, &toff, &tn)) return -1;
-            c.dtype = lookup(&s->cfg->dtypes, s->buf + toff, tn);
+            c.dtype = lookup(&s->dtypes, s->buf + toff, tn);
             if (c.dtype == ZT_MF_NONE) return SLOW(s, "a dtype not in the vocabulary");
-        } else if (key_is(s, off, n, "type")) {
+        } else if (KEY_IS(s, off, n, "type")) {
             SEEN(2);
             if (read_text(s, &toff, &tn)) return -1;
-            c.type = lookup(&s->cfg->types, s->buf + toff, tn);
+            c.type = lookup(&s->types, s->buf + toff, tn);
             if (c.type == ZT_MF_NONE) return SLOW(s, "a type not in the vocabulary");
-        } else if (key_is(s, off, n, "offset")) {
+        } else if (KEY_IS(s, off, n, "offset")) {
             SEEN(4);
             if (read_uint(s, &c.offset)) return -1;
-        } else if (key_is(s, off, n, "length")) {
+        } else if (KEY_IS(s, off, n, "length")) {
             SEEN(8);
             if (read_uint(s, &c.length)) return -1;
-        } else if (key_is(s, off, n, "encoding")) {
+        } else if (KEY_IS(s, off, n, "encoding")) {
             SEEN(16);
             if (read_text(s, &toff, &tn)) return -1;
-            c.encoding = lookup(&s->cfg->encodings, s->buf + toff, tn);
+            c.encoding = lookup(&s->encodings, s->buf + toff, tn);
             if (c.encoding == ZT_MF_NONE) return SLOW(s, "an encoding not in the vocabulary");
-        } else if (key_is(s, off, n, "uncompressed_length")) {
+        } else if (KEY_IS(s, off, n, "uncompressed_length")) {
             SEEN(32);
             if (read_uint(s, &c.ulen)) return -1;
             if (c.ulen == ZT_MF_NONE) return SLOW(s, "an uncompressed_length of 2^64-1");
-        } else if (key_is(s, off, n, "digest")) {
+        } else if (KEY_IS(s, off, n, "digest")) {
             SEEN(64);
             if (read_text(s, &c.digest_off, &c.digest_len)) return -1;
         } else if (skip_item(s, 6)) {
@@ -292,7 +315,7 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
     if (r < 0) return -1;
     if ((seen & (1 | 4 | 8)) != (1 | 4 | 8)) return SLOW(s, "a component without dtype, offset or length");
     if (s->components != NULL) {
-        if (s->ncomp >= s->cap_comp) return SLOW(s, "more components than counted");
+        if (s->ncomp >= s->cap_comp) return FULL(s, "more components than the table holds");
         put_row(s->components, s->cap_comp, s->ncomp, &c, ZT_MF_COMPONENT_FIELDS);
     }
     s->ncomp++;
@@ -321,7 +344,7 @@ static int scan_shape(scanner *s, zt_mf_object *o) {
         if (read_uint(s, &dim)) return -1;
         if (dim >> 63) return SLOW(s, "a dimension of 2^63 or more");
         if (s->dims != NULL) {
-            if (s->ndims >= s->cap_dims) return SLOW(s, "more dims than counted");
+            if (s->ndims >= s->cap_dims) return FULL(s, "more dims than the table holds");
             s->dims[s->ndims] = dim;
         }
         s->ndims++;
@@ -346,6 +369,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
     unsigned seen = 0;
     int r;
     if (name_len == 0) return SLOW(s, "an empty object name");
+    memset(&o, 0, sizeof o);  /* every field is set before the row is put (seen) */
     o.name_off = name_off;
     o.name_len = name_len;
     o.attrs_off = 0;
@@ -354,23 +378,23 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
     o.ncomps = 0;
     if (open_map(s, &it)) return -1;
     while ((r = next_key(s, &it, &off, &n)) == 1) {
-        if (key_is(s, off, n, "shape")) {
+        if (KEY_IS(s, off, n, "shape")) {
             SEEN(1);
             if (scan_shape(s, &o)) return -1;
-        } else if (key_is(s, off, n, "format")) {
+        } else if (KEY_IS(s, off, n, "format")) {
             uint64_t toff, tn;
             SEEN(2);
             if (read_text(s, &toff, &tn)) return -1;
-            o.format = lookup(&s->cfg->formats, s->buf + toff, tn);
+            o.format = lookup(&s->formats, s->buf + toff, tn);
             if (o.format == ZT_MF_NONE) return SLOW(s, "a format not in the vocabulary");
-        } else if (key_is(s, off, n, "attributes")) {
+        } else if (KEY_IS(s, off, n, "attributes")) {
             SEEN(4);
             if (s->pos >= s->len || (s->buf[s->pos] >> 5) != 5)
                 return SLOW(s, "attributes that are not a map");
             o.attrs_off = s->pos;
             if (skip_item(s, 4)) return -1;
             o.attrs_len = s->pos - o.attrs_off;
-        } else if (key_is(s, off, n, "components")) {
+        } else if (KEY_IS(s, off, n, "components")) {
             SEEN(8);
             o.comps_start = s->ncomp;
             if (open_map(s, &cit)) return -1;
@@ -397,7 +421,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
     if ((seen & (1 | 2 | 8)) != (1 | 2 | 8))
         return SLOW(s, "an object without shape, format or components");
     if (s->objects != NULL) {
-        if (s->nobj >= s->cap_obj) return SLOW(s, "more objects than counted");
+        if (s->nobj >= s->cap_obj) return FULL(s, "more objects than the table holds");
         put_row(s->objects, s->cap_obj, s->nobj, &o, ZT_MF_OBJECT_FIELDS);
     }
     s->nobj++;
@@ -411,17 +435,17 @@ static int scan_root(scanner *s, zt_mf_result *out) {
     int r;
     if (open_map(s, &it)) return -1;
     while ((r = next_key(s, &it, &off, &n)) == 1) {
-        if (key_is(s, off, n, "version")) {
+        if (KEY_IS(s, off, n, "version")) {
             SEEN(1);
             if (read_text(s, &out->version_off, &out->version_len)) return -1;
-        } else if (key_is(s, off, n, "attributes")) {
+        } else if (KEY_IS(s, off, n, "attributes")) {
             SEEN(2);
             if (s->pos >= s->len || (s->buf[s->pos] >> 5) != 5)
                 return SLOW(s, "file attributes that are not a map");
             out->attrs_off = s->pos;
             if (skip_item(s, 2)) return -1;
             out->attrs_len = s->pos - out->attrs_off;
-        } else if (key_is(s, off, n, "objects")) {
+        } else if (KEY_IS(s, off, n, "objects")) {
             SEEN(4);
             if (open_map(s, &oit)) return -1;
             uint64_t noff, nn;
@@ -452,6 +476,11 @@ zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *c
     s.buf = buf;
     s.len = len;
     s.cfg = config;
+    s.formats.vocab = &config->formats;
+    s.dtypes.vocab = &config->dtypes;
+    s.types.vocab = &config->types;
+    s.encodings.vocab = &config->encodings;
+    s.roles.vocab = &config->roles;
     s.objects = objects;
     s.components = components;
     s.dims = dims;
@@ -461,6 +490,7 @@ zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *c
     s.why = "";
     if (scan_root(&s, out)) {
         out->fast = 0;
+        out->full = s.full;
         out->why = s.why;
         out->pos = s.pos;
         return ZT_OK;

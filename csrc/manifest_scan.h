@@ -46,10 +46,14 @@ typedef struct {
     zt_vocab formats, dtypes, types, encodings, roles;
     size_t max_depth;       /* nesting limit for values skipped or spanned */
     size_t max_components;  /* per object; more -> not on the fast path */
+    int text_checked;       /* 1: a count pass over these bytes returned fast, so a
+                               fill pass need not check their UTF-8 again */
 } zt_mf_config;
 
 typedef struct {
     int fast;                         /* 1: the tables describe the manifest exactly */
+    int full;                         /* fast == 0 only because a table was too small:
+                                         count, then fill tables of those sizes */
     const char *why;                  /* fast == 0: the construct that left the fast path */
     size_t pos;                       /* ... and where it is */
     uint64_t version_off, version_len;
@@ -66,8 +70,10 @@ typedef struct {
  *
  * Tables NULL: count only (out->nobjects/ncomponents/ndims are the row counts to
  * allocate).  Otherwise the caller passes column-major tables with their capacities
- * (rows); a manifest that needs more leaves the fast path.  The fill pass does not
- * validate UTF-8 again: call it only on bytes a count pass has returned fast for.
+ * (rows), filled in the same pass; a manifest that needs more rows sets out->full
+ * (and fast = 0).  So a caller may fill tables sized from the byte count in one
+ * pass and count only when they were too small; config->text_checked then skips
+ * the second UTF-8 check.
  *
  * Anything outside that shape (a duplicate key, a tag, a negative or bignum
  * integer, a null, a word not in its vocabulary, an empty name, indefinite

@@ -93,8 +93,10 @@ cdef extern from "manifest_scan.h":
         zt_vocab formats, dtypes, types, encodings, roles
         size_t max_depth
         size_t max_components
+        int text_checked
     ctypedef struct zt_mf_result:
         int fast
+        int full
         const char *why
         size_t pos
         uint64_t version_off, version_len

@@ -232,29 +232,49 @@ def manifest_scan(const uint8_t[::1] data, vocabularies, size_t max_depth,
     cfg.roles = _vocab(joined[4], counts[4])
     cfg.max_depth = max_depth
     cfg.max_components = max_components
-    with nogil:  # first pass counts rows, so the tables are sized by what is present
-        st = zt_manifest_scan(buf, n, &cfg, NULL, 0, NULL, 0, NULL, 0, &r)
-    _raise_for_status(st, "manifest scan")
+    cfg.text_checked = 0
+    # One pass into tables sized from the byte count: an object takes at least 30
+    # bytes (name and its three required keys), a component 26, a dim 1.  Only
+    # when they were too small (over 4 dims per object on average) is there a
+    # count pass, then a fill of exactly that many rows.
+    tables = _scan_into(buf, n, &cfg, n // 30 + 1, n // 26 + 1, min(n, 4 * (n // 30 + 1)) + 1,
+                        &r)
+    if not r.fast and r.full:
+        with nogil:
+            st = zt_manifest_scan(buf, n, &cfg, NULL, 0, NULL, 0, NULL, 0, &r)
+        _raise_for_status(st, "manifest scan")
+        if r.fast:
+            cfg.text_checked = 1
+            tables = _scan_into(buf, n, &cfg, r.nobjects, r.ncomponents, r.ndims, &r)
+            if r.full:
+                return None, "the second pass disagreed with the first"
     if not r.fast:
         return None, r.why.decode("ascii")
-    objects = np.empty((ZT_MF_OBJECT_FIELDS, r.nobjects), np.uint64)
-    components = np.empty((ZT_MF_COMPONENT_FIELDS, r.ncomponents), np.uint64)
-    dims = np.empty(r.ndims, np.uint64)
+    objects, components, dims = tables
+    # rows past the ones filled are dropped: what the reader keeps is what is there
+    return ((r.version_off, r.version_len), (r.attrs_off, r.attrs_len),
+            np.ascontiguousarray(objects[:, :r.nobjects]),
+            np.ascontiguousarray(components[:, :r.ncomponents]), dims[:r.ndims].copy())
+
+
+cdef tuple _scan_into(const uint8_t *buf, size_t n, const zt_mf_config *cfg, size_t no,
+                      size_t nc, size_t nd, zt_mf_result *r):
+    """zt_manifest_scan filling tables of no objects, nc components and nd dims."""
+    cdef zt_status st
+    objects = np.empty((ZT_MF_OBJECT_FIELDS, no), np.uint64)
+    components = np.empty((ZT_MF_COMPONENT_FIELDS, nc), np.uint64)
+    dims = np.empty(nd, np.uint64)
     cdef uint64_t[:, ::1] ov = objects
     cdef uint64_t[:, ::1] cv = components
     cdef uint64_t[::1] dv = dims
     cdef uint64_t spare[16]
-    cdef uint64_t *op = &ov[0, 0] if r.nobjects else &spare[0]
-    cdef uint64_t *cp = &cv[0, 0] if r.ncomponents else &spare[0]
-    cdef uint64_t *dp = &dv[0] if r.ndims else &spare[0]
-    cdef size_t no = r.nobjects, nc = r.ncomponents, nd = r.ndims
+    cdef uint64_t *op = &ov[0, 0] if no else &spare[0]
+    cdef uint64_t *cp = &cv[0, 0] if nc else &spare[0]
+    cdef uint64_t *dp = &dv[0] if nd else &spare[0]
     with nogil:
-        st = zt_manifest_scan(buf, n, &cfg, op, no, cp, nc, dp, nd, &r)
+        st = zt_manifest_scan(buf, n, cfg, op, no, cp, nc, dp, nd, r)
     _raise_for_status(st, "manifest scan")
-    if not r.fast or r.nobjects != no or r.ncomponents != nc or r.ndims != nd:
-        return None, "the second pass disagreed with the first"
-    return ((r.version_off, r.version_len), (r.attrs_off, r.attrs_len), objects,
-            components, dims)
+    return objects, components, dims
 
 
 def decode_spans(const uint8_t[::1] data, const uint64_t[:] offsets,

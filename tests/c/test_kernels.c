@@ -270,6 +270,14 @@ static void test_manifest_tables(void) {
     CHECK(comps[3 * 2 + 0] == 0 && comps[3 * 2 + 1] == 1, "dtype indices");
     CHECK(comps[5 * 2 + 1] == 64 && comps[6 * 2 + 1] == 840000, "offset, length");
     CHECK(objs[9 * 2 + 1] == 210000 && objs[10 * 2 + 1] == 1, "numel, extent");
+    CHECK(zt_manifest_scan(root, h + m, &cfg, objs, 2, comps, 2, d, 2, &r) == ZT_OK && !r.fast &&
+          r.full, "a table too small says so (the caller counts, then fills)");
+    CHECK(zt_manifest_scan(root, h + m, &cfg, objs, 1, comps, 2, d, 3, &r) == ZT_OK && !r.fast &&
+          r.full, "too few object rows says so");
+    cfg.text_checked = 1;
+    CHECK(zt_manifest_scan(root, h + m, &cfg, objs, 2, comps, 2, d, 3, &r) == ZT_OK && r.fast &&
+          !r.full && d[2] == 70000, "a fill after a count");
+    cfg.text_checked = 0;
     cfg.max_components = 0;  /* nothing fits: the general path's turn, never an error */
     CHECK(zt_manifest_scan(root, h + m, &cfg, NULL, 0, NULL, 0, NULL, 0, &r) == ZT_OK &&
           !r.fast, "declines what it does not take");
