@@ -335,20 +335,23 @@ class TableSpecs:
 
     def view_of(self, name):
         """(numpy dtype, count, offset, shape) when object ``name`` is a plain raw view
-        (formats/dense.py view_plan), else None.  Computed for every object on the
-        first call, over the columns: a reader handing out many zero-copy views then
-        builds no spec at all."""
+        (formats/dense.py view_plan), else None."""
+        return self.plain_view_table().get(name)
+
+    def plain_view_table(self):
+        """name -> view_of(name) for every object that is a plain view, computed on
+        the first call over the columns: a reader handing out many zero-copy views
+        then builds no spec at all."""
         views = self._views
         if views is None:
             rows = np.arange(len(self.names))
             storage, offsets, lengths, shapes, mask = self.plain_views(rows)
-            views = [None] * len(self.names)
-            for row, dt, off, ln, shape in zip(np.flatnonzero(mask).tolist(), storage,
-                                               offsets.tolist(), lengths.tolist(), shapes):
-                views[row] = (dt, ln // dt.itemsize, off, shape)
-            self._views = views
-        row = self.index.get(name)
-        return None if row is None else views[row]
+            names = map(self.names.__getitem__, np.flatnonzero(mask).tolist())
+            views = self._views = {
+                name: (dt, ln // dt.itemsize, off, shape)
+                for name, dt, off, ln, shape in zip(names, storage, offsets.tolist(),
+                                                    lengths.tolist(), shapes)}
+        return views
 
     def plain_views(self, rows, shapes=True):
         """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the

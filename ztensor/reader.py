@@ -89,7 +89,8 @@ class Reader:
         self._verify = verify
         self._foreign = None
         self._view_of = None
-        self._base = None  # the mapping as one array, for read_numpy's hot path
+        self._base = None  # the mapping, for read_numpy's hot path
+        self._views = None  # name -> plain view plan, for the same (built on first use)
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -207,29 +208,41 @@ class Reader:
             bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
             when ml_dtypes is not installed; complex types as numpy complex.
         """
-        view_of = self._view_of
-        if view_of is not None and not copy and dtype is None and type(name) is str:
-            # the hot call (a zero-copy view per tensor, over the manifest's columns):
-            # one ndarray on the mapping's bytes, nothing else built
-            found = view_of(name)
+        if not copy and dtype is None and type(name) is str:
+            # the hot call (a zero-copy view per tensor): one dict lookup and one
+            # ndarray on the mapping's bytes, nothing else built
+            views = self._views
+            if views is None:
+                views = self._plain_views()
+            found = views.get(name)
             if found is not None:
                 # one read of _base: a close racing this call sets it to None, and the
-                # array read here keeps the mapping alive for the view (never torn)
+                # buffer read here keeps the mapping alive for the view (never torn)
                 base = self._base
                 if base is None:
                     base = self._map_base()
                 if base is not None:
-                    storage, _, offset, shape = found
-                    return np.ndarray(shape, storage, base, offset)
+                    return np.ndarray(found[3], found[0], base, found[2])
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
+    def _plain_views(self):
+        """name -> (numpy dtype, count, offset, shape) of every object that is a plain
+        view of the file's bytes (manifest_table.py), computed once over the
+        manifest's columns; empty when the manifest did not come that way or when
+        verify asks for more per read."""
+        view_of = self._view_of
+        views = self._manifest._specs.plain_view_table() if view_of is not None else {}
+        self._views = views
+        return views
+
     def _map_base(self):
-        """The whole mapping as one read-only (or copy-on-write) uint8 array, kept for
-        the views of read_numpy's hot path; None for unmapped sources."""
+        """The whole mapping (read-only, or copy-on-write), kept for the views of
+        read_numpy's hot path; None for unmapped sources.  A memoryview of it:
+        numpy makes an array over one faster than over an array."""
         self._require_open()
         if not self._source.mapped:
             return None
-        base = self._source.all_bytes()  # ClosedError when a close got there first
+        base = memoryview(self._source.all_bytes())  # ClosedError after a close
         self._base = base
         return base
 
