@@ -13,9 +13,11 @@
  * file slow, never make a bad one pass; a differential fuzz target holds both
  * paths to the same verdict and values.
  *
- * The input has passed zt_cbor_scan (well-formed, depth-limited, text keys, no
- * tags but bignums), but every read is still bounds-checked and recursion is
- * still depth-limited here: this function is public and fuzzed on its own.
+ * It is also at least as strict as zt_cbor_scan (well-formed, depth-limited,
+ * text keys, no tags at all, nothing after the item), so the reader runs that
+ * scan only on manifests this one declines.  Every read is bounds-checked and
+ * recursion is depth-limited: the bytes are hostile, and this function is
+ * public and fuzzed on its own.
  */
 #include <string.h>
 #include "manifest_scan.h"
@@ -199,25 +201,30 @@ static int skip_item(scanner *s, size_t depth) {
     case 4:
     case 5: {
         const uint64_t per = h.major == 5 ? 2 : 1;
-        if (h.info != 31) {
-            if (h.arg > (s->len - s->pos) / per) return SLOW(s, "a container larger than the bytes");
-            for (uint64_t i = 0; i < h.arg * per; i++)
-                if (skip_item(s, depth + 1)) return -1;
-            return 0;
-        }
+        if (h.info != 31 && h.arg > (s->len - s->pos) / per)
+            return SLOW(s, "a container larger than the bytes");
         for (uint64_t i = 0;; i++) {
-            if (s->pos >= s->len) return SLOW(s, "the bytes end inside a container");
-            if (s->buf[s->pos] == 0xFF) {
-                s->pos++;
-                return (i % per) ? SLOW(s, "a map key without a value") : 0;
+            if (h.info != 31) {
+                if (i == h.arg * per) return 0;
+            } else {
+                if (s->pos >= s->len) return SLOW(s, "the bytes end inside a container");
+                if (s->buf[s->pos] == 0xFF) {
+                    s->pos++;
+                    return (i % per) ? SLOW(s, "a map key without a value") : 0;
+                }
             }
+            /* cbor_scan's rule: every map key is text */
+            if (per == 2 && i % 2 == 0 && (s->pos >= s->len || (s->buf[s->pos] >> 5) != 3))
+                return SLOW(s, "a map key that is not text");
             if (skip_item(s, depth + 1)) return -1;
         }
     }
     case 6:
         return SLOW(s, "a tag");
     default:
-        /* simple values and floats: their head is their whole size */
+        /* simple values and floats: their head is their whole size; as cbor_scan,
+         * a two-byte simple value below 32 is not well-formed */
+        if (h.info == 24 && h.arg < 32) return SLOW(s, "a two-byte simple value below 32");
         return h.info == 31 ? SLOW(s, "a stray break") : 0;
     }
 }
@@ -488,6 +495,14 @@ zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *c
     s.cap_comp = cap_components;
     s.cap_dims = cap_dims;
     s.why = "";
+    /* the fixed structure nests five deep (root, objects, object, components,
+     * component): a smaller limit is cbor_scan's to refuse */
+    if (config->max_depth < 5) {
+        s.why = "a nesting limit below the manifest's own depth";
+        out->fast = 0;
+        out->why = s.why;
+        return ZT_OK;
+    }
     if (scan_root(&s, out)) {
         out->fast = 0;
         out->full = s.full;

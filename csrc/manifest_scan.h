@@ -61,12 +61,15 @@ typedef struct {
     size_t nobjects, ncomponents, ndims;
 } zt_mf_result;
 
-/* Scan the manifest `buf` (one CBOR item, already proven well-formed and plain by
- * zt_cbor_scan) in the shape every known writer produces: a root map with
+/* Scan the manifest `buf` (one CBOR item) in the shape every known writer
+ * produces: a root map with
  * "version" (text), "objects" (map of name -> {"shape": [uint...], "format": text,
  * "attributes": map, "components": map of role -> {"dtype", "type", "encoding",
  * "digest": text; "offset", "length", "uncompressed_length": uint}}) and optional
  * "attributes"; unknown keys are skipped.  Text is checked to be valid UTF-8.
+ * Returning fast means zt_cbor_scan (with config->max_depth) accepts the bytes
+ * too: they are well-formed, end where the item ends, nest no deeper, carry no
+ * tag and key every map with text, so a caller need not scan them again.
  *
  * Tables NULL: count only (out->nobjects/ncomponents/ndims are the row counts to
  * allocate).  Otherwise the caller passes column-major tables with their capacities

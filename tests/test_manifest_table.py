@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 import ztensor
 from crafted import decode_both_ways, encode, v1_file
 from ztensor import kernels, spec
+from ztensor.manifest import MAX_CBOR_DEPTH
+from ztensor.manifest_table import VOCABULARIES
 from ztensor.formats import dense
 
 pytestmark = pytest.mark.skipif(kernels.backend != "c",
@@ -109,7 +111,6 @@ def test_many_objects_agree(tmp_path):
 def test_deep_shapes_take_the_counted_pass(tmp_path):
     # tables are first sized from the byte count (4 dims per 30 bytes); rank-40
     # shapes overflow that, so the scanner counts and fills again, same answer
-    from ztensor.manifest_table import VOCABULARIES
     def build(w):
         for i in range(200):
             w.add(f"d{i}", np.zeros((1,) * 39 + (i % 3 + 1,), "f4"))
@@ -200,6 +201,37 @@ BLOBS = bytes(56) + bytes(range(256)) * 2
 def test_crafted_manifests_agree(m, slow):
     taken, _ = assert_agree(v1_file(m, BLOBS))
     assert taken == (not slow)
+
+
+def _with_raw_field(raw_value: bytes):
+    """A one-object manifest whose unknown field 'zz' holds ``raw_value`` as is."""
+    raw = cbor2.dumps(one(zz="@@@@"))
+    assert raw.count(b"\x64@@@@") == 1
+    return raw.replace(b"\x64@@@@", raw_value)
+
+
+@pytest.mark.parametrize("raw_value,plain", [
+    (b"\xa1\x01\x02", False),                       # a map key that is not text
+    (b"\xf8\x10", False),                            # a two-byte simple value below 32
+    (b"\x81" * (2 + MAX_CBOR_DEPTH) + b"\x01", False),  # deeper than the CBOR limit
+    (b"\xd9\xd9\xf7\x01", True),                    # self-described CBOR: a tag
+    (b"\xf8\x20", True),                             # a two-byte simple value of 32
+    (b"\xbf\x61k\x9f\xff\xff", True),               # indefinite containers
+])
+def test_what_the_cbor_scan_refuses_the_tables_decline(raw_value, plain):
+    # the fast path is trusted to prove the bytes plain CBOR (the general path's
+    # first check is skipped when it answers): it must decline all the scan refuses
+    raw = _with_raw_field(raw_value)
+    scanned = kernels.manifest_scan(raw, VOCABULARIES, MAX_CBOR_DEPTH, 64)
+    if plain:
+        assert kernels.cbor_scan(raw, MAX_CBOR_DEPTH)[0] == len(raw)
+    else:
+        assert scanned[0] is None
+        with pytest.raises(ztensor.FormatError):
+            kernels.cbor_scan(raw, MAX_CBOR_DEPTH)
+    taken, fast = assert_agree(v1_file(None, BLOBS, raw=raw))
+    if not plain:
+        assert not taken and fast[0] == "FormatError"
 
 
 def test_limits_agree():
@@ -387,3 +419,17 @@ def test_shared_shapes_survive_a_hash_collision():
     shapes = [(x,), (a, b)] * 40
     starts, ranks, dims = _shape_columns(shapes)
     assert _shape_list(starts, ranks, dims) == shapes
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(manifests(), st.data())
+def test_whatever_the_tables_take_is_plain_cbor(generated, data):
+    # one byte of a manifest changed anywhere: if the scanner still takes it, the
+    # plain-CBOR scan accepts it to its last byte
+    m, _ = generated
+    raw = bytearray(encode(m, lambda options: data.draw(st.sampled_from(options))))
+    at = data.draw(st.integers(0, len(raw) - 1))
+    raw[at] = data.draw(st.integers(0, 255))
+    raw = bytes(raw)
+    if kernels.manifest_scan(raw, VOCABULARIES, MAX_CBOR_DEPTH, 64)[0] is not None:
+        assert kernels.cbor_scan(raw, MAX_CBOR_DEPTH)[0] == len(raw)

@@ -1,15 +1,17 @@
 """READ 2 / WRITE 2: the CBOR manifest <-> validated :class:`ObjectSpec` entries.
 
-Decoding treats the bytes as hostile: a C scan (csrc/cbor_scan.c) first proves
-them to be one plain CBOR item (well-formed, at most MAX_CBOR_DEPTH levels deep,
-text map keys, no tags but bignums: so no value sharing and no arithmetic tags,
-and decoding costs what the bytes are); trailing bytes are an error.  Then:
+Decoding treats the bytes as hostile.  Every manifest that is decoded is one
+plain CBOR item (well-formed, at most MAX_CBOR_DEPTH levels deep, text map keys,
+no tags but bignums: so no value sharing and no arithmetic tags, and decoding
+costs what the bytes are); trailing bytes are an error.  Then:
 
 * the fast path (``manifest_table.py``): the manifest shape every known writer
   produces is read by C into flat tables, checked over columns, and an object's
-  spec is built when first asked for;
+  spec is built when first asked for.  Its scanner is at least as strict as the
+  plain-CBOR scan, so it proves the above itself;
 * the general path (here): anything else, and every manifest the fast path would
-  refuse, is decoded by cbor2 and every field is type-checked before use (a
+  refuse, is first proven plain by a C scan (csrc/cbor_scan.c), then decoded by
+  cbor2 and every field is type-checked before use (a
   ``bool`` is not an integer) by :class:`Checker`, which names the first problem.
 
 The writer runs the same :class:`Checker` on every object it is given, so it
@@ -102,10 +104,12 @@ def gc_paused():
 
 
 def _decode(raw, footer, path, limits) -> Manifest:
-    _check_plain(raw, path)
+    # the tables' scanner takes only CBOR that cbor_scan accepts too
+    # (csrc/manifest_scan.h), so only a manifest it declines is scanned again
     fast = manifest_table.decode(raw, footer, path, limits, MAX_CBOR_DEPTH)
     if fast is not None:
         return fast
+    _check_plain(raw, path)
     data = _cbor_loads(raw, path)
     if footer.family == 0:
         version, attributes, objects = "0.1.0", {}, legacy.lift_v01(data, path)

@@ -4,7 +4,8 @@ Manifests in the shape real writers produce, with any field replaced by a value 
 another kind or size, in any CBOR encoding (definite or indefinite containers,
 minimal or wide integer heads): csrc/manifest_scan.c + ztensor/manifest_table.py
 must give the same verdict, message and specs as cbor2 + manifest.Checker, and the
-scanner on raw fuzz bytes must return without a sanitizer report."""
+scanner on raw fuzz bytes must return without a sanitizer report, taking only bytes
+the plain-CBOR scan (csrc/cbor_scan.c) accepts to their end."""
 import os
 import sys
 
@@ -18,7 +19,7 @@ from ztensor import kernels, manifest_table  # noqa: E402
 POOL = [0, 1, 2, 63, 64, 128, 1 << 32, 1 << 63, (1 << 64) - 1, -1, True, None, 1.5, "",
         "f32", "u8", "f16", "bf16", "complex64", "float32", "f8_e4m3fn", "zstd", "raw",
         "dense", "sparse_csr", "data", "values", "crc32c:0x1", [], {}, [1], {"k": 1},
-        "\u00e9", 1 << 64]
+        "\u00e9", 1 << 64, {1: "k"}, {"k": {b"b": 1}}, [[[[[[[[1]]]]]]]]]
 
 
 def manifest(fdp):
@@ -26,7 +27,7 @@ def manifest(fdp):
         return POOL[fdp.ConsumeIntInRange(0, len(POOL) - 1)] if fdp.ConsumeIntInRange(0, 7) == 0 \
             else valid
 
-    def key(valid):  # map keys are text (the CBOR scan refuses others before this)
+    def key(valid):  # object and role names (other map keys come from the POOL)
         names = ["", "data", "scales", "t0", "\u00e9", "x" * 40]
         return names[fdp.ConsumeIntInRange(0, len(names) - 1)] \
             if fdp.ConsumeIntInRange(0, 7) == 0 else valid
@@ -62,7 +63,10 @@ def test_one_input(data: bytes):
     import atheris
     fdp = atheris.FuzzedDataProvider(data)
     if fdp.ConsumeIntInRange(0, 9) == 0:  # raw bytes straight into the scanner
-        kernels.manifest_scan(fdp.ConsumeBytes(4096), manifest_table.VOCABULARIES, 72, 64)
+        raw = fdp.ConsumeBytes(4096)
+        scanned = kernels.manifest_scan(raw, manifest_table.VOCABULARIES, 72, 64)
+        if scanned[0] is not None:  # taken: the plain-CBOR scan must accept it too
+            assert kernels.cbor_scan(raw, 72)[0] == len(raw), raw
         return
     m, end = manifest(fdp)
     raw = encode(m, lambda options: options[fdp.ConsumeIntInRange(0, len(options) - 1)])
