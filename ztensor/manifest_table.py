@@ -150,9 +150,10 @@ def decode(raw, footer, path, limits, max_depth):
             raise _Slow  # a repeated name: cbor2 keeps the last entry, in the first's place
         checker = Checker(path, info, footer.manifest_offset, limits)
         _derive_sizes(objects, comps, info)
-        _check_components(raw, comps, checker)
+        itemsize = _itemsizes(comps)
+        _check_components(raw, comps, itemsize, checker)
         specs = TableSpecs(raw, names, index, objects, comps, dims)
-        _check_objects(specs, checker)
+        _check_objects(specs, itemsize, checker)
         _check_disjoint(comps)
     except (_Slow, ZTensorError, cbor2.CBORDecodeError):
         return None
@@ -190,10 +191,10 @@ def _itemsizes(rows):
     return _ITEMSIZE[rows[DTYPE], np.where(ctype == NONE, len(TYPE_WORDS), ctype)]
 
 
-def _check_components(raw, comps, checker):
-    """Checker.component_spec over the component table."""
+def _check_components(raw, comps, itemsize, checker):
+    """Checker.component_spec over the component table (``itemsize``: _itemsizes of
+    every row)."""
     limits = checker.limits
-    itemsize = _itemsizes(comps)
     offset, length, ulen = comps[OFFSET], comps[LENGTH], comps[ULEN]
     data_end = np.uint64(checker.data_end)
     if (not itemsize.all() or (offset % spec.ALIGNMENT).any()
@@ -226,7 +227,7 @@ def _check_components(raw, comps, checker):
         checker.check_digest(None, None, raw[off:off + n].decode("utf-8"))
 
 
-def _check_objects(specs, checker):
+def _check_objects(specs, itemsize, checker):
     """Checker.object_spec's rules over the object table: rank, the dense rule over
     columns; objects of other formats and objects with attributes one by one."""
     objects, comps = specs.objects, specs.comps
@@ -236,16 +237,12 @@ def _check_objects(specs, checker):
     if dense.any():
         # formats/dense.py's check_entry over columns: the shape's bytes fit in memory,
         # a 'data' component holds exactly shape x element size bytes (decoded)
-        data_rows = np.flatnonzero(comps[ROLE] == ROLES.index("data"))
-        data_of = np.full(objects.shape[1], -1, np.int64)
-        data_of[comps[OBJECT, data_rows].astype(np.int64)] = data_rows
-        rows = data_of[dense]
+        rows = specs._data_rows()[dense]
         if (rows < 0).any() or not objects[EXTENT_OK, dense].all():
             raise _Slow
-        data = comps[:, rows]
-        expected = objects[NUMEL, dense] * _itemsizes(data)  # < 2**63: extent_ok bounds it
-        decoded = np.where(data[ENCODING] == ENCODINGS.index("raw"), data[LENGTH],
-                           data[ULEN])
+        expected = objects[NUMEL, dense] * itemsize[rows]  # < 2**63: extent_ok bounds it
+        decoded = np.where(comps[ENCODING, rows] == ENCODINGS.index("raw"),
+                           comps[LENGTH, rows], comps[ULEN, rows])
         if (decoded != expected).any():
             raise _Slow
     # the rest, one by one with the general path's code (and attributes decoded once)
