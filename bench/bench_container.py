@@ -19,6 +19,7 @@ for the readers, since returning fresh arrays is the job.  Times are medians.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -62,10 +63,14 @@ def nbytes(tensors) -> int:
 
 
 def median_time(fn, repeat: int, setup=None) -> float:
+    """Median of ``repeat`` timed calls.  Each starts after a full collection
+    (untimed): otherwise whether the collector's full pass, whose cost is every
+    object in the process, lands inside a call depends on the calls before it."""
     times = []
     for _ in range(repeat):
         if setup is not None:
             setup()
+        gc.collect()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
