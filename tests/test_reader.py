@@ -174,3 +174,34 @@ def test_reference_style_calls(model, tmp_path):
     w.finish()
     with ztensor.Reader(tmp_path / "f.zt") as r:
         assert r.read_numpy("f8", dtype=np.float32).tolist() == [1.0, 2.0]
+
+
+def test_zero_copy_views_agree_with_the_general_path(tmp_path):
+    # read_numpy(name)'s hot path slices the mapping typed per dtype; every kind of
+    # object must come back as the general path (verify=True takes it) gives it
+    path = tmp_path / "mixed.zt"
+    arrays = {"rank0": np.array(2.5, "<f8"), "empty": np.zeros((0, 3), "<f4"),
+              "vec": asymmetric((7,), "<f4"), "mat": asymmetric((3, 5), "<i2"),
+              "cube": asymmetric((2, 3, 4), "<u1"), "cplx": (asymmetric((4,), "<f4")
+                                                          + 1j).astype("<c8"),
+              "flags": np.array([True, False, True]), "z": np.arange(9, dtype="<i4")}
+    with ztensor.Writer(path) as w:
+        for name, arr in arrays.items():
+            w.write_numpy(name, arr, compress=name == "z")
+        w.write_numpy("bf", asymmetric((6,), "<f4"), type="bf16")
+    with ztensor.Reader(path, verify=True) as general:
+        want = {n: general.read_numpy(n, copy=True) for n in general.keys()}
+    for cow in (False, True):
+        with ztensor.Reader(path, copy_on_write=cow) as r:
+            for name in r.keys():
+                got = r.read_numpy(name)
+                assert got.shape == want[name].shape and got.dtype == want[name].dtype, name
+                np.testing.assert_array_equal(got, want[name])
+                if name not in ("z", "bf"):  # raw: a view of the mapping
+                    assert got.flags.writeable == cow and not got.flags.owndata, name
+                    assert got.base is not None
+                    assert got.size == 0 or np.shares_memory(got, r.read_numpy(name)), name
+        with pytest.raises(ztensor.ZTensorError, match="closed"):
+            r.read_numpy("vec")
+    with ztensor.Reader(path, mmap=False) as r:  # unmapped: owned reads, same values
+        np.testing.assert_array_equal(r.read_numpy("mat"), arrays["mat"])

@@ -368,9 +368,7 @@ class TableSpecs:
         chosen = self.comps[:, comp_rows[mask]]
         dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
         if shapes:
-            if self.shapes is None:
-                self._columns()
-            shapes = list(map(self.shapes.__getitem__, rows[mask].tolist()))
+            shapes = list(map(self.shape_list().__getitem__, rows[mask].tolist()))
         return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
 
     def build(self, row, checker=None):
@@ -392,6 +390,12 @@ class TableSpecs:
         if attributes:
             spec_._attributes = attributes
         return spec_
+
+    def shape_list(self):
+        """The shape of every object, by row (made on first use, see _columns)."""
+        if self.shapes is None:
+            self._columns()
+        return self.shapes
 
     def _columns(self):
         """Shapes, format names and data (storage, type) of every object, in one
