@@ -41,6 +41,7 @@ def _memory_is_a_limit(method):
 # shapes) with no rows (Reader._plain_views)
 _NO_VIEWS = ({}, (), (), (), ())
 
+
 class Reader:
     """Read a zTensor file (v1.2, v1.1 or legacy v0.1).
 
@@ -94,7 +95,7 @@ class Reader:
         self._foreign = None
         self._view_of = None
         self._base = None  # the mapping, for read_numpy's hot path
-        self._views = None  # name -> plain view plan, for the same (built on first use)
+        self._views = None  # per-row view table, for the same (_plain_views; first use)
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -245,6 +246,7 @@ class Reader:
                 base = self._map_base()  # ClosedError after a close
         if base is not None:
             views = self._view_table(base)
+            self._require_open()  # a close while the table was made: not published
         self._views = views
         return views
 
