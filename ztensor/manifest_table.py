@@ -184,11 +184,17 @@ def _derive_sizes(objects, comps, info):
     comps[ULEN, missing] = objects[NUMEL, owners] * _itemsizes(comps[:, missing])
 
 
+def _pair_codes(dtype, ctype):
+    """The (dtype, type) code of components, from their DTYPE and TYPE columns:
+    dtype * _PAIR_WIDTH + type, an absent type counting as len(TYPE_WORDS)."""
+    return (dtype * np.uint64(_PAIR_WIDTH)
+            + np.where(ctype == NONE, len(TYPE_WORDS), ctype)).astype(np.int64)
+
+
 def _itemsizes(rows):
     """Bytes per logical element of each component (columns of the component table;
     0: a dtype/type pair the general path refuses)."""
-    ctype = rows[TYPE]
-    return _ITEMSIZE[rows[DTYPE], np.where(ctype == NONE, len(TYPE_WORDS), ctype)]
+    return _ITEMSIZE.reshape(-1)[_pair_codes(rows[DTYPE], rows[TYPE])]
 
 
 def _check_components(raw, comps, itemsize, checker):
@@ -418,9 +424,7 @@ class TableSpecs:
         index into _PAIRS), else -1 (whose entry is None)."""
         data_of = self._data_rows()
         safe = np.maximum(data_of, 0)
-        ctype = self.comps[TYPE, safe]
-        codes = (self.comps[DTYPE, safe] * _PAIR_WIDTH
-                 + np.where(ctype == NONE, len(TYPE_WORDS), ctype)).astype(np.int64)
+        codes = _pair_codes(self.comps[DTYPE, safe], self.comps[TYPE, safe])
         dense = (data_of >= 0) & (self.objects[FORMAT] == DENSE)
         return np.where(dense, codes, -1).tolist()
 
