@@ -433,3 +433,52 @@ def test_whatever_the_tables_take_is_plain_cbor(generated, data):
     raw = bytes(raw)
     if kernels.manifest_scan(raw, VOCABULARIES, MAX_CBOR_DEPTH, 64)[0] is not None:
         assert kernels.cbor_scan(raw, MAX_CBOR_DEPTH)[0] == len(raw)
+
+
+def view_table_args(**over):
+    """A valid ViewTable over 64 bytes typed as u1 and <u4: 'a' is u1[0:8] as 2x4,
+    'b' is <u4[4:6] (rank 1), 'c' has no view; then the override."""
+    base = np.arange(64, dtype=np.uint8)
+    args = dict(index={"a": 0, "b": 1, "c": 2},
+                typed=[base, np.frombuffer(base, "<u4")],
+                which=np.array([0, 1, -1], np.int64),
+                starts=np.array([0, 4, 0], np.uint64), stops=np.array([8, 6, 0], np.uint64),
+                dims_start=np.array([0, 2, 3], np.uint64), ranks=np.array([2, 1, 0], np.uint64),
+                dims=np.array([2, 4, 2], np.uint64))
+    args.update(over)
+    return args
+
+
+def test_view_table_slices_and_shapes():
+    table = kernels.ViewTable(**view_table_args())
+    base = np.arange(64, dtype=np.uint8)
+    np.testing.assert_array_equal(table.view("a"), base[:8].reshape(2, 4))
+    np.testing.assert_array_equal(table.view("b"), base.view("<u4")[4:6])
+    assert table.view("b").dtype == np.dtype("<u4")
+    assert table.view("c") is None and table.view("missing") is None
+    rank0 = kernels.ViewTable(**view_table_args(ranks=np.array([0, 1, 0], np.uint64),
+                                                stops=np.array([1, 6, 0], np.uint64)))
+    assert rank0.view("a").shape == () and rank0.view("a")[()] == 0
+
+
+@pytest.mark.parametrize("over", [
+    dict(which=np.array([0, 2, -1], np.int64)),            # no third typed array
+    dict(stops=np.array([65, 6, 0], np.uint64)),           # past the u1 array's end
+    dict(stops=np.array([8, 17, 0], np.uint64)),           # past the <u4 array's 16
+    dict(starts=np.array([9, 4, 0], np.uint64)),           # start after stop
+    dict(dims_start=np.array([2, 2, 3], np.uint64)),       # rank 2 from dims[2:]: 1 left
+    dict(ranks=np.array([2, 1, 1 << 63], np.uint64)),      # a rank that wraps
+    dict(dims_start=np.array([0, 2, 4], np.uint64)),       # a start past the dims
+    dict(stops=np.array([8, 6], np.uint64)),               # columns of other lengths
+], ids=["kind", "u1-end", "u4-end", "start-after-stop", "dims-short", "rank-wraps",
+        "dims-start", "lengths"])
+def test_view_table_refuses_rows_outside_what_they_index(over):
+    with pytest.raises(ztensor.KernelArgumentError, match="ViewTable"):
+        kernels.ViewTable(**view_table_args(**over))
+
+
+def test_view_table_refuses_an_index_past_its_rows():
+    table = kernels.ViewTable(**view_table_args(index={"a": 0, "far": 3, "neg": -1}))
+    for name in ("far", "neg"):
+        with pytest.raises(ztensor.KernelArgumentError, match="row"):
+            table.view(name)

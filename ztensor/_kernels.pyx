@@ -4,7 +4,7 @@
 Nothing here decides anything about the file format; callers in ztensor/*.py check
 sizes, offsets and types before a pointer reaches C.
 """
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
@@ -275,6 +275,73 @@ cdef tuple _scan_into(const uint8_t *buf, size_t n, const zt_mf_config *cfg, siz
         st = zt_manifest_scan(buf, n, cfg, op, no, cp, nc, dp, nd, r)
     _raise_for_status(st, "manifest scan")
     return objects, components, dims
+
+
+cdef class ViewTable:
+    """read_numpy's zero-copy hot path (ztensor/reader.py): per object row, a slice
+    of the mapping typed as the object's dtype, shaped as the object.  Made once per
+    reader from the manifest's columns (manifest_table.TableSpecs.view_table); the
+    per-row values stay in those uint64 columns, so making it builds no Python object
+    per row.  A name that is not a plain view of the file's bytes gets None.
+
+    ``index``: name -> row.  ``typed``: the mapping as an array of each dtype used.
+    Per row: ``which`` (index into ``typed``, or -1), the element span
+    [``starts``, ``stops``), and the shape ``dims[dims_start:dims_start + ranks]``."""
+    cdef dict index
+    cdef list typed
+    cdef const int64_t[::1] which
+    cdef const uint64_t[::1] starts
+    cdef const uint64_t[::1] stops
+    cdef const uint64_t[::1] dims_start
+    cdef const uint64_t[::1] ranks
+    cdef const uint64_t[::1] dims
+    cdef Py_ssize_t rows
+
+    def __init__(self, dict index not None, list typed not None,
+                 const int64_t[::1] which, const uint64_t[::1] starts,
+                 const uint64_t[::1] stops, const uint64_t[::1] dims_start,
+                 const uint64_t[::1] ranks, const uint64_t[::1] dims):
+        cdef Py_ssize_t row, rows = which.shape[0]
+        cdef int64_t kinds = len(typed)
+        cdef uint64_t ndims = dims.shape[0]
+        cdef int64_t w
+        if (starts.shape[0] != rows or stops.shape[0] != rows
+                or dims_start.shape[0] != rows or ranks.shape[0] != rows):
+            _contract.fail("ViewTable", "the per-row columns differ in length")
+        lengths = np.array([len(t) for t in typed] or [0], np.uint64)
+        cdef const uint64_t[::1] length = lengths
+        for row in range(rows):  # every span and shape inside what it indexes
+            w = which[row]
+            if w >= kinds or (w >= 0 and (starts[row] > stops[row]
+                                          or stops[row] > length[w])):
+                _contract.fail("ViewTable", f"row {row}: span outside its typed array")
+            if dims_start[row] > ndims or ranks[row] > ndims - dims_start[row]:
+                _contract.fail("ViewTable", f"row {row}: shape outside the dims")
+        self.index, self.typed, self.which = index, typed, which
+        self.starts, self.stops = starts, stops
+        self.dims_start, self.ranks, self.dims = dims_start, ranks, dims
+        self.rows = rows
+
+    def view(self, name):
+        """The object's zero-copy array, or None."""
+        found = self.index.get(name)
+        if found is None:
+            return None
+        cdef Py_ssize_t row = found
+        if row < 0 or row >= self.rows:
+            _contract.fail("ViewTable", f"index gives row {row} of {self.rows}")
+        cdef int64_t w = self.which[row]
+        if w < 0:
+            return None
+        arr = self.typed[w][<Py_ssize_t>self.starts[row]:<Py_ssize_t>self.stops[row]]
+        cdef uint64_t rank = self.ranks[row]
+        if rank == 1:
+            return arr
+        cdef uint64_t axis, first = self.dims_start[row]
+        shape = []
+        for axis in range(rank):
+            shape.append(self.dims[first + axis])
+        return arr.reshape(tuple(shape))
 
 
 def decode_spans(const uint8_t[::1] data, const uint64_t[:] offsets,

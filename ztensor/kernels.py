@@ -40,6 +40,7 @@ if backend == "c":  # the numpy fallback decodes and encodes manifests through c
     manifest_scan = _impl.manifest_scan
     decode_spans = _impl.decode_spans
     manifest_encode = _impl.manifest_encode
+    ViewTable = _impl.ViewTable  # read_numpy's zero-copy hot path over the manifest's tables
 copy_spans = _impl.copy_spans
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
 set_simd = getattr(_impl, "set_simd", lambda on: False)

@@ -361,6 +361,17 @@ class TableSpecs:
         plain raw views among them, and the mask of which rows those are.  Column form
         of formats/dense.py's view_plan (dense, raw, no logical type, not bf16, bytes
         already in host order); a test holds the two to the same answers."""
+        comp_rows = self._plain_rows()[rows]
+        mask = comp_rows >= 0
+        chosen = self.comps[:, comp_rows[mask]]
+        dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
+        if shapes:
+            shapes = list(map(self.shape_list().__getitem__, rows[mask].tolist()))
+        return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
+
+    def _plain_rows(self):
+        """Per object: the row of its data component when it is a plain raw view
+        (see plain_views), else -1."""
         if self._plain is None:
             objects, comps = self.objects, self.comps
             data_of = self._data_rows()
@@ -369,13 +380,32 @@ class TableSpecs:
                      & (comps[ENCODING, safe] == ENCODINGS.index("raw"))
                      & (comps[TYPE, safe] == NONE) & _VIEWABLE[comps[DTYPE, safe]])
             self._plain = np.where(plain, data_of, -1)
-        comp_rows = self._plain[rows]
+        return self._plain
+
+    def view_table(self, base):
+        """A :class:`kernels.ViewTable` of every plain view over the mapping ``base``
+        (a uint8 array of the whole file): read_numpy's zero-copy hot path.  Column
+        work only: the mapping is typed once per dtype, and each row keeps the index
+        of its typed array and its element span."""
+        comp_rows = self._plain_rows()
         mask = comp_rows >= 0
         chosen = self.comps[:, comp_rows[mask]]
-        dtypes_ = [_VIEW_DTYPES[code] for code in chosen[DTYPE].tolist()]
-        if shapes:
-            shapes = list(map(self.shape_list().__getitem__, rows[mask].tolist()))
-        return dtypes_, chosen[OFFSET], chosen[LENGTH], shapes, mask
+        codes, kind = np.unique(chosen[DTYPE], return_inverse=True)
+        kind = kind.reshape(-1)
+        views = [_VIEW_DTYPES[code] for code in codes.tolist()]
+        typed = [np.frombuffer(base, dt, len(base) // dt.itemsize) for dt in views]
+        sizes = np.array([dt.itemsize for dt in views] or [1], np.uint64)[kind]
+        which = np.full(len(comp_rows), -1, np.int64)
+        which[mask] = kind
+        starts = np.zeros(len(comp_rows), np.uint64)
+        stops = np.zeros(len(comp_rows), np.uint64)
+        # alignment (64) makes every offset a whole number of elements
+        starts[mask] = chosen[OFFSET] // sizes
+        stops[mask] = starts[mask] + chosen[LENGTH] // sizes
+        objects = self.objects
+        return kernels.ViewTable(self.index, typed, which, starts, stops,
+                                 np.ascontiguousarray(objects[DIMS_START]),
+                                 np.ascontiguousarray(objects[RANK]), self.dims)
 
     def build(self, row, checker=None):
         """The spec of object ``row``, its attributes decoded now (errors name

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Union, overload
 import numpy as np
 
 from ztensor import (components, container_v2, dtypes, floatconv, foreign, formats, legacy,
-                     logical, manifest_table, spec)
+                     logical, spec)
 from ztensor.formats import dense
 from ztensor.errors import ClosedError, LimitError, ObjectNotFoundError, UnsupportedError
 from ztensor.footer import read_footer
@@ -37,9 +37,9 @@ def _memory_is_a_limit(method):
     return wrapper
 
 
-# read_numpy's hot path when no object is a plain view: (index, typed, starts, stops,
-# shapes) with no rows (Reader._plain_views)
-_NO_VIEWS = ({}, (), (), (), ())
+def _no_view(name):
+    """read_numpy's hot path when no object is a plain view (Reader._zero_copy_views)."""
+    return None
 
 
 class Reader:
@@ -95,7 +95,7 @@ class Reader:
         self._foreign = None
         self._view_of = None
         self._base = None  # the mapping, for read_numpy's hot path
-        self._views = None  # per-row view table, for the same (_plain_views; first use)
+        self._zero_copy = None  # name -> view, for the same (_zero_copy_views; first use)
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -218,62 +218,31 @@ class Reader:
             # once per dtype (numpy slices in half the time it takes to make an array
             # over a buffer), found through the manifest's own name -> row index; the
             # slice keeps the mapping alive, so a racing close never tears it
-            views = self._views
-            if views is None:
-                views = self._plain_views()
-            index, typed_rows, starts, stops, shapes = views
-            row = index.get(name)
-            if row is not None:
-                typed = typed_rows[row]
-                if typed is not None:
-                    view = typed[starts[row]:stops[row]]
-                    shape = shapes[row]
-                    return view if shape is None else view.reshape(shape)
+            view_of = self._zero_copy
+            if view_of is None:
+                view_of = self._zero_copy_views()
+            view = view_of(name)
+            if view is not None:
+                return view
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
-    def _plain_views(self):
-        """For read_numpy's hot path, over every object (by row): the mapping as an
-        array of the object's dtype when the object is a plain view of the file's
-        bytes (manifest_table.py), else None; the element span; the shape to take
-        (None: the slice's own, 1-D).  Made once, over the manifest's columns; no
-        view when the manifest did not come that way, when verify asks for more per
-        read, or when the source is not mapped."""
-        views = _NO_VIEWS
+    def _zero_copy_views(self):
+        """For read_numpy's hot path: name -> the object's zero-copy array when it is
+        a plain view of the file's bytes (manifest_table.py), else None.  Made once,
+        over the manifest's columns (kernels.ViewTable); no views when the manifest
+        did not come that way, when verify asks for more per read, or when the
+        source is not mapped."""
+        view_of = _no_view
         base = None
         if self._view_of is not None:
             base = self._base
             if base is None:
                 base = self._map_base()  # ClosedError after a close
         if base is not None:
-            views = self._view_table(base)
+            view_of = self._manifest._specs.view_table(base).view
             self._require_open()  # a close while the table was made: not published
-        self._views = views
-        return views
-
-    def _view_table(self, base):
-        """_plain_views' table over the mapping ``base`` (a uint8 array)."""
-        specs = self._manifest._specs
-        count = len(specs.names)
-        storage, offsets, lengths, _, mask = specs.plain_views(np.arange(count), shapes=False)
-        # the mapping typed once per dtype, found by identity: the dtypes are a few
-        # shared objects, and hashing a numpy dtype costs more than the rest of a row
-        keys = list(map(id, storage))
-        distinct = list(dict(zip(keys, storage)).values())
-        column = {id(dt): i for i, dt in enumerate(distinct)}
-        which = np.array(list(map(column.__getitem__, keys)), np.int64)
-        sizes = np.array([dt.itemsize for dt in distinct] or [1], np.uint64)[which]
-        typed = [None] + [np.frombuffer(base, dt, len(base) // dt.itemsize) for dt in distinct]
-        rows = np.flatnonzero(mask)
-        choice = np.zeros(count, np.int64)
-        choice[rows] = which + 1
-        starts = np.zeros(count, np.uint64)
-        starts[rows] = offsets // sizes  # alignment (64) makes every offset whole elements
-        stops = starts.copy()
-        stops[rows] += lengths // sizes
-        rank_one = (specs.objects[manifest_table.RANK] == 1).tolist()
-        shapes = [None if one else shape for one, shape in zip(rank_one, specs.shape_list())]
-        return (specs.index, list(map(typed.__getitem__, choice.tolist())), starts.tolist(),
-                stops.tolist(), shapes)
+        self._zero_copy = view_of
+        return view_of
 
     def _map_base(self):
         """The whole mapping as a uint8 array (read-only, or copy-on-write), kept for
@@ -507,7 +476,7 @@ class Reader:
         """Release the file.  Safe to call twice, and while arrays are alive."""
         if not self._closed:
             self._closed = True
-            self._base = self._views = None  # the mapping goes with the last view
+            self._base = self._zero_copy = None  # the mapping goes with the last view
             if self._source is not None:
                 self._source.close()
             if self._foreign is not None:
