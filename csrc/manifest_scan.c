@@ -127,25 +127,45 @@ static int utf8_valid(const uint8_t *p, size_t n) {
     return 1;
 }
 
-/* A definite text string's bytes (after its head h) -> *off, *n; validated. */
-static int text_body(scanner *s, const head *h, uint64_t *off, uint64_t *n) {
+/* Whether buf[off .. off+n] is UTF-8 (-1, slow, if not).  A fill after a count
+ * pass reads bytes that pass has validated. */
+static int check_utf8(scanner *s, uint64_t off, uint64_t n) {
+    if (!(s->objects != NULL && s->cfg->text_checked) &&
+        !utf8_valid(s->buf + off, (size_t)n))
+        return SLOW(s, "text that is not UTF-8");
+    return 0;
+}
+
+/* A definite text string's bytes (after its head h) -> *off, *n; not yet checked
+ * as UTF-8: a text equal to a key or vocabulary word (both ASCII/UTF-8) needs no
+ * check, so callers check only the others (check_utf8). */
+static int text_span(scanner *s, const head *h, uint64_t *off, uint64_t *n) {
     if (h->major != 3) return SLOW(s, "a field that is not a text string");
     if (h->info == 31) return SLOW(s, "an indefinite-length text string");
     if (h->arg > s->len - s->pos) return SLOW(s, "a string longer than the bytes left");
-    /* a fill after a count pass reads bytes that pass has validated */
-    if (!(s->objects != NULL && s->cfg->text_checked) &&
-        !utf8_valid(s->buf + s->pos, (size_t)h->arg))
-        return SLOW(s, "text that is not UTF-8");
     *off = s->pos;
     *n = h->arg;
     s->pos += (size_t)h->arg;
     return 0;
 }
 
+/* A definite text string's bytes (after its head h) -> *off, *n; validated. */
+static int text_body(scanner *s, const head *h, uint64_t *off, uint64_t *n) {
+    if (text_span(s, h, off, n)) return -1;
+    return check_utf8(s, *off, *n);
+}
+
 static int read_text(scanner *s, uint64_t *off, uint64_t *n) {
     head h;
     if (read_head(s, &h)) return -1;
     return text_body(s, &h, off, n);
+}
+
+/* A text to look up in a vocabulary: a word found is valid UTF-8 already. */
+static int read_word(scanner *s, uint64_t *off, uint64_t *n) {
+    head h;
+    if (read_head(s, &h)) return -1;
+    return text_span(s, &h, off, n);
 }
 
 static int read_uint(scanner *s, uint64_t *value) {
@@ -258,8 +278,15 @@ static int next_key(scanner *s, map_iter *it, uint64_t *off, uint64_t *n) {
         if (it->left == 0) return 0;
         it->left--;
     }
-    if (read_text(s, off, n)) return -1;
+    if (read_word(s, off, n)) return -1;  /* unchecked: see the callers */
     return 1;
+}
+
+/* A key none of the scanner's literals matched: checked as UTF-8 (cbor_scan's rule
+ * for all text), then its value skipped. */
+static int skip_entry(scanner *s, uint64_t key_off, uint64_t key_n, size_t depth) {
+    if (check_utf8(s, key_off, key_n)) return -1;
+    return skip_item(s, depth);
 }
 
 #define SEEN(bit)                                                   \
@@ -289,12 +316,12 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
         uint64_t toff, tn;
         if (KEY_IS(s, off, n, "dtype")) {
             SEEN(1);
-            if (read_text(s, &toff, &tn)) return -1;
+            if (read_word(s, &toff, &tn)) return -1;
             c.dtype = lookup(&s->dtypes, s->buf + toff, tn);
             if (c.dtype == ZT_MF_NONE) return SLOW(s, "a dtype not in the vocabulary");
         } else if (KEY_IS(s, off, n, "type")) {
             SEEN(2);
-            if (read_text(s, &toff, &tn)) return -1;
+            if (read_word(s, &toff, &tn)) return -1;
             c.type = lookup(&s->types, s->buf + toff, tn);
             if (c.type == ZT_MF_NONE) return SLOW(s, "a type not in the vocabulary");
         } else if (KEY_IS(s, off, n, "offset")) {
@@ -305,7 +332,7 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
             if (read_uint(s, &c.length)) return -1;
         } else if (KEY_IS(s, off, n, "encoding")) {
             SEEN(16);
-            if (read_text(s, &toff, &tn)) return -1;
+            if (read_word(s, &toff, &tn)) return -1;
             c.encoding = lookup(&s->encodings, s->buf + toff, tn);
             if (c.encoding == ZT_MF_NONE) return SLOW(s, "an encoding not in the vocabulary");
         } else if (KEY_IS(s, off, n, "uncompressed_length")) {
@@ -315,7 +342,7 @@ static int scan_component(scanner *s, uint64_t role_off, uint64_t role_len, size
         } else if (KEY_IS(s, off, n, "digest")) {
             SEEN(64);
             if (read_text(s, &c.digest_off, &c.digest_len)) return -1;
-        } else if (skip_item(s, 6)) {
+        } else if (skip_entry(s, off, n, 6)) {
             return -1;
         }
     }
@@ -376,6 +403,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
     unsigned seen = 0;
     int r;
     if (name_len == 0) return SLOW(s, "an empty object name");
+    if (check_utf8(s, name_off, name_len)) return -1;
     memset(&o, 0, sizeof o);  /* every field is set before the row is put (seen) */
     o.name_off = name_off;
     o.name_len = name_len;
@@ -391,7 +419,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
         } else if (KEY_IS(s, off, n, "format")) {
             uint64_t toff, tn;
             SEEN(2);
-            if (read_text(s, &toff, &tn)) return -1;
+            if (read_word(s, &toff, &tn)) return -1;
             o.format = lookup(&s->formats, s->buf + toff, tn);
             if (o.format == ZT_MF_NONE) return SLOW(s, "a format not in the vocabulary");
         } else if (KEY_IS(s, off, n, "attributes")) {
@@ -408,6 +436,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
             uint64_t roff, rn;
             while ((r = next_key(s, &cit, &roff, &rn)) == 1) {
                 if (rn == 0) return SLOW(s, "an empty component name");
+                if (check_utf8(s, roff, rn)) return -1;
                 if (s->ncomp - o.comps_start >= s->cfg->max_components)
                     return SLOW(s, "more components in one object than the fast path takes");
                 if (s->components != NULL) {  /* a repeated role: cbor2 keeps the last */
@@ -420,7 +449,7 @@ static int scan_object(scanner *s, uint64_t name_off, uint64_t name_len) {
             }
             if (r < 0) return -1;
             o.ncomps = s->ncomp - o.comps_start;
-        } else if (skip_item(s, 4)) {
+        } else if (skip_entry(s, off, n, 4)) {
             return -1;
         }
     }
@@ -459,7 +488,7 @@ static int scan_root(scanner *s, zt_mf_result *out) {
             while ((r = next_key(s, &oit, &noff, &nn)) == 1)
                 if (scan_object(s, noff, nn)) return -1;
             if (r < 0) return -1;
-        } else if (skip_item(s, 2)) {
+        } else if (skip_entry(s, off, n, 2)) {
             return -1;
         }
     }

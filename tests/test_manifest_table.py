@@ -252,9 +252,32 @@ def test_duplicates_go_the_general_way():
     assert not taken and len(fast[2]) == 1
 
 
-def test_invalid_utf8_anywhere_agrees():
-    raw = cbor2.dumps(one(extra_key="@@"))
+def _named(m, name="@@"):
+    """m with its one object renamed."""
+    m["objects"] = {name: m["objects"]["x"]}
+    return m
+
+
+@pytest.mark.parametrize("m", [
+    one(extra_key="@@"),                                        # an unknown field's value
+    one(**{"@@": 1}),                                           # an unknown object key
+    one(comps={"data": entry(**{"@@": 1})}),                    # an unknown component key
+    one(comps={"data": entry(dtype="@@")}),                     # a vocabulary word
+    one(comps={"data": entry(digest="@@")}),                    # a digest
+    one(comps={"data": entry(), "@@": entry(offset=128)}),      # a component role
+    one(attributes={"@@": "@@"}),                               # attributes
+    one(version="@@"),                                          # the version
+    _named(one()),                                              # an object name
+    dict(one(), **{"@@": 1}),                                   # an unknown root key
+], ids=["value", "object-key", "component-key", "dtype", "digest", "role", "attributes",
+        "version", "name", "root-key"])
+def test_invalid_utf8_anywhere_agrees(m):
+    # the scanner checks text as UTF-8 only where no key or vocabulary word matched:
+    # every other place must still decline it
+    raw = cbor2.dumps(m)
+    assert b"@@" in raw
     raw = raw.replace(b"@@", b"\xed\xa0")  # a UTF-8-encoded surrogate half
+    assert kernels.manifest_scan(raw, VOCABULARIES, MAX_CBOR_DEPTH, 64)[0] is None
     taken, fast = assert_agree(v1_file(None, BLOBS, raw=raw))
     assert not taken and fast[0] == "FormatError"
 
