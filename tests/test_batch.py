@@ -47,6 +47,27 @@ def test_batch_equals_one_by_one(path, threads):
         assert a.flags.writeable and a.dtype.isnative
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_any_subset_in_any_order(path, seed):
+    # the shared allocation is laid out in the caller's order, not the file's
+    rng = np.random.default_rng(seed)
+    with ztensor.Reader(path) as r:
+        names = list(rng.permutation(r.keys())[:rng.integers(1, len(r.keys()) + 1)])
+        names += names[:2]  # repeated names come back once
+        got = r.read_numpy(names, copy=True, threads=int(rng.integers(1, 4)))
+        assert list(got) == list(dict.fromkeys(names))
+        for n, a in got.items():
+            want = r.read_numpy(n, copy=True)
+            assert a.dtype == want.dtype and a.shape == want.shape, n
+            np.testing.assert_array_equal(a, want)
+    for a in got.values():  # each its own bytes: filling one leaves the others
+        before = {n: b.copy() for n, b in got.items()}
+        a[...] = 0
+        for n, b in got.items():
+            if b is not a:
+                np.testing.assert_array_equal(b, before[n])
+
+
 def test_arrays_are_independent_and_outlive_the_reader(path):
     with ztensor.Reader(path) as r:
         out = r.read_tensors(["f32", "i8", "big"], copy=True)

@@ -13,6 +13,7 @@ swaps, ``verify=True``) takes the per-object path.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from ztensor import kernels
 from ztensor.formats import dense
+from ztensor.manifest_table import TableSpecs
 
 # objects below this share one allocation; larger ones get their own (so that freeing
 # one frees its memory) and are copied in pieces of _PIECE, spread over the threads
@@ -42,7 +44,11 @@ def read_owned(reader, names, threads=None):
         raise ValueError(f"threads must be at least 1, got {threads}")
     plans, out = {}, {}
     if not reader._verify and reader._foreign is None:
-        plans = _plan(reader, names)
+        specs = reader._manifest._specs
+        if isinstance(specs, TableSpecs) and reader._source.mapped:
+            out = _copy_columns(reader, specs, names, threads)
+        else:
+            plans = _plan(reader, names)
     if plans:
         out = (_copy_planned(reader, plans, threads) if reader._source.mapped
                else _fetch_planned(reader, plans, threads))
@@ -50,10 +56,41 @@ def read_owned(reader, names, threads=None):
             for name in names}
 
 
+def _copy_columns(reader, specs, names, threads):
+    """_plan and _copy_planned over the manifest's columns (a mapped file whose
+    manifest came as tables): no Python work per small object but its view, made by
+    a kernels.ViewTable over the shared allocation."""
+    index = specs.index
+    found = [n for n in dict.fromkeys(names) if n in index]  # missing: raised in order later
+    rows = np.fromiter(map(index.__getitem__, found), np.int64, len(found))
+    mask, offsets, lengths = specs.plain_spans(rows)
+    chosen = list(itertools.compress(found, mask.tolist()))
+    rows = rows[mask]
+    small = lengths < _SHARED_BELOW
+    padded = np.where(small, -(-lengths // _ALIGN) * _ALIGN, 0).astype(np.uint64)
+    at = np.cumsum(padded) - padded
+    shared = np.empty(int(padded.sum()), np.uint8)
+    view = specs.view_table(shared, rows[small], at[small]).view
+    small_list = small.tolist()
+    out = {name: view(name) for name in itertools.compress(chosen, small_list)}
+    jobs = []
+    large = ~small
+    if large.any():  # few: one allocation each, copied in pieces
+        storage, _, _, shapes, _ = specs.plain_views(rows[large])
+        for name, dt, shape, offset, n in zip(
+                itertools.compress(chosen, large.tolist()), storage, shapes,
+                offsets[large].tolist(), lengths[large].tolist()):
+            dst = np.empty(n, np.uint8)
+            out[name] = dst.view(dt).reshape(shape)
+            for start in range(0, n, _PIECE):
+                jobs.append((dst, [offset + start], [start], [min(_PIECE, n - start)]))
+    jobs.extend(_split(shared, (offsets[small], at[small], lengths[small]), threads))
+    _run(reader._source.all_bytes(), jobs, threads)
+    return out
+
+
 def _plan(reader, names):
     """name -> ((storage dtype, count, offset), shape) for the plain raw objects."""
-    from ztensor.manifest_table import TableSpecs
-
     specs = reader._manifest._specs
     if isinstance(specs, TableSpecs):  # over columns: no spec built per object
         found = [n for n in dict.fromkeys(names) if n in specs.index]

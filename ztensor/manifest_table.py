@@ -382,26 +382,41 @@ class TableSpecs:
             self._plain = np.where(plain, data_of, -1)
         return self._plain
 
-    def view_table(self, base):
-        """A :class:`kernels.ViewTable` of every plain view over the mapping ``base``
-        (a uint8 array of the whole file): read_numpy's zero-copy hot path.  Column
-        work only: the mapping is typed once per dtype, and each row keeps the index
-        of its typed array and its element span."""
-        comp_rows = self._plain_rows()
+    def plain_spans(self, rows):
+        """For object rows: the mask of those that are plain raw views (see
+        plain_views), and the file offset and byte length of each such one."""
+        comp_rows = self._plain_rows()[rows]
         mask = comp_rows >= 0
         chosen = self.comps[:, comp_rows[mask]]
+        return mask, chosen[OFFSET], chosen[LENGTH]
+
+    def view_table(self, base, rows=None, at=None):
+        """A :class:`kernels.ViewTable` over the buffer ``base`` (a uint8 array):
+        read_numpy's zero-copy hot path over the mapping when ``rows`` is None (every
+        plain view at its file offset), or a batch read's owned arrays (the plain
+        object ``rows``, each at byte ``at`` of ``base``).  Column work only: the
+        buffer is typed once per dtype, and each row keeps the index of its typed
+        array and its element span."""
+        comp_rows = self._plain_rows()
+        if rows is None:
+            rows = np.flatnonzero(comp_rows >= 0)
+            at = self.comps[OFFSET, comp_rows[rows]]
+        if (comp_rows[rows] < 0).any():
+            raise ValueError("view_table: every row must be a plain view")
+        chosen = self.comps[:, comp_rows[rows]]
         codes, kind = np.unique(chosen[DTYPE], return_inverse=True)
         kind = kind.reshape(-1)
         views = [_VIEW_DTYPES[code] for code in codes.tolist()]
         typed = [np.frombuffer(base, dt, len(base) // dt.itemsize) for dt in views]
         sizes = np.array([dt.itemsize for dt in views] or [1], np.uint64)[kind]
-        which = np.full(len(comp_rows), -1, np.int64)
-        which[mask] = kind
-        starts = np.zeros(len(comp_rows), np.uint64)
-        stops = np.zeros(len(comp_rows), np.uint64)
-        # alignment (64) makes every offset a whole number of elements
-        starts[mask] = chosen[OFFSET] // sizes
-        stops[mask] = starts[mask] + chosen[LENGTH] // sizes
+        count = len(comp_rows)
+        which = np.full(count, -1, np.int64)
+        which[rows] = kind
+        starts = np.zeros(count, np.uint64)
+        stops = np.zeros(count, np.uint64)
+        # file offsets and batch positions are multiples of 64: whole elements
+        starts[rows] = np.asarray(at, np.uint64) // sizes
+        stops[rows] = starts[rows] + chosen[LENGTH] // sizes
         objects = self.objects
         return kernels.ViewTable(self.index, typed, which, starts, stops,
                                  np.ascontiguousarray(objects[DIMS_START]),
