@@ -1,6 +1,6 @@
 """Fuzz target 1: an arbitrary byte string opened as a .zt file (v1.2, v1.1, v0.1),
-every object read every way, dense ones sliced (zstd seek tables), every digest
-verified.  Seed corpus: tests/data."""
+every object read every way, dense ones sliced (zstd seek tables) and read as one
+batch, every digest verified.  Seed corpus: tests/data."""
 from common import LIMITS, only_ztensor_errors, run, ztensor
 
 
@@ -16,6 +16,8 @@ def test_one_input(data: bytes):
                     r.read_numpy(name, dtype="float32")
                 if obj.format == "quantized_group":
                     ztensor.dequantize(obj, threads=1)
+            dense = [n for n in r.keys() if r.metadata(n).format == "dense"]
+            r.read_numpy(dense, copy=True, threads=1)  # the batch path (batch.py)
             r.verify()
         with ztensor.safe_open(data, framework="np") as f:
             for name in f.keys():
