@@ -82,8 +82,7 @@ def _copy_columns(reader, specs, names, threads):
                 offsets[large].tolist(), lengths[large].tolist()):
             dst = np.empty(n, np.uint8)
             out[name] = dst.view(dt).reshape(shape)
-            for start in range(0, n, _PIECE):
-                jobs.append((dst, [offset + start], [start], [min(_PIECE, n - start)]))
+            jobs.extend(_pieces(dst, offset, n))
     jobs.extend(_split(shared, (offsets[small], at[small], lengths[small]), threads))
     _run(reader._source.all_bytes(), jobs, threads)
     return out
@@ -134,8 +133,7 @@ def _copy_planned(reader, plans, threads):
             continue
         dst = np.empty(n, np.uint8)
         out[name] = dst.view(storage).reshape(shape)
-        for start in range(0, n, _PIECE):
-            jobs.append((dst, [offset + start], [start], [min(_PIECE, n - start)]))
+        jobs.extend(_pieces(dst, offset, n))
     jobs.extend(_split(shared, small_spans, threads))
     _run(src, jobs, threads)
     return out
@@ -159,6 +157,13 @@ def _fetch_planned(reader, plans, threads):
         arr.view(np.uint8)[:] = np.frombuffer(blob, np.uint8)
         out[name] = arr.reshape(shape)
     return out
+
+
+def _pieces(dst, offset, n):
+    """Copy jobs for one large object: n bytes at file ``offset`` into ``dst``, in
+    pieces of _PIECE that the threads share."""
+    return [(dst, [offset + start], [start], [min(_PIECE, n - start)])
+            for start in range(0, n, _PIECE)]
 
 
 def _split(dst, spans, parts):

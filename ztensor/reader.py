@@ -94,8 +94,7 @@ class Reader:
         self._verify = verify
         self._foreign = None
         self._view_of = None
-        self._base = None  # the mapping, for read_numpy's hot path
-        self._zero_copy = None  # name -> view, for the same (_zero_copy_views; first use)
+        self._zero_copy = None  # name -> view, for read_numpy's hot path (first use)
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
             and os.path.isfile(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
@@ -233,11 +232,8 @@ class Reader:
         did not come that way, when verify asks for more per read, or when the
         source is not mapped."""
         view_of = _no_view
-        base = None
-        if self._view_of is not None:
-            base = self._base
-            if base is None:
-                base = self._map_base()  # ClosedError after a close
+        # ClosedError after a close
+        base = self._map_base() if self._view_of is not None else None
         if base is not None:
             view_of = self._manifest._specs.view_table(base).view
             self._require_open()  # a close while the table was made: not published
@@ -245,14 +241,12 @@ class Reader:
         return view_of
 
     def _map_base(self):
-        """The whole mapping as a uint8 array (read-only, or copy-on-write), kept for
-        the views of read_numpy's hot path; None for unmapped sources."""
+        """The whole mapping as a uint8 array (read-only, or copy-on-write), for the
+        views of read_numpy's hot path; None for unmapped sources."""
         self._require_open()
         if not self._source.mapped:
             return None
-        base = self._source.all_bytes()  # ClosedError after a close
-        self._base = base
-        return base
+        return self._source.all_bytes()  # ClosedError after a close
 
     @_memory_is_a_limit
     def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
@@ -476,7 +470,7 @@ class Reader:
         """Release the file.  Safe to call twice, and while arrays are alive."""
         if not self._closed:
             self._closed = True
-            self._base = self._zero_copy = None  # the mapping goes with the last view
+            self._zero_copy = None  # the mapping goes with the last view
             if self._source is not None:
                 self._source.close()
             if self._foreign is not None:
