@@ -32,6 +32,7 @@ import numpy as np
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import shape_problem
 from ztensor.source import Source
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 # ggml type id -> (name, elements per block, bytes per block, numpy dtype or None)
@@ -103,7 +104,7 @@ class _Cursor:
         raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
 
 
-def open_gguf(path: Union[str, "os.PathLike[str]"]
+def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIMITS
               ) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
     """(attributes, iterator of (name, Tensor)) for a GGUF file."""
     name = os.fspath(path)

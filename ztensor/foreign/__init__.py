@@ -34,6 +34,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
@@ -129,28 +130,32 @@ def sniff(path: str) -> Optional[str]:
     return None
 
 
-def open_foreign(path: str, fmt: str) -> ForeignFile:
-    """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`)."""
+def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None) -> ForeignFile:
+    """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`), within ``limits``
+    (:data:`ztensor.DEFAULT_LIMITS` when omitted): every reader applies the same
+    :class:`ztensor.Limits` as a ``.zt`` file gets."""
+    limits = limits or DEFAULT_LIMITS
     if fmt == "safetensors":
         from ztensor.foreign import safetensors_file
-        return safetensors_file.open_file(path)
+        return safetensors_file.open_file(path, limits)
     if fmt in ("npy", "npz"):
         from ztensor.foreign import numpy_files
-        return numpy_files.open_npy(path) if fmt == "npy" else numpy_files.open_npz(path)
+        return numpy_files.open_npy(path, limits) if fmt == "npy" \
+            else numpy_files.open_npz(path, limits)
     if fmt == "pickle":
         from ztensor.foreign import pytorch
-        return pytorch.open_file(path)
+        return pytorch.open_file(path, limits)
     if fmt == "gguf":
         from ztensor import gguf
-        attributes, tensors = gguf.open_gguf(path)
+        attributes, tensors = gguf.open_gguf(path, limits=limits)
         return ForeignFile(path, "gguf", attributes,
                            {name: eager(name, t) for name, t in tensors})
     if fmt == "hdf5":
         from ztensor.foreign import hdf5_file
-        return hdf5_file.open_file(path)
+        return hdf5_file.open_file(path, limits)
     if fmt == "onnx":
         from ztensor.foreign import onnx_file
-        return onnx_file.open_file(path)
+        return onnx_file.open_file(path, limits)
     if fmt == "legacy-pickle":
         raise UnsupportedError("a legacy (pre-1.6, non-zip) PyTorch pickle: only torch.save's "
                                "zip format is read (re-save it with a current torch)", path=path)

@@ -14,12 +14,13 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import Entry, ForeignFile, optional_import
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_DATASETS = 1_000_000
 
 
-def open_file(path) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     h5py = optional_import("h5py", "HDF5", name)
     try:

@@ -19,6 +19,7 @@ import numpy as np
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import Entry, ForeignFile, eager
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor import dtypes
 from ztensor.tensor import Tensor
 
@@ -31,7 +32,7 @@ READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.B
                tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
 
 
-def open_npy(path) -> ForeignFile:
+def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     try:
         arr = np.load(name, mmap_mode="r", allow_pickle=False)
@@ -47,7 +48,7 @@ def open_npy(path) -> ForeignFile:
     return ForeignFile(name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))})
 
 
-def open_npz(path) -> ForeignFile:
+def open_npz(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     try:
         archive = np.load(name, allow_pickle=False)

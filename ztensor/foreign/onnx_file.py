@@ -10,10 +10,11 @@ import numpy as np
 
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import ForeignFile, eager, optional_import
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 
-def open_file(path) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     onnx = optional_import("onnx", "ONNX", name)
     numpy_helper = optional_import("onnx.numpy_helper", "ONNX", name)

@@ -33,6 +33,7 @@ import numpy as np
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ZIP_ERRORS, ForeignFile, eager
 from ztensor.source import Source
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_PICKLE = 256 << 20   # data.pkl holds structure, not data: far below this in practice
@@ -157,7 +158,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         return self._storages(pid[2], pid[1], pid[4])
 
 
-def open_file(path) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     try:
         return _open(name)

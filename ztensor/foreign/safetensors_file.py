@@ -19,12 +19,13 @@ from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
 from ztensor.objects import shape_problem
 from ztensor.source import Source
+from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_HEADER = 100 << 20
 
 
-def open_file(path) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     source = Source(name)   # the one home of bounds checks: every view below is checked
     try:

@@ -1,0 +1,59 @@
+"""Tensor names from files that are not zTensor: one rule for every reader and exporter.
+
+Other formats reach a tensor by a path (nested dicts and lists in a pickle, HDF5
+groups), may repeat a name (GGUF, a JSON header with duplicate keys), or can hold only
+some names (``.npz`` members, safetensors' reserved ``__metadata__``).  Each of them
+turns its paths into flat names through a :class:`NameTable`, which refuses a second
+tensor under a name already taken and names both origins.  Nothing is ever dropped
+or silently overwritten: two distinct tensors in the input are two tensors out, or
+an error.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from ztensor.errors import FormatError
+
+
+class NameTable:
+    """The flat names given so far in one file, and where each came from.
+
+    ``what`` words the error (``"tensor"``, ``"key"``, ``"member"``).
+    """
+
+    __slots__ = ("path", "what", "_origins")
+
+    def __init__(self, path: Optional[str], what: str = "tensor") -> None:
+        self.path = path
+        self.what = what
+        self._origins: Dict[str, Any] = {}
+
+    def claim(self, name: str, origin: Any = None) -> str:
+        """Take ``name`` for the item found at ``origin`` (its path in the input,
+        for the message; the name itself when omitted), or raise FormatError naming
+        both origins when another item already has it."""
+        origin = name if origin is None else origin
+        first = self._origins.get(name, _FREE)
+        if first is not _FREE:
+            if first == origin:
+                message = f"two {self.what}s named {_show(name)}"
+            else:
+                message = (f"two {self.what}s would both be named {_show(name)}: "
+                           f"{_show(first)} and {_show(origin)}")
+            raise FormatError(message, path=self.path, obj=name)
+        self._origins[name] = origin
+        return name
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._origins
+
+    def __len__(self) -> int:
+        return len(self._origins)
+
+
+_FREE = object()
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
