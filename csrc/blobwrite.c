@@ -3,7 +3,15 @@
  * Small blobs and their zero padding are staged in one buffer and handed to the
  * kernel in large writes, so 20,000 tensors of 10 KB cost a few hundred syscalls,
  * not 40,000.  A blob larger than the buffer goes straight from the caller's
- * memory to write(2) without a copy.
+ * memory to write(2) without a copy, from the first extent boundary on.
+ *
+ * Every write(2) but the last ends on an extent boundary (2 MiB: a PMD on x86-64
+ * and aarch64 with 4 KiB pages) and the large ones start on one.  The page cache
+ * sizes the folios a buffered write creates by the write's length and alignment,
+ * and only whole 2 MiB folios can be mapped with one page-table entry: a file
+ * written in 1 MiB pieces at 64-byte offsets costs a reader who maps it one fault
+ * per 16 pages (measured: 3,900 faults and 18 ms to touch 320 MB) instead of one
+ * per 2 MiB (160 faults, 2.6 ms).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -49,6 +57,9 @@ zt_status zt_bw_init(zt_blobwriter *bw, int fd, uint64_t pos, size_t cap) {
     bw->cap = cap;
     bw->used = 0;
     bw->err = 0;
+    /* the largest power of two <= ZT_BW_EXTENT that fits twice in the buffer */
+    bw->extent = ZT_BW_EXTENT;
+    while (bw->extent > cap / 2) bw->extent /= 2;
     return ZT_OK;
 }
 
@@ -59,19 +70,33 @@ zt_status zt_bw_flush(zt_blobwriter *bw) {
     return st;
 }
 
-/* Copy len bytes into the staging buffer, flushing as it fills. */
+/* Bytes the buffer takes before it must be flushed: it is flushed when it ends at
+ * the last extent boundary within its capacity, so every write(2) but the last
+ * ends on a boundary. */
+static size_t room(const zt_blobwriter *bw) {
+    uint64_t start = bw->pos - bw->used;
+    uint64_t end = (start + bw->cap) & ~(uint64_t)(bw->extent - 1);
+    return (size_t)(end - bw->pos);  /* end > start: cap >= 2 * extent */
+}
+
+/* Copy len bytes (zeros when p is NULL) into the staging buffer, flushing as it fills. */
 static zt_status stage(zt_blobwriter *bw, const uint8_t *p, size_t len) {
     while (len > 0) {
-        if (bw->used == bw->cap) {
+        size_t r = room(bw);
+        if (r == 0) {
             zt_status st = zt_bw_flush(bw);
             if (st != ZT_OK) return st;
+            continue;
         }
-        size_t room = bw->cap - bw->used;
-        size_t n = len < room ? len : room;
-        memcpy(bw->buf + bw->used, p, n);
+        size_t n = len < r ? len : r;
+        if (p != NULL) {
+            memcpy(bw->buf + bw->used, p, n);
+            p += n;
+        } else {
+            memset(bw->buf + bw->used, 0, n);
+        }
         bw->used += n;
         bw->pos += n;
-        p += n;
         len -= n;
     }
     return ZT_OK;
@@ -81,28 +106,35 @@ zt_status zt_bw_pad(zt_blobwriter *bw, uint64_t alignment) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > bw->cap)
         return ZT_E_ARG;
     size_t pad = (size_t)((alignment - (bw->pos & (alignment - 1))) & (alignment - 1));
-    if (pad == 0) return ZT_OK;
-    if (bw->cap - bw->used < pad) {
-        zt_status st = zt_bw_flush(bw);
-        if (st != ZT_OK) return st;
-    }
-    memset(bw->buf + bw->used, 0, pad);
-    bw->used += pad;
-    bw->pos += pad;
-    return ZT_OK;
+    return stage(bw, NULL, pad);
 }
 
 zt_status zt_bw_write(zt_blobwriter *bw, const void *data, size_t len) {
+    const uint8_t *p = (const uint8_t *)data;
     if (len == 0) return ZT_OK;
     if (data == NULL) return ZT_E_ARG;
-    if (len <= bw->cap - bw->used) return stage(bw, (const uint8_t *)data, len);
-    /* large blob: empty the buffer, then write straight from the caller's memory */
-    zt_status st = zt_bw_flush(bw);
-    if (st != ZT_OK) return st;
-    if (len < bw->cap / 2) return stage(bw, (const uint8_t *)data, len);
-    st = write_all(bw, (const uint8_t *)data, len);
-    if (st == ZT_OK) bw->pos += len;
-    return st;
+    while (len > 0) {
+        if (bw->used == 0 && (bw->pos & (bw->extent - 1)) == 0 && len >= bw->cap) {
+            /* at a boundary with a large blob: whole extents straight from the
+             * caller's memory, no copy */
+            size_t direct = len - (len & (bw->extent - 1));
+            zt_status st = write_all(bw, p, direct);
+            if (st != ZT_OK) return st;
+            bw->pos += direct;
+            p += direct;
+            len -= direct;
+            continue;
+        }
+        /* up to the next boundary (or all of a small blob) through the buffer */
+        size_t r = room(bw);
+        size_t n = r == 0 ? bw->extent : (len < r ? len : r);
+        if (n > len) n = len;
+        zt_status st = stage(bw, p, n);
+        if (st != ZT_OK) return st;
+        p += n;
+        len -= n;
+    }
+    return ZT_OK;
 }
 
 void zt_bw_free(zt_blobwriter *bw) {

@@ -6,6 +6,9 @@
 #include <stdint.h>
 #include "zt_status.h"
 
+/* the alignment writes aim for: one transparent huge page on common hosts */
+#define ZT_BW_EXTENT ((size_t)2 << 20)
+
 typedef struct {
     int fd;           /* open for writing, positioned at `pos` */
     uint64_t pos;     /* logical end of file: bytes written plus bytes staged */
@@ -13,6 +16,7 @@ typedef struct {
     size_t cap;
     size_t used;      /* staged bytes not yet handed to write(2) */
     int err;          /* errno of the last failed write, 0 if none */
+    size_t extent;    /* writes end on multiples of this (a power of two <= cap / 2) */
 } zt_blobwriter;
 
 zt_status zt_bw_init(zt_blobwriter *bw, int fd, uint64_t pos, size_t cap);

@@ -1,10 +1,12 @@
 """The container's compiled kernels against known answers and the numpy fallback."""
 import os
+import socket
 import struct
+import sys
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ztensor
@@ -152,6 +154,59 @@ def test_blob_writer_pads_with_zeros_and_tracks_position(impl, tmp_path, capacit
     assert data[:8] == b"ZTEN1000" and data[8:64] == bytes(56)
     assert data[64:67] == b"\x01\x02\x03" and data[67:128] == bytes(61)
     assert data[128:128 + len(big)] == big and len(data) == 128 + len(big) + (-len(big) % 64)
+
+
+def _extent(capacity):
+    extent = 2 << 20  # csrc/blobwrite.h ZT_BW_EXTENT
+    while extent > capacity // 2:
+        extent //= 2
+    return extent
+
+
+@pytest.mark.skipif(not hasattr(socket, "SOCK_SEQPACKET") or sys.platform != "linux",
+                    reason="write(2) boundaries are observed through a SOCK_SEQPACKET pair")
+@pytest.mark.parametrize("impl", IMPLS)
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.sampled_from([64, 100, 256, 1000, 4096]),
+       ops=st.lists(st.one_of(st.integers(0, 9000).map(lambda n: ("write", n)),
+                              st.sampled_from([("pad", 64), ("pad", 32), ("pad", 1)])),
+                    max_size=12))
+def test_blob_writer_writes_end_on_extent_boundaries(impl, capacity, ops):
+    """Every write(2) but the last ends on an extent boundary and the ones longer
+    than the buffer start on one (so the page cache makes whole huge folios), and
+    the bytes are exactly what was written and padded."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    messages, expected = [], bytearray()
+    with ours, theirs:
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        bw = impl.BlobWriter(ours.fileno(), 0, capacity)
+        rng = np.random.default_rng(len(ops))
+        for kind, n in ops:
+            if kind == "write":
+                data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+                bw.write(data)
+                expected += data
+            else:
+                bw.pad(n)
+                expected += bytes(-len(expected) % n)
+            assert bw.pos == len(expected)
+        bw.flush()
+        bw.close()
+        ours.shutdown(socket.SHUT_WR)
+        while True:
+            message = theirs.recv(1 << 20)
+            if not message:
+                break
+            messages.append(message)
+    assert b"".join(messages) == bytes(expected)
+    extent, pos = _extent(capacity), 0
+    for i, message in enumerate(messages):
+        if len(message) >= capacity:
+            assert pos % extent == 0, (i, pos, len(message))
+        pos += len(message)
+        if i < len(messages) - 1:
+            assert pos % extent == 0, (i, pos)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -200,14 +200,19 @@ def crc32c_hardware():
 
 
 # ------------------------------------------------------------------- blob writer
+EXTENT = 2 << 20  # csrc/blobwrite.h ZT_BW_EXTENT
 class BlobWriter:
-    """Python twin of csrc/blobwrite.c: stage small writes, pad with zeros."""
+    """Python twin of csrc/blobwrite.c: stage small writes, pad with zeros, and end
+    every write(2) but the last on an extent boundary (the C file says why)."""
 
-    def __init__(self, fd, pos, capacity=1 << 20, path=None):
+    def __init__(self, fd, pos, capacity=4 << 20, path=None):
         self._fd = fd
         self._pos = pos
         self._buf = bytearray()
         self._cap = capacity
+        self._extent = EXTENT
+        while self._extent > capacity // 2:
+            self._extent //= 2
         self._path = path
         self._open = True
 
@@ -219,23 +224,35 @@ class BlobWriter:
         self._require()
         n = -self._pos % alignment
         if n:
-            self._stage(bytes(n))
+            self._stage(memoryview(bytes(n)))
 
     def write(self, data):
         self._require()
         data = memoryview(data).cast("B")
-        if len(data) >= self._cap // 2:
-            self.flush()
-            self._write_all(data)
-            self._pos += len(data)
-        else:
-            self._stage(data)
+        while len(data):
+            if not self._buf and self._pos % self._extent == 0 and len(data) >= self._cap:
+                direct = len(data) - len(data) % self._extent  # whole extents, no copy
+                self._write_all(data[:direct])
+                self._pos += direct
+                data = data[direct:]
+                continue
+            n = min(len(data), self._room() or self._extent)
+            self._stage(data[:n])
+            data = data[n:]
+
+    def _room(self):
+        start = self._pos - len(self._buf)
+        return (start + self._cap) // self._extent * self._extent - self._pos
 
     def _stage(self, data):
-        self._buf += data
-        self._pos += len(data)
-        if len(self._buf) >= self._cap:
-            self.flush()
+        while len(data):
+            room = self._room()
+            if room == 0:
+                self.flush()
+                continue
+            self._buf += data[:room]
+            self._pos += min(room, len(data))
+            data = data[room:]
 
     def flush(self):
         self._require()

@@ -94,7 +94,7 @@ cdef class BlobWriter:
     cdef bint ready
     cdef object path
 
-    def __cinit__(self, int fd, uint64_t pos, size_t capacity=1 << 20, path=None):
+    def __cinit__(self, int fd, uint64_t pos, size_t capacity=4 << 20, path=None):
         self.ready = False
         self.path = path
         _raise_for_status(zt_bw_init(&self.bw, fd, pos, capacity), "blob writer")
