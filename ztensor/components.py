@@ -23,33 +23,57 @@ def storage_dtype(comp) -> np.dtype:
     return base.newbyteorder(">") if comp.byteorder == ">" else base
 
 
-def read_component(source, comp, *, verify=False, limits, **where) -> np.ndarray:
+def read_component(source, comp, *, verify=False, limits, out=None, **where) -> np.ndarray:
     """The component's elements as a 1-D array of its storage dtype, in disk byte
-    order: a read-only view of the source for raw components, a new array for zstd
-    ones.  ``where`` (path, obj, component) names the component in errors."""
-    require_local(comp, **where)
+    order: a view of the source for raw components (a copy where the view would be
+    writable and another part shares the bytes: see below), a new array for zstd
+    ones, or ``out`` (a uint8 buffer of exactly the decoded size, for zstd
+    components: ``Reader.read_into`` decodes into the caller's memory).  ``where``
+    (path, obj, component) names the component in errors.
+
+    Every read of a whole component comes here (safe_open's slice of zstd frames,
+    never used when digests are checked, calls :func:`require_readable` itself),
+    so these rules hold on every path: the part may be decoded here
+    (:func:`require_readable`), its digest is checked over the bytes it covers
+    (:func:`check_digest`), and no writable view aliases another result."""
+    require_readable(comp, **where)
     stored = source.view(comp.offset, comp.length, "component", obj=where.get("obj"),
                          component=where.get("component"))
-    stored_digest = verify and comp.digest is not None and comp.digest_over == "stored"
-    if stored_digest:
-        digests.verify(stored, comp.digest, **where)
+    if verify:
+        check_digest(comp, stored, "stored", **where)
     dtype = storage_dtype(comp)
     if comp.encoding == "zstd":
-        data = seekable.decode_whole(stored, comp, limits, **where)  # frames in parallel
+        data = seekable.decode_whole(stored, comp, limits, out=out, **where)  # in parallel
         if data is None:
-            data = zstd_decode(stored, comp.uncompressed_length, limits, **where)
+            data = zstd_decode(stored, comp.uncompressed_length, limits, out=out, **where)
         unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
             raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
                               f"{comp.type or comp.dtype} elements", **where)
     elif comp.encoding == "raw":
+        if out is not None:
+            raise ValueError("read_component: out is for zstd components")
         data = stored
+        if comp.shared and source.copy_on_write and source.mapped:
+            # a v2 blob another part also references (weight tying): a view of the
+            # private mapping would be writable, and writing through one result
+            # would change the other, so each gets its own copy
+            data = copy_array(np.frombuffer(stored, np.uint8))
     else:
         raise UnsupportedError(f"encoding {comp.encoding!r} is not one this reader decodes",
                                **where)
-    if verify and comp.digest is not None and not stored_digest:  # v2: over decoded bytes
-        digests.verify(data, comp.digest, **where)
+    if verify:
+        check_digest(comp, data, "decoded", **where)
     return np.frombuffer(data, dtype)
+
+
+def check_digest(comp, data, covering, **where) -> None:
+    """Verify ``comp.digest`` if it covers ``data``: ``covering`` says which bytes
+    ``data`` is, ``"stored"`` (as in the file: v1 digests) or ``"decoded"`` (after
+    decoding: v2 parts' digests, which name the content).  The one place that
+    matches a digest to its bytes; ChecksumError on a mismatch."""
+    if comp.digest is not None and comp.digest_over == covering:
+        digests.verify(data, comp.digest, **where)
 
 
 def require_local(comp, **where) -> None:
@@ -57,6 +81,18 @@ def require_local(comp, **where) -> None:
     if comp.shard is not None:
         raise UnsupportedError(f"its bytes are in shard {comp.shard!r} of a multi-file v2 "
                                "model, which this reader does not open", **where)
+
+
+def require_readable(comp, **where) -> None:
+    """Refuse to decode a component this reader must not: a v2 part in another file
+    (:func:`require_local`), or one whose logical type v2 requires a reader to
+    refuse rather than reinterpret (f8_e8m0, f4_e2m1, unknown types).  Structural
+    access to the stored bytes (``Reader.stored_bytes``) needs only the first."""
+    require_local(comp, **where)
+    from ztensor.container_v2 import DECODED_TYPES
+    if comp.digest_over == "decoded" and comp.type not in DECODED_TYPES:
+        raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
+                               "decodes (a v2 reader must refuse, not reinterpret)", **where)
 
 
 def zstd_decode(stored, size, limits, out=None, **where):

@@ -15,7 +15,18 @@ sorted unique keys, canonical floats, no tags, depth 32); then the schema here:
 blob references ([offset, length], 4096-aligned, at least 4096, inside the file
 and off the footer, pairwise identical or disjoint per file, the manifest blob
 included), shard table and references, names, shapes (rank <= 64, no u64
-overflow), attribute maps, and the dense size equation.
+overflow), attribute maps, and the dense size equation.  The reader's own
+:class:`ztensor.Limits` apply on top, as for v1.2 files: ``max_rank``,
+``max_objects``, ``max_manifest_size``, and every encoded part's
+``decoded_length`` through v1.2's own check (``manifest.Checker.check_zstd_size``:
+the per-component and per-file limits, and for zstd what its stored bytes can
+decode to at most), so nothing is sized on a declaration the file's bytes cannot
+back.  Dimensions of 2**63 or more (valid v2, but no array can have them) are
+refused as unsupported.
+
+Parts referencing one blob (weight tying) are marked ``shared``: a reader that
+hands out writable views (torch) copies those instead, so no result aliases
+another (components.read_component).
 
 How the objects map:
 
@@ -43,9 +54,9 @@ from typing import Any, Dict
 
 import cbor2
 
-from ztensor import kernels
+from ztensor import kernels, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
 MAGIC = b"\x89ZT2\r\n\x1a\n"
 FOOTER = 40
@@ -53,7 +64,7 @@ VERSION = "2.0"             # what Reader.version reports for these files
 ALIGN = 4096
 MAX_MANIFEST = 1 << 30
 MAX_DEPTH = 32              # item nesting below the root
-MAX_RANK = 64
+MAX_RANK = 64               # the spec's; Limits.max_rank may lower it
 MAX_NAME = 1024
 STORAGE_WIDTH = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
                  "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1}
@@ -112,9 +123,13 @@ def read(source, limits, path):
 
 class _Schema:
     def __init__(self, path, size, manifest_blob, limits):
+        from ztensor.manifest import Checker
         self.path, self.size, self.limits = path, size, limits
         self.blobs: Dict[Any, list] = {None: [manifest_blob]}  # file -> references
         self.shards: Dict[str, int] = {}
+        self.parts: list = []  # every ComponentSpec made, for the shared marks
+        # v1.2's checker, for the decoded sizes: the same limits, the same words
+        self.sizes = Checker(path, spec.VERSIONS["1.2"], size - FOOTER, limits)
 
     def fail(self, why, **where):
         raise FormatError(why, path=self.path, **where)
@@ -137,6 +152,7 @@ class _Schema:
             specs[name] = self.object(name, obj)
         for file, refs in self.blobs.items():
             self.disjoint(file, refs)
+        self.mark_shared()
         return attributes, specs
 
     # ------------------------------------------------------------ pieces
@@ -171,8 +187,14 @@ class _Schema:
         if not isinstance(shape, list) or len(shape) > MAX_RANK or any(
                 type(d) is not int or not 0 <= d <= _U64 for d in shape):
             self.fail(f"shape must be a list of at most {MAX_RANK} u64 dimensions", **where)
+        if len(shape) > self.limits.max_rank:
+            raise LimitError(f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}",
+                             path=self.path, **where)
         if math.prod(shape) > _U64:
             self.fail(f"shape {shape} has more than 2**64 - 1 elements", **where)
+        if any(d >= 1 << 63 for d in shape):
+            raise UnsupportedError(f"shape {shape} has a dimension of 2**63 or more, which "
+                                   "no array can have", path=self.path, **where)
         return tuple(shape)
 
     def part(self, role, part, where):
@@ -210,15 +232,25 @@ class _Schema:
         if encoding is not None and (not isinstance(encoding, str) or type(decoded) is not int
                                      or not 0 <= decoded <= _U64):
             self.fail("'encoding' must be text and 'decoded_length' a u64", **where)
+        if encoding is not None:
+            # the v1.2 check of a declared decoded size: Limits, whole storage
+            # elements, and for zstd the most its stored bytes can decode to; an
+            # encoding we do not know has no known bound (it is refused when
+            # decoded), so only the limits and whole elements apply to it
+            bound = length if ENCODINGS.get(encoding) == "zstd" else _U64
+            self.sizes.check_zstd_size(where["obj"], role, decoded, STORAGE_WIDTH[dtype],
+                                       dtype, bound)
         digest = part.get("digest")
         if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
             self.fail(f"digest {digest!r:.80} is not 'xxh3:' or 'sha256:' with lowercase hex",
                       **where)
         if length:
             self.blobs[shard].append((offset, length))
-        return ComponentSpec(role, dtype, ltype, offset, length,
+        comp = ComponentSpec(role, dtype, ltype, offset, length,
                              "raw" if encoding is None else ENCODINGS.get(encoding, encoding),
                              decoded, digest, digest_over="decoded", shard=shard)
+        self.parts.append(comp)
+        return comp
 
     def object(self, name, obj):
         where = {"obj": name}
@@ -248,6 +280,9 @@ class _Schema:
         if list(comps) != ["data"]:
             self.fail(f"a dense object has exactly one part, 'data'; this one has "
                       f"{sorted(comps)}", **where)
+        problem = shape_problem(shape)  # the v1.2 dense rule: one array must hold it
+        if problem:
+            raise UnsupportedError(f"shape: {problem}", path=self.path, **where)
         comp = comps["data"]
         count = math.prod(shape)
         if comp.type is None:
@@ -284,6 +319,18 @@ class _Schema:
         return ObjectSpec(name, shape, "gguf_blocks", {
             **extra, "ggml_type": type_name, "ggml_type_id": known[0],
             "block_elements": per, "block_bytes": nbytes}, {"blocks": comp})
+
+    def mark_shared(self):
+        """Mark every part whose blob another part, or the manifest, references too
+        (in the same file): identical references are legal (weight tying), and a
+        writable view of one would alias the other."""
+        count: Dict[Any, int] = {}
+        for file, refs in self.blobs.items():
+            for ref in refs:
+                count[file, ref] = count.get((file, ref), 0) + 1
+        for comp in self.parts:
+            if count.get((comp.shard, (comp.offset, comp.length)), 0) > 1:
+                comp.shared = True
 
     def disjoint(self, file, refs):
         """Blob references into one file: each pair identical or disjoint."""

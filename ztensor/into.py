@@ -47,16 +47,17 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
     zt = getattr(reader, "_foreign", None) is None
     if (zt and comp.encoding == "zstd" and flat is not None and target.dtype.isnative
             and comp.byteorder == "<"):
-        stored = reader.stored_bytes(name, "data")
-        if reader._verify and comp.digest is not None:
-            from ztensor import digests
-            digests.verify(stored, comp.digest, path=reader.path, obj=name, component="data")
+        # decoded straight into dst, through the function every read path uses: it
+        # refuses what may not be decoded, checks the digest over the bytes it
+        # covers (stored for v1, decoded for v2) and the size the stream yields
+        reader._require_open()
         raw = flat.view(np.uint8)
         where = {"path": reader.path, "obj": name, "component": "data"}
-        from ztensor import seekable
-        if seekable.decode_whole(stored, comp, reader._limits, out=raw, **where) is None:
-            components.zstd_decode(stored, comp.uncompressed_length, reader._limits, out=raw,
-                                   **where)
+        components.read_component(reader._source, comp, verify=reader._verify,
+                                  limits=reader._limits, out=raw, **where)
+        # the element rules (a v2 bool byte is 0 or 1), as on every other path
+        logical.as_elements(raw.view(components.storage_dtype(comp)), comp.dtype, comp.type,
+                            **where)
         width = dtypes.swap_width(target.dtype)   # 0 on little-endian hosts
         if width:  # little-endian bytes -> native order, in place
             from ztensor import kernels

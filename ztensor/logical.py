@@ -29,12 +29,15 @@ def _ml_view(arr: np.ndarray, ml_name: str):
     return arr.view(target)
 
 
-def as_elements(arr: np.ndarray, storage: str, ltype) -> np.ndarray:
-    """Exact stored elements in the richest lossless numpy dtype available."""
+def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
+    """Exact stored elements in the richest lossless numpy dtype available.
+    Every read path interprets elements here, so the element rules live here: a
+    v2 ``bool`` byte must be 0 or 1 (FormatError naming ``where``: path, obj,
+    component)."""
     if ltype == "bool" and storage == "u8":  # v2's bool: bytes 0 and 1 only
         if arr.size and int(arr.max()) > 1:
             from ztensor.errors import FormatError
-            raise FormatError("a bool element holds a byte other than 0 or 1")
+            raise FormatError("a bool element holds a byte other than 0 or 1", **where)
         return arr.view(np.bool_)
     if ltype in _COMPLEX and dtypes.logical_known(storage, ltype):
         return arr.view(_COMPLEX[ltype].newbyteorder(arr.dtype.byteorder))
@@ -47,10 +50,10 @@ def as_elements(arr: np.ndarray, storage: str, ltype) -> np.ndarray:
     return arr
 
 
-def as_values(arr: np.ndarray, storage: str, ltype) -> np.ndarray:
+def as_values(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     """Logical values: like :func:`as_elements`, but bf16/FP8 without ml_dtypes are
     decoded to float32 instead of kept as bits."""
-    out = as_elements(arr, storage, ltype)
+    out = as_elements(arr, storage, ltype, **where)
     if out.dtype.kind != "u" or out is not arr:
         return out
     if storage == "bf16":

@@ -53,15 +53,19 @@ class ComponentSpec:
         ``"stored"`` (v1: the bytes as stored) or ``"decoded"`` (v2 parts).
     shard : str or None
         v2 only: the shard (another file) holding the bytes; None for this file.
+    shared : bool
+        v2 only: another part (or the manifest) references the same blob, so a
+        writable view of these bytes would alias another result (never true for v1
+        files: their components are disjoint).
     """
 
     __slots__ = ("role", "dtype", "type", "offset", "length", "encoding",
                  "uncompressed_length", "digest", "byteorder", "aligned", "digest_over",
-                 "shard")
+                 "shard", "shared")
 
     def __init__(self, role, dtype, type, offset, length, encoding="raw",
                  uncompressed_length=None, digest=None, byteorder="<", aligned=True,
-                 digest_over="stored", shard=None):
+                 digest_over="stored", shard=None, shared=False):
         self.role = role
         self.dtype = dtype
         self.type = type
@@ -74,6 +78,7 @@ class ComponentSpec:
         self.aligned = aligned  # False only for parts of a v0.1 sparse blob
         self.digest_over = digest_over
         self.shard = shard
+        self.shared = shared
 
     @property
     def decoded_length(self):

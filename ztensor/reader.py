@@ -286,7 +286,8 @@ class Reader:
                                    f"{obj.format!r}, use read()", path=self.path, obj=name)
         comp = obj.components["data"]
         arr = self._component(obj, comp, copy)
-        return logical.as_values(arr, comp.dtype, comp.type).reshape(obj.shape)
+        return logical.as_values(arr, comp.dtype, comp.type, path=self.path,
+                                 obj=name).reshape(obj.shape)
 
     def _read_converted(self, name, dtype):
         obj = self.metadata(name)
@@ -329,7 +330,7 @@ class Reader:
             return Tensor(arrays, shape=obj.shape, format=obj.format,
                           attributes=obj.attributes)
         arrays = {role: logical.as_elements(self._component(obj, comp, copy), comp.dtype,
-                                            comp.type)
+                                            comp.type, path=self.path, obj=name, component=role)
                   for role, comp in obj.components.items()}
         arrays = formats.handler(obj.format).assemble(obj, arrays, path=self.path)
         return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes,
@@ -390,7 +391,8 @@ class Reader:
         self._require_open()
         comp = obj.components["data"]
         arr = self._foreign.entries[obj.name].load().components["data"]
-        arr = logical.as_values(np.asarray(arr), comp.dtype, comp.type)
+        arr = logical.as_values(np.asarray(arr), comp.dtype, comp.type, path=self.path,
+                                obj=obj.name)
         if copy:
             arr = np.array(arr, dtype=arr.dtype.newbyteorder("=") if arr.dtype.itemsize > 1
                            and arr.dtype.kind not in "V" else arr.dtype, order="C")
@@ -452,10 +454,6 @@ class Reader:
 
     def _component(self, obj, comp, copy):
         self._require_open()
-        if comp.digest_over == "decoded" and comp.type not in container_v2.DECODED_TYPES:
-            raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
-                                   "decodes (a v2 reader must refuse, not reinterpret)",
-                                   path=self.path, obj=obj.name, component=comp.role)
         arr = components.read_component(self._source, comp, verify=self._verify,
                                         limits=self._limits, path=self.path, obj=obj.name,
                                         component=comp.role)

@@ -126,7 +126,7 @@ class _Slice:
         self._meta = owner._reader.metadata(name)
         if self._meta.format != "dense":
             raise UnsupportedError(f"get_slice reads dense objects, this one is "
-                                   f"{self._meta.format!r}", obj=name)
+                                   f"{self._meta.format!r}", path=owner._reader.path, obj=name)
 
     def get_shape(self) -> List[int]:
         return list(self._meta.shape)
@@ -164,8 +164,10 @@ class _Slice:
             stored = reader._component(self._meta, comp, False)
             if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
                 self._owner._decoded[self._name] = stored
-        elements = logical.as_elements(stored, comp.dtype, comp.type).reshape(self._meta.shape)
-        return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type)
+        where = {"path": reader.path, "obj": self._name, "component": "data"}
+        elements = logical.as_elements(stored, comp.dtype, comp.type,
+                                       **where).reshape(self._meta.shape)
+        return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
 
     def _frames_only(self, selection):
         """For a zstd component written with a seek table (ztensor/seekable.py): the
@@ -181,6 +183,8 @@ class _Slice:
                 or self._name in self._owner._decoded
                 or not isinstance(selection[0], (int, slice))):
             return None
+        where = {"path": reader.path, "obj": self._name, "component": "data"}
+        components.require_readable(comp, **where)  # as every read: shards, v2 types
         tables = self._owner._tables
         if self._name not in tables:
             tables[self._name] = seekable.read_seek_table(
@@ -197,10 +201,10 @@ class _Slice:
                                          obj=self._name, component="data")
         stored = np.frombuffer(data, components.storage_dtype(comp), (end - start) * row_bytes
                                // components.storage_dtype(comp).itemsize, at)
-        elements = logical.as_elements(stored, comp.dtype, comp.type)
+        elements = logical.as_elements(stored, comp.dtype, comp.type, **where)
         block = elements.reshape((end - start,) + tuple(shape[1:]))
         return logical.as_values(np.array(block[(local,) + tuple(selection[1:])]), comp.dtype,
-                                 comp.type)
+                                 comp.type, **where)
 
     def _rows_only(self, selection):
         """On a source that is not mapped (a URL, a file object, mmap=False), the rows

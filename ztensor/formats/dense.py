@@ -59,14 +59,16 @@ def prepare(fmt, shape, prepared, **where):
 
 def view_plan(spec):
     """(numpy dtype, count, offset) when the object is a plain raw view of the file
-    (no logical type, no bf16, no byte swap, not a v0.1 sparse blob), else False."""
+    (no logical type, no bf16, no byte swap, not a v0.1 sparse blob, no v2 blob
+    another part shares: components.read_component decides whether that one may be
+    a view), else False."""
     from ztensor import components
 
     if spec.format != "dense" or spec.legacy is not None:
         return False
     comp = spec.components["data"]
     if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16" or \
-            comp.shard is not None:
+            comp.shard is not None or comp.shared:
         return False
     dtype = components.storage_dtype(comp)
     if not (dtype.isnative or dtype.itemsize == 1):
