@@ -201,38 +201,37 @@ def _open_any(path):
 
 
 def cmd_verify(args, out):
-    if _is_sharded(args.file):  # every shard, as a file of its own
+    """Every problem one line (``FAILED ...``), then a summary; exit 1 when there is
+    any.  A file (or index) that cannot be opened at all is an error: exit 2.  The
+    checks are the library's own: Reader.verify / ShardedReader.verify."""
+    problems = []
+    if _is_sharded(args.file):  # every shard, and the index against the shards
         from ztensor.sharded import open_sharded
         with open_sharded(args.file) as shards:
-            files = [os.path.join(shards.folder, f) for f in shards.shards]
-        code = 0
-        for file in files:
-            sub = argparse.Namespace(**{**vars(args), "file": file})
-            code = max(code, cmd_verify(sub, out))
-        return code
-    problems, digests, objects = [], 0, 0
-    with Reader(args.file, verify=True) as reader:
-        progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
-        for name in reader.keys():
-            meta = reader.metadata(name)
-            objects += 1
-            try:
-                reader.read(name)             # decodes, checks sizes and digests
-                digests += sum(c.digest is not None for c in meta.components.values())
-            except ZTensorError as exc:
-                problems.append(str(exc))
-            progress.add(meta.stored_size)
-        progress.finish()
-        result = {"file": reader.path, "version": reader.version, "objects": objects,
-                  "digests_checked": digests, "problems": problems, "ok": not problems}
-    if args.json:
-        _dump_json(result, out)
+            objects, version = len(shards), None
+            where = f" in {len(shards.shards)} shards"
+            progress = Progress(0, args.quiet)
+            digests = shards.verify(progress.update, errors=problems)
+            progress.finish()
+            path = shards.path
     else:
-        for line in problems:
+        with Reader(args.file) as reader:
+            objects, version, path = len(reader), reader.version, reader.path
+            where = ""
+            progress = Progress(0, args.quiet)
+            digests = reader.verify(progress.update, errors=problems)
+            progress.finish()
+    lines = [str(exc) for exc in problems]
+    if args.json:
+        _dump_json({"file": path, "version": version, "objects": objects,
+                    "digests_checked": digests, "problems": lines, "ok": not lines}, out)
+    else:
+        for line in lines:
             out.write(f"FAILED {_printable(line)}\n")
-        status = "OK" if not problems else f"FAILED ({len(problems)} problems)"
-        out.write(f"{args.file}: {objects} objects, {digests} digests checked: {status}\n")
-    return 0 if not problems else 1
+        status = "OK" if not lines else f"FAILED ({len(lines)} problems)"
+        out.write(f"{_printable(args.file)}: {objects} objects{where}, {digests} digests checked: "
+                  f"{status}\n")
+    return 0 if not lines else 1
 
 
 def cmd_stats(reader, args, out):

@@ -204,7 +204,7 @@ class ShardedReader:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
         if file not in self._readers:
             reader = Reader(self._shard(file))
-            missing = [n for n, f in self._map.items() if f == file and n not in reader]
+            missing = self._missing(file, reader)
             if missing:
                 reader.close()
                 raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
@@ -276,21 +276,52 @@ class ShardedReader:
         return safe_open(self._shard(self._map[name]),
                          framework="np").get_slice(name)
 
-    def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> int:
-        """Every shard's digests; ``progress(bytes done, bytes total)`` over the
-        shards' file sizes, after each component checked."""
+    def verify(self, progress: Optional[Callable[[int, int], None]] = None, *,
+               errors: Optional[List[Exception]] = None) -> int:
+        """Every shard checked as :meth:`ztensor.Reader.verify` checks a file (every
+        object read, every digest), and every tensor the index names present in its
+        shard.  Returns how many digests matched.  ``progress(bytes done, bytes
+        total)`` over the shards' file sizes.  ``errors``: a list collecting every
+        problem of every shard (a shard that cannot be opened is one), instead of
+        raising the first."""
+        from ztensor.errors import ZTensorError
+
+        def problem(exc):
+            if errors is None:
+                raise exc
+            errors.append(exc)
+
         checked, done = 0, 0
-        paths = [self._shard(file) for file in self.shards]
-        total = sum(_size(p) for p in paths)
-        for path in paths:
-            size = _size(path)
-            with Reader(path) as r:
-                checked += r.verify(None if progress is None else
-                                    lambda d, t, base=done: progress(base + d, total))
-            done += size
+        paths = {file: self._shard(file) for file in self.shards}
+        sizes = {}
+        for file, path in paths.items():
+            try:
+                sizes[file] = _size(path)
+            except OSError:
+                sizes[file] = 0  # reported when the shard is opened
+        total = sum(sizes.values())
+        for file, path in paths.items():
+            try:
+                with Reader(path) as r:
+                    for name in self._missing(file, r):
+                        problem(FormatError(f"the index names this tensor in {file}, which "
+                                            "does not hold it", path=self.path, obj=name))
+                    checked += r.verify(None if progress is None else
+                                        lambda d, t, base=done: progress(base + d, total),
+                                        errors=errors)
+            except (ZTensorError, OSError) as exc:
+                if not isinstance(exc, ZTensorError):  # a missing or unreadable shard
+                    exc = FormatError(f"cannot open shard {file}: "
+                                      f"{exc.strerror or exc}", path=self.path)
+                problem(exc)
+            done += sizes[file]
             if progress is not None:
                 progress(done, total)
         return checked
+
+    def _missing(self, file: str, reader: Reader) -> List[str]:
+        """The tensors the index places in shard ``file`` that ``reader`` lacks."""
+        return [n for n, f in self._map.items() if f == file and n not in reader]
 
     def read_all(self, *, copy: bool = True,
                  progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:

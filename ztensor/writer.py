@@ -240,6 +240,10 @@ class Writer:
             self._write_object(target, obj.format, obj.shape, obj.components, obj.types,
                                obj.attributes, False, None)
             return
+        # stored bytes are copied as they are, but an object a read refuses for its
+        # attributes is not copied either (formats.check_attributes)
+        formats.check_attributes(meta.format, meta.shape, meta.attributes, path=self.path,
+                                 obj=target)
         comps = {}
         for role, c in meta.components.items():
             stored = reader.stored_bytes(name, role)
@@ -317,6 +321,11 @@ class Writer:
         # become u64 and are validated, dense data must match the shape, ...
         prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path,
                                                 obj=name)
+        # and what a read refuses in the attributes and components (quantized bits,
+        # GGUF block geometry): the reader's own function, formats.check_object
+        formats.check_object(fmt, tuple(shape), attributes,
+                             {role: arr for role, arr, _, _ in prepared}, path=self.path,
+                             obj=name)
         comps = {}
         for role, arr, storage, ltype in prepared:
             comps[role] = self._guard(components.write_component, self._blobs, role,

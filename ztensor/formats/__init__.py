@@ -43,10 +43,39 @@ GENERIC = _Generic()
 HANDLERS = {"dense": dense, "sparse_csr": sparse, "sparse_coo": sparse,
             "quantized_group": quantized, "gguf_blocks": gguf_blocks}
 
+# formats whose attributes carry rules (bits, block geometry): their modules define
+# check_attributes(shape, attributes, **where) and validate(shape, attributes, arrays, **where)
+_RULED_BY_ATTRIBUTES = {"quantized_group": quantized, "gguf_blocks": gguf_blocks}
+
 
 def handler(fmt):
     """The module owning ``fmt``'s rules (GENERIC for unknown formats)."""
     return HANDLERS.get(fmt, GENERIC)
+
+
+def check_attributes(fmt, shape, attributes, **where):
+    """A format's attribute rules as every read applies them, for a writer copying an
+    object's stored bytes (``Writer.copy_from``): the format module's
+    ``check_attributes`` (quantized_group, gguf_blocks), whose FormatError refuses
+    the object.  Its UnsupportedError (a well-formed object in a convention this
+    version cannot decode) is no refusal: reads return such objects as stored."""
+    module = _RULED_BY_ATTRIBUTES.get(fmt)
+    if module is None:
+        return
+    from ztensor.errors import UnsupportedError
+    try:
+        module.check_attributes(shape, attributes, **where)
+    except UnsupportedError:
+        pass
+
+
+def check_object(fmt, shape, attributes, arrays, **where):
+    """Everything a read of this object refuses, run by the writer on the arrays it
+    is about to write: the format module's ``validate`` (quantized_group,
+    gguf_blocks; sparse and dense check theirs in ``prepare`` and ``check_entry``)."""
+    module = _RULED_BY_ATTRIBUTES.get(fmt)
+    if module is not None:
+        module.validate(shape, attributes, arrays, **where)
 
 
 def types_of(spec) -> dict:

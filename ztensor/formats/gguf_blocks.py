@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ztensor import _contract, kernels
+from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 
 ROLES = ("blocks",)
@@ -22,8 +23,9 @@ ROLES = ("blocks",)
 
 def check_entry(checker, name, shape, comps):
     """Nothing beyond the generic checks at open: the block geometry lives in the
-    attributes and is checked by :func:`dequantize` before any kernel runs (files
-    from other tools may carry types this version does not know)."""
+    attributes and is checked by :func:`validate` when the object is read, written
+    or dequantized (files from other tools may carry types this version does not
+    know)."""
 
 
 def prepare(fmt, shape, prepared, **where):
@@ -31,7 +33,60 @@ def prepare(fmt, shape, prepared, **where):
 
 
 def assemble(spec, arrays, **where):
+    """Read side: the blocks as stored, once :func:`validate` holds."""
+    validate(spec.shape, spec.attributes, arrays, obj=spec.name, **where)
     return arrays
+
+
+def check_attributes(shape, attributes, **where):
+    """THE rule for a gguf_blocks object's attributes (used by :func:`validate`, so by
+    every read, ``verify``, the writer and :func:`dequantize`).  Returns the block
+    geometry ``(type id, elements, bytes)``.
+
+    FormatError: ``ggml_type_id`` is not an integer in [0, 2**32) (GGUF's field is a
+    u32), or ``block_elements`` / ``block_bytes`` contradict the geometry of a type
+    this version knows.  UnsupportedError: a type this version does not decode (the
+    object is valid and kept as raw blocks; only dequantize refuses it)."""
+    gtype = attributes.get("ggml_type_id")
+    label = attributes.get("ggml_type", gtype)
+    if type(gtype) is not int or not 0 <= gtype < 1 << 32:
+        raise FormatError(f"ggml_type_id must be an integer in [0, 2**32), got {show(gtype)}",
+                          **where)
+    if gtype not in _contract.GGML_BLOCKS:
+        raise UnsupportedError(f"ggml type {show(label)} cannot be dequantized here (Q4_0, "
+                               "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K can); it is kept as raw "
+                               "blocks", **where)
+    elements, nbytes = _contract.GGML_BLOCKS[gtype]
+    for key, want in (("block_elements", elements), ("block_bytes", nbytes)):
+        got = attributes.get(key, want)
+        if type(got) is not int or got != want:
+            raise FormatError(f"{key}={show(got)} contradicts ggml type {show(label)} "
+                              f"({key}={want})", **where)
+    return gtype, elements, nbytes
+
+
+def validate(shape, attributes, arrays, **where):
+    """Everything a read refuses in a gguf_blocks object: its attributes, then, for a
+    type this version knows, ``blocks`` as u8 holding exactly the shape's blocks.
+    Returns (type id, elements, bytes, flat blocks), or None for a type it does not
+    know (kept as stored)."""
+    try:
+        gtype, elements, nbytes = check_attributes(shape, attributes, **where)
+    except UnsupportedError:
+        return None
+    label = attributes.get("ggml_type", gtype)
+    blocks = arrays.get("blocks")
+    if blocks is None:
+        raise FormatError("gguf_blocks object has no 'blocks' component", **where)
+    blocks = np.asarray(blocks)
+    if blocks.dtype != np.uint8:
+        raise FormatError(f"gguf_blocks needs u8 'blocks', got {blocks.dtype}", **where)
+    blocks = blocks.reshape(-1)
+    count = math.prod(shape)
+    if count % elements or blocks.size != count // elements * nbytes:
+        raise FormatError(f"{blocks.size} bytes of {show(label)} blocks do not hold the "
+                          f"{count} elements of shape {list(shape)}", **where)
+    return gtype, elements, nbytes, blocks
 
 
 def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = None):
@@ -40,20 +95,9 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
     from ztensor import batch
     from ztensor.formats.quantized import _output_type
 
-    gtype = obj.attributes.get("ggml_type_id")
-    label = obj.attributes.get("ggml_type", gtype)
-    if type(gtype) is not int or gtype not in _contract.GGML_BLOCKS:
-        raise UnsupportedError(f"ggml type {label!r} cannot be dequantized here (Q4_0, Q4_1, "
-                               "Q5_0, Q5_1, Q8_0, Q2_K..Q6_K can); it is kept as raw blocks")
-    elements, nbytes = _contract.GGML_BLOCKS[gtype]
-    blocks = np.asarray(obj.components.get("blocks"))
-    if blocks.dtype != np.uint8:
-        raise FormatError(f"gguf_blocks needs u8 'blocks', got {blocks.dtype}")
-    blocks = blocks.reshape(-1)
+    check_attributes(obj.shape, obj.attributes)  # UnsupportedError for unknown types
+    gtype, elements, nbytes, blocks = validate(obj.shape, obj.attributes, obj.components)
     count = math.prod(obj.shape)
-    if count % elements or blocks.size != count // elements * nbytes:
-        raise FormatError(f"{blocks.size} bytes of {label} blocks do not hold the "
-                          f"{count} elements of shape {list(obj.shape)}")
     out = np.empty(count, np.float32)
     nblocks = count // elements
     parts = max(1, min(threads or batch.default_threads(), nblocks // 1024 or 1))

@@ -38,47 +38,95 @@ _OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
 def check_entry(checker, name, shape, comps):
     """Manifest check at open: nothing beyond the generic checks.  A quantized
     object in another convention is still a valid object (read() returns its
-    components as stored); dequantize() is where a convention must be ours."""
+    components as stored); :func:`validate` is where a convention must be ours."""
+
+
+def check_attributes(shape, attributes, **where):
+    """THE rule for a quantized_group object's attributes, used by ``dequantize``,
+    by every read (:func:`assemble`, hence ``verify``) and by the writer before it
+    writes (:func:`prepare`, and ``Writer.copy_from`` through
+    ``formats.check_attributes``).  Returns ``(bits, group_size)`` as stored.
+
+    Raises
+    ------
+    FormatError
+        Values no convention could mean: ``bits`` not an integer in [1, 32] (codes
+        are packed into int32 words), ``group_size`` not an integer that is -1 or in
+        [1, 2**63).  Such an object is refused by every read and never written.
+    UnsupportedError
+        Well-formed values naming a convention ztensor does not implement (bits 5,
+        ``pack_order: "msb_first"``, ...).  The object is valid: read() returns its
+        components as stored, the writer writes it; only ``dequantize`` refuses it.
+    """
+    bits, group_size = attributes.get("bits"), attributes.get("group_size")
+    _check_widths(bits, group_size, where)
+    want = {"packing": _packing(bits), "pack_axis": 0, "pack_order": "lsb_first"}
+    for key, value in want.items():
+        got = attributes.get(key, value)
+        if type(got) is not type(value) or got != value:
+            raise UnsupportedError(f"{key}={show(got)} is not a convention ztensor "
+                                   f"implements ({key}={value!r}); see "
+                                   "docs/quantized_group.md", **where)
+    return bits, group_size
+
+
+def _check_widths(bits, group_size, where):
+    """``bits`` and ``group_size`` as check_attributes states them (also for the
+    values a GPTQ mapping's caller passes)."""
+    if type(bits) is not int:
+        raise FormatError(f"bits must be an integer, got {show(bits)}", **where)
+    if not 1 <= bits <= 32:
+        raise FormatError(f"bits must be an integer in [1, 32] (codes packed in int32 words), "
+                          f"got {show(bits)}", **where)
+    if bits not in BITS:
+        raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
+                               "supported", **where)
+    if type(group_size) is not int:
+        raise FormatError(f"group_size must be an integer, got {show(group_size)}", **where)
+    if group_size != -1 and not 0 < group_size < 1 << 63:
+        raise FormatError(f"group_size must be -1 or in [1, 2**63), got {show(group_size)}",
+                          **where)
+
+
+def validate(shape, attributes, arrays, **where):
+    """Everything a read refuses in a quantized_group object, before anything uses
+    it: its attributes (:func:`check_attributes`), then, for an object in our
+    convention, every component's size, dtype and ``g_idx`` range, exactly as
+    ``dequantize`` checks them.  Returns the checked kernel inputs, or None for a
+    well-formed object in another convention (kept as stored)."""
+    try:
+        check_attributes(shape, attributes, **where)
+    except UnsupportedError:
+        return None
+    probe = Tensor(arrays, shape=shape, format="quantized_group", attributes=attributes)
+    return _from_tensor(probe, where)
 
 
 def prepare(fmt, shape, prepared, **where):
-    """Write side: components are stored as given (read() gives them back)."""
+    """Write side: components are stored as given (read() gives them back).  The
+    writer runs :func:`validate` on them first (``formats.check_object``), so it
+    never writes what a read refuses."""
     return prepared
 
 
 def assemble(spec, arrays, **where):
     """Read side: components in their 2-D layout when the object follows our
-    convention (and then g_idx values are checked: one outside [0, G) is corrupt),
-    else left 1-D (a file from another convention still reads)."""
-    probe = Tensor(arrays, shape=spec.shape, format="quantized_group",
-                   attributes=spec.attributes)
-    try:
-        layout = _Layout.from_tensor(probe, {"obj": spec.name, **where})
-    except (FormatError, UnsupportedError):
+    convention (all of :func:`validate` holds, or the read is refused), else left
+    1-D (a well-formed file from another convention still reads)."""
+    where = {"obj": spec.name, **where}
+    inputs = validate(spec.shape, spec.attributes, arrays, **where)
+    if inputs is None:
         return arrays
-    shaped = {role: layout.shaped(role, arr) for role, arr in arrays.items()}
-    if "g_idx" in arrays:
-        layout.check_g_idx(arrays["g_idx"])
-    return shaped
+    return {role: inputs.layout.shaped(role, arr) for role, arr in arrays.items()}
 
 
 class _Layout:
     """Sizes of one quantized weight, checked against each other before any kernel runs."""
 
     def __init__(self, N, K, bits, group_size, where):
-        if type(bits) is not int:
-            raise FormatError(f"bits must be an integer, got {show(bits)}", **where)
-        if bits not in BITS:
-            raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
-                                   "supported", **where)
-        if type(group_size) is not int:
-            raise FormatError(f"group_size must be an integer, got {show(group_size)}",
-                              **where)
+        _check_widths(bits, group_size, where)
         if group_size == -1:  # GPTQ's "one group per row": the whole of K
             group_size = max(K, 1)
-        if not 0 < group_size < 1 << 63:
-            raise FormatError(f"group_size must be -1 or in [1, 2**63), got {show(group_size)}",
-                              **where)
         self.N, self.K, self.bits, self.group_size = N, K, bits, group_size
         self.per = _contract.block_codes(bits)  # codes per block of whole words
         if K % self.per:
@@ -93,21 +141,8 @@ class _Layout:
         if len(t.shape) != 2:
             raise FormatError(f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}",
                               **where)
-        attrs = t.attributes
-        layout = cls(t.shape[0], t.shape[1], attrs.get("bits"), attrs.get("group_size"), where)
-        layout.check_convention(attrs)
-        return layout
-
-    def check_convention(self, attrs):
-        """The packing attributes, when present, must name our convention: an object
-        packed any other way would otherwise dequantize to wrong weights silently."""
-        want = {"packing": _packing(self.bits), "pack_axis": 0, "pack_order": "lsb_first"}
-        for key, value in want.items():
-            got = attrs.get(key, value)
-            if type(got) is not type(value) or got != value:
-                raise UnsupportedError(f"{key}={show(got)} is not a convention ztensor "
-                                       f"implements ({key}={value!r}); see "
-                                       "docs/quantized_group.md", **self.where)
+        bits, group_size = check_attributes(t.shape, t.attributes, **where)
+        return cls(t.shape[0], t.shape[1], bits, group_size, where)
 
     def shaped(self, role, arr):
         shapes = {"packed_weight": (_contract.stream_words(self.K, self.bits), self.N),
@@ -251,22 +286,24 @@ def _output_type(dtype):
     return _OUT[dt], dt
 
 
-def _from_tensor(t) -> _Inputs:
+def _from_tensor(t, where=None) -> _Inputs:
+    where = where or {}
     if t.format != "quantized_group":
-        raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}")
+        raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}",
+                          **where)
     for role in ("packed_weight", "scales"):
         if role not in t.components:
-            raise FormatError(f"quantized_group object has no {role!r} component")
-    layout = _Layout.from_tensor(t)
+            raise FormatError(f"quantized_group object has no {role!r} component", **where)
+    layout = _Layout.from_tensor(t, where)
     comps = t.components
     qweight = _int32_words(layout.shaped("packed_weight", np.asarray(comps["packed_weight"])),
-                           "packed_weight", {})
+                           "packed_weight", where)
     scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(comps["scales"])),
-                                      "scales", {})
+                                      "scales", where)
     zeros, zero_type = None, kernels.ZERO_NONE
     if "zeros" in comps:
         zeros, zero_type = _float_bytes(layout.shaped("zeros", np.asarray(comps["zeros"])),
-                                        "zeros", {})
+                                        "zeros", where)
     g_idx = layout.check_g_idx(comps["g_idx"]) if "g_idx" in comps else None
     return _Inputs(layout, qweight, scales, scale_type, zeros, zero_type, g_idx)
 
