@@ -2,6 +2,7 @@
 their ``metadata`` rule and saving to bytes."""
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from typing import Any, Callable, Dict, Optional
@@ -23,8 +24,28 @@ def to_bytes(save_file: Callable[..., None], tensors: Any, *args: Any, **kwargs:
     fd, path = tempfile.mkstemp(suffix=".zt")
     os.close(fd)
     try:
-        save_file(tensors, path, *args, **kwargs)
+        with named_as_bytes(path):
+            save_file(tensors, path, *args, **kwargs)
         with open(path, "rb") as f:
             return f.read()
     finally:
         os.unlink(path)
+
+
+BYTES = "<bytes>"  # how an error names an in-memory file (as Source does)
+
+
+@contextlib.contextmanager
+def named_as_bytes(internal: str):
+    """Errors raised inside name the caller's bytes (``<bytes>``), never ``internal``,
+    the temporary file they pass through: the caller never saw that name, and it is
+    gone when the error arrives."""
+    from ztensor.errors import ZTensorError
+    try:
+        yield
+    except ZTensorError as exc:
+        if exc.path is not None and os.fspath(exc.path) == internal:
+            exc.path = BYTES
+        exc.message = exc.message.replace(internal, BYTES)
+        exc.args = (exc._render(),)
+        raise

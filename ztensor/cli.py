@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ztensor import spec
 from ztensor._version import __version__
 from ztensor.errors import ZTensorError
 from ztensor.reader import Reader
+from ztensor.stats import DEFAULT_MAX_ELEMENTS
 
 
 def _printable(text) -> str:
@@ -238,7 +240,8 @@ def cmd_stats(reader, args, out):
     from ztensor.stats import sparkline, tensor_stats
 
     names = args.names or reader.keys()
-    rows = [tensor_stats(reader, name, bins=args.bins) for name in names]
+    rows = [tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements)
+            for name in names]
     flagged = [r["name"] for r in rows if r["nan"] or r["posinf"] or r["neginf"]]
     if args.json:
         _dump_json({"tensors": rows, "with_nan_or_inf": flagged}, out)
@@ -331,7 +334,7 @@ def cmd_diff(args, out):
         changes = [{"name": n, "change": "removed"} for n in sorted(names_a - names_b)]
         changes += [{"name": n, "change": "added"} for n in sorted(names_b - names_a)]
         for name in sorted(names_a & names_b):
-            change = _compare(a, b, name)
+            change = _compare(a, b, name, args.max_elements)
             if change:
                 changes.append({"name": name, "change": "changed", **change})
         if a.attributes != b.attributes:
@@ -349,7 +352,7 @@ def cmd_diff(args, out):
     return 0 if not changes else 1
 
 
-def _compare(a, b, name):
+def _compare(a, b, name, max_elements):
     ma, mb = a.metadata(name), b.metadata(name)
     for field in ("format", "shape", "dtype", "type"):
         if getattr(ma, field) != getattr(mb, field):
@@ -363,7 +366,7 @@ def _compare(a, b, name):
         x, y = np.asarray(ta.components[role]), np.asarray(tb.components[role])
         if x.shape != y.shape or x.dtype != y.dtype:
             return {role: f"{x.dtype}{list(x.shape)} -> {y.dtype}{list(y.shape)}"}
-        difference = _value_difference(x.reshape(-1), y.reshape(-1))
+        difference = _value_difference(x, y, max_elements, name)
         if difference:
             return {role: difference}
     return None
@@ -379,26 +382,41 @@ def _attribute_difference(x, y):
 _DIFF_CHUNK = 1 << 18  # elements per step: a few MiB of scratch whatever the size
 
 
-def _value_difference(x, y):
+def _value_difference(x, y, max_elements, name):
     """None when the stored elements are identical bit for bit, else a summary.
-    Walks both arrays in chunks: peak memory is a few chunks, not copies of both."""
+    Walks both arrays in chunks: peak memory is a few chunks, not copies of both.
+    Axes that repeat one element in both (stride 0: torch's expand) are compared
+    once; more than ``max_elements`` distinct elements is a LimitError (stats.py)."""
+    from ztensor.errors import LimitError
+    from ztensor.stats import chunks
+
+    total = x.size
+    repeat = 1
+    index = []
+    for size, sx, sy in zip(x.shape, x.strides, y.strides):
+        both = sx == 0 and sy == 0 and size > 1
+        repeat *= size if both else 1
+        index.append(slice(0, 1) if both else slice(None))
+    x, y = x[tuple(index)], y[tuple(index)]
+    if x.size > max_elements:
+        raise LimitError(f"{x.size} elements to compare, more than the limit of "
+                         f"{max_elements}: raise it with --max-elements N", obj=name)
     floating = x.dtype.kind in "fc" or x.dtype.name in ("bfloat16",) or "float8" in x.dtype.name
-    differ, worst, total = 0, 0.0, x.size
-    for start in range(0, total, _DIFF_CHUNK):
-        xs, ys = x[start:start + _DIFF_CHUNK], y[start:start + _DIFF_CHUNK]
+    differ, worst = 0, 0.0
+    for xs, ys in zip(chunks(x, _DIFF_CHUNK), chunks(y, _DIFF_CHUNK)):
         if xs.view(np.uint8).tobytes() == ys.view(np.uint8).tobytes() if xs.dtype.itemsize \
                 else True:
             continue
         if floating:
             xf, yf = xs.astype(np.complex128 if x.dtype.kind == "c" else np.float64), \
                 ys.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-            with np.errstate(invalid="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"):
                 bad = ~((xf == yf) | (np.isnan(xf) & np.isnan(yf)))
                 if bad.any():
                     worst = max(worst, float(np.nanmax(np.abs(xf[bad] - yf[bad]))))
         else:
             bad = xs != ys
-        differ += int(np.count_nonzero(bad))
+        differ += int(np.count_nonzero(bad)) * repeat
     if not differ:
         return None
     if floating:
@@ -461,6 +479,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--level", type=_compress_level, default=None, metavar="LEVEL",
                            help="the zstd level for --compress (also --compress=LEVEL)")
             p.add_argument("--checksum", choices=["crc32c", "sha256"])
+        if name in ("stats", "diff"):
+            p.add_argument("--max-elements", type=_count, default=DEFAULT_MAX_ELEMENTS,
+                           metavar="N", help="refuse a tensor with more than N distinct "
+                           f"elements to walk (default {DEFAULT_MAX_ELEMENTS}; elements a "
+                           "stride-0 view repeats count once)")
         if name == "stats":
             p.add_argument("names", nargs="*", metavar="NAME", help="tensors (default: all)")
             p.add_argument("--bins", type=_positive, default=10,
@@ -483,6 +506,16 @@ def _positive(text):
     return value
 
 
+def _count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def _split_compress_level(argv):
     """``--compress=5`` -> ``--compress --level 5``: a bare ``--compress`` takes no
     value, so ``convert --compress IN OUT`` never mistakes IN for a level."""
@@ -501,6 +534,20 @@ def main(argv=None, out=None) -> int:
     if getattr(args, "level", None) is not None:  # a level implies --compress
         args.compress = args.level
     out = out or sys.stdout
+    # Python's warnings (a GGUF type this version does not know, numpy's) are never
+    # printed as they come, file:line and source over three lines: an error prints
+    # its one line alone; a success folds them into one "warning:" line, which
+    # --quiet drops too (docs/cli.md)
+    with warnings.catch_warnings(record=True) as caught:
+        code = _run(args, out)
+    if caught and code != 2 and not args.quiet:
+        first = str(caught[0].message)
+        more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
+        sys.stderr.write(f"ztensor: warning: {_printable(first[:500])}{more}\n")
+    return code
+
+
+def _run(args, out) -> int:
     handler = COMMANDS[args.command][0]
     try:
         if args.command in ("ls", "info", "stats"):
@@ -523,7 +570,7 @@ def main(argv=None, out=None) -> int:
         sys.stderr.write(f"ztensor: {_printable(text)}\n")
         return 2
     except (ValueError, TypeError, RecursionError, MemoryError, UnicodeError,
-            OverflowError) as exc:
+            ArithmeticError, LookupError) as exc:
         # never a traceback: a problem no check above named still gets one line
         sys.stderr.write(f"ztensor: {_printable(type(exc).__name__)}: "
                          f"{_printable(str(exc)[:500])}\n")

@@ -522,11 +522,14 @@ def open_bytes(data: Any, **kwargs: Any) -> Reader:
     if bytes(view[:4]) != b"ZTEN" and len(view) >= 9 and view[8] == ord("{"):
         import tempfile
         fd, path = tempfile.mkstemp(suffix=".safetensors")
+        from ztensor._save import BYTES, named_as_bytes
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(view)
-            reader = Reader(path, **kwargs)
+            with named_as_bytes(path):  # errors name the caller's bytes, not our file
+                reader = Reader(path, **kwargs)
         finally:
             os.unlink(path)  # the mapping keeps the bytes; nothing is left on disk
+        reader.path = BYTES
         return reader
     return Reader(data, **kwargs)

@@ -13,7 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ztensor import _save, dtypes
-from ztensor.errors import SafetensorError
+from ztensor.attributes import show
+from ztensor.errors import FormatError, SafetensorError, UnsupportedError
+from ztensor.objects import shape_problem
 
 # torch-style names -> (numpy little-endian storage, logical type); safetensors'
 # names come from dtypes.SAFETENSORS_STORAGE
@@ -32,24 +34,36 @@ _NAME_OF = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8
 
 
 def _arrays(tensor_dict: Any):
+    """(name, array, logical type) of each dtype/shape/bytes dict, every field checked
+    first: any bad value is a FormatError naming the tensor, never numpy's error."""
     if not isinstance(tensor_dict, dict):
         raise SafetensorError(f"expected a dict of tensors, got {type(tensor_dict).__name__}")
     for name, info in tensor_dict.items():
         if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
-            raise SafetensorError(f"tensor {name!r} needs 'dtype', 'shape' and 'data'")
-        kind = _TORCH_NAMES.get(info["dtype"]) or dtypes.SAFETENSORS_STORAGE.get(info["dtype"])
+            raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", obj=name)
+        dtype_name = info["dtype"]
+        kind = (_TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
+                if isinstance(dtype_name, str) else None)
         if kind is None:
-            raise SafetensorError(f"tensor {name!r}: unknown dtype {info['dtype']!r}")
+            raise FormatError(f"unknown dtype {show(dtype_name)}", obj=name)
         shape = info["shape"]
         if not isinstance(shape, (list, tuple)) or not all(
                 type(d) is int and d >= 0 for d in shape):
-            raise SafetensorError(f"tensor {name!r}: shape must be a list of sizes")
+            raise FormatError("shape must be a list of sizes", obj=name)
         dtype = np.dtype(kind[0])
-        data = memoryview(info["data"]).cast("B")
+        # numpy's own limits (a dimension or an extent of 2**63 or more), as the reader
+        # states them (objects.shape_problem), before numpy is asked
+        problem = shape_problem(shape, dtype.itemsize)
+        if problem:
+            raise FormatError(f"shape: {problem}", obj=name)
+        try:
+            data = memoryview(info["data"]).cast("B")
+        except (TypeError, ValueError) as exc:
+            raise FormatError(f"'data' must be bytes-like: {exc}", obj=name) from None
         if len(data) != math.prod(shape) * dtype.itemsize:
-            raise SafetensorError(f"tensor {name!r}: {len(data)} bytes of data, shape "
-                                  f"{list(shape)} of {info['dtype']} needs "
-                                  f"{math.prod(shape) * dtype.itemsize}")
+            raise FormatError(f"{len(data)} bytes of data, shape {list(shape)} of "
+                              f"{dtype_name} needs {math.prod(shape) * dtype.itemsize}",
+                              obj=name)
         yield name, np.frombuffer(data, dtype).reshape(shape), kind[1]
 
 
@@ -79,6 +93,10 @@ def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
     with open_bytes(data) as r:
         for name in r.keys():
             meta = r.metadata(name)
+            if meta.format != "dense":  # a dtype/shape/bytes dict holds dense tensors only
+                raise UnsupportedError(f"deserialize returns dense tensors; this object is "
+                                       f"{meta.format!r}: read it with ztensor.Reader(...)"
+                                       ".read()", path=r.path, obj=name)
             comp = meta.components["data"]
             arr = np.ascontiguousarray(r.read(name).components["data"])
             if arr.dtype.itemsize > 1 and not arr.dtype.isnative or arr.dtype.byteorder == ">":

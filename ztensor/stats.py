@@ -4,36 +4,59 @@ Checkpoints with NaNs or Infs are a common bug (an overflowing fp16 cast, a dive
 run); ``ztensor stats`` and :func:`tensor_stats` find them without loading a model.
 Values are streamed in chunks from the (memory-mapped) file, so memory stays at one
 chunk whatever the tensor's size; the histogram takes a second pass over the same
-bytes.  bf16 and FP8 decode in C; complex values are summarised by magnitude;
-sparse objects by their stored values; quantized_group objects are dequantized.
+bytes.  bf16 and FP8 decode in C, a chunk at a time; complex values are summarised by
+magnitude; sparse objects by their stored values; quantized_group and gguf_blocks
+objects are dequantized.
+
+Work follows the elements a file really holds, never the size a view declares:
+
+* an axis along which a view repeats one element (stride 0: ``torch.save`` of
+  ``x.expand(...)``, a 1.5 KB file that declares 2**34 elements) is summarised once
+  and its counts weighted by the repeat: exact, and instant (:func:`distinct`);
+* what is left must hold at most ``max_elements`` elements (default
+  :data:`DEFAULT_MAX_ELEMENTS`, 2**32): a view whose strides overlap can still declare
+  far more elements than its bytes, and is refused with a ``LimitError`` that names
+  the limit and how to raise it (``tensor_stats(max_elements=...)``,
+  ``ztensor stats --max-elements N``).
+
+Sums never overflow: values are scaled by a power of two no smaller than the largest
+magnitude (exact), so a valid float64 tensor of +-1.7e308 has its figures too.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
 
-from ztensor.errors import UnsupportedError
+from ztensor import dtypes, floatconv
+from ztensor.errors import LimitError, UnsupportedError
 
 _CHUNK = 1 << 20  # elements per pass step
+DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
 
 
-def tensor_stats(reader: Any, name: str, *, bins: int = 10) -> Dict[str, Any]:
+def tensor_stats(reader: Any, name: str, *, bins: int = 10,
+                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> Dict[str, Any]:
     """Statistics of object ``name`` of an open reader.
 
     Returns a dict: ``count``, ``nan``, ``posinf``, ``neginf``, ``zeros``, and over the
     finite values ``min``, ``max``, ``mean``, ``std`` (None when there are none) and
     ``histogram`` (``bins`` counts over ``[min, max]``, with its ``edges``); ``of`` says
-    what was summarised ("values", "magnitude", "stored values", "dequantized")."""
-    values, of = _values(reader, name)
-    flat = values.reshape(-1)
-    count = flat.size
+    what was summarised ("values", "magnitude", "stored values", "dequantized").
+
+    Raises LimitError when the tensor holds more than ``max_elements`` distinct
+    elements (elements a stride-0 view repeats count once)."""
+    if type(max_elements) is not int or max_elements < 1:
+        raise ValueError(f"max_elements must be a positive integer, got {max_elements!r}")
+    values, storage, ltype, of = _values(reader, name, max_elements)
+    count = values.size
+    values, repeat = distinct(values)
+    if values.size > max_elements:
+        raise _too_many(values.size, max_elements, reader, name)
     nan = posinf = neginf = zeros = finite = 0
-    total = 0.0
     lo, hi = math.inf, -math.inf
-    for start in range(0, count, _CHUNK):
-        part = _as_float(flat[start:start + _CHUNK])
+    for part in _floats(values, storage, ltype):
         isnan = np.isnan(part)
         isinf = np.isinf(part)
         nan += int(isnan.sum())
@@ -43,49 +66,135 @@ def tensor_stats(reader: Any, name: str, *, bins: int = 10) -> Dict[str, Any]:
         good = part[~(isnan | isinf)]
         if good.size:
             finite += good.size
-            total += float(good.sum())
             lo, hi = min(lo, float(good.min())), max(hi, float(good.max()))
-    out = {"name": name, "of": of, "count": count, "nan": nan, "posinf": posinf,
-           "neginf": neginf, "zeros": zeros, "min": None, "max": None, "mean": None,
-           "std": None, "histogram": [], "edges": []}
+    out = {"name": name, "of": of, "count": count, "nan": nan * repeat,
+           "posinf": posinf * repeat, "neginf": neginf * repeat, "zeros": zeros * repeat,
+           "min": None, "max": None, "mean": None, "std": None, "histogram": [],
+           "edges": []}
     if not finite:
         return out
-    mean = total / finite
-    squares = 0.0
-    edges = np.linspace(lo, hi, bins + 1) if hi > lo else np.array([lo, lo + 1.0])
+    # a power of two within a factor 2 of the largest magnitude (2**1023 at most, so it
+    # is finite): x / scale is exact and in (-2, 2), so no sum below can overflow
+    # however large the values
+    top = max(abs(lo), abs(hi))
+    scale = math.ldexp(1.0, math.frexp(top)[1] - 1) if top else 1.0
+    edges = _edges(lo, hi, bins)
     hist = np.zeros(len(edges) - 1, np.int64)
-    for start in range(0, count, _CHUNK):  # second pass: spread, histogram
-        part = _as_float(flat[start:start + _CHUNK])
+    n, mean, m2 = 0, 0.0, 0.0  # running count, mean, sum of squared deviations (scaled)
+    for part in _floats(values, storage, ltype):  # second pass: spread, histogram
         good = part[np.isfinite(part)]
-        squares += float(np.square(good - mean).sum())
+        if not good.size:
+            continue
+        scaled = good / scale
+        k = good.size
+        part_mean = float(scaled.mean())
+        part_m2 = float(np.square(scaled - part_mean).sum())
+        delta = part_mean - mean
+        total = n + k
+        mean += delta * k / total        # Chan et al.'s pairwise combination
+        m2 += part_m2 + delta * delta * n * k / total
+        n = total
         hist += np.histogram(good, edges)[0]
-    out.update(min=lo, max=hi, mean=mean, std=math.sqrt(squares / finite),
-               histogram=hist.tolist(), edges=edges.tolist())
+    out.update(min=lo, max=hi, mean=mean * scale, std=math.sqrt(m2 / n) * scale,
+               histogram=(hist * repeat).tolist(), edges=edges.tolist())
     return out
 
 
-def _values(reader, name):
+def _too_many(size, limit, reader, name):
+    return LimitError(f"{size} elements to summarise, more than the limit of {limit}: raise "
+                      "it with --max-elements N (tensor_stats(..., max_elements=N))",
+                      path=getattr(reader, "path", None), obj=name)
+
+
+def _edges(lo, hi, bins):
+    """``bins + 1`` histogram edges over [lo, hi] (numpy's linspace, which the figures
+    are compared with), computed without overflow when hi - lo exceeds float64."""
+    if not hi > lo:
+        return np.array([lo, lo + 1.0])
+    if math.isfinite(hi - lo):
+        return np.linspace(lo, hi, bins + 1)
+    t = np.arange(bins + 1) / bins
+    edges = np.maximum.accumulate(lo * (1 - t) + hi * t)  # each term is finite
+    edges[0], edges[-1] = lo, hi
+    return edges
+
+
+def distinct(arr: np.ndarray) -> Tuple[np.ndarray, int]:
+    """(the array without its repeating axes, how many times each element repeats).
+    An axis of stride 0 holds one element over and over (numpy's broadcast_to, torch's
+    expand): keeping one index of it loses nothing a count-weighted summary needs."""
+    arr = np.asarray(arr)
+    repeat = 1
+    index = []
+    for size, stride in zip(arr.shape, arr.strides):
+        if stride == 0 and size > 1:
+            repeat *= size
+            index.append(slice(0, 1))
+        else:
+            index.append(slice(None))
+    return (arr[tuple(index)], repeat) if repeat > 1 else (arr, 1)
+
+
+def chunks(arr: np.ndarray, n: int = _CHUNK) -> Iterator[np.ndarray]:
+    """C-order, contiguous 1-D pieces of ``arr`` of about ``n`` elements each, without
+    ever copying more than a piece (``reshape(-1)`` of a strided view copies it all)."""
+    if arr.size == 0:
+        return
+    if arr.ndim == 0:
+        yield arr.reshape(1)
+        return
+    if arr.flags.c_contiguous:
+        flat = arr.reshape(-1)
+        for start in range(0, flat.size, n):
+            yield flat[start:start + n]
+        return
+    inner = math.prod(arr.shape[1:])
+    if inner <= n:
+        rows = max(1, n // inner)
+        for start in range(0, arr.shape[0], rows):
+            yield np.ascontiguousarray(arr[start:start + rows]).reshape(-1)
+        return
+    for i in range(arr.shape[0]):
+        yield from chunks(arr[i], n)
+
+
+def _floats(values, storage, ltype):
+    for part in chunks(values, _CHUNK):
+        yield _as_float(part, storage, ltype)
+
+
+def _values(reader, name, max_elements):
+    """(elements as stored, storage dtype, logical type, what they are).  Nothing is
+    decoded or copied here: views stay views, so their declared size costs nothing."""
     meta = reader.metadata(name)
     if meta.format == "dense":
         comp = meta.components["data"]
-        if comp.type is not None or comp.dtype == "bf16":
-            if comp.type in ("complex64", "complex128"):
-                return np.abs(reader.read_numpy(name)), "magnitude"
-            return reader.read_numpy(name, dtype=np.float32), "values"  # decoded in C
-        values = reader.read_numpy(name)
-        return values, "values"
+        of = "magnitude" if comp.type in ("complex64", "complex128") else "values"
+        return np.asarray(reader.read(name).components["data"]), comp.dtype, comp.type, of
     if meta.format in ("sparse_csr", "sparse_coo"):
-        return np.asarray(reader.read(name).components["values"]), "stored values"
-    if meta.format == "quantized_group":
+        comp = meta.components["values"]
+        return (np.asarray(reader.read(name).components["values"]), comp.dtype, comp.type,
+                "stored values")
+    if meta.format in ("quantized_group", "gguf_blocks"):
+        if math.prod(meta.shape) > max_elements:  # before the dense output is made
+            raise _too_many(math.prod(meta.shape), max_elements, reader, name)
         from ztensor.formats import quantized
-        return quantized.dequantize(reader.read(name), dtype=np.float32), "dequantized"
+        return (quantized.dequantize(reader.read(name), dtype=np.float32), "f32", None,
+                "dequantized")
     raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path,
                            obj=name)
 
 
-def _as_float(part):
+def _as_float(part, storage=None, ltype=None):
+    """float64 values of one contiguous chunk: complex by magnitude, bf16 and FP8 bit
+    patterns (how they read without ml_dtypes, and from foreign files) decoded."""
     if part.dtype.kind == "c":
-        return np.abs(part).astype(np.float64)
+        with np.errstate(over="ignore"):  # a magnitude beyond float64 is an infinity
+            return np.abs(part.astype(np.complex128, copy=False))
+    if part.dtype.kind == "u" and storage == "bf16":
+        return floatconv.bf16_to_float32(part).astype(np.float64)
+    if part.dtype.kind == "u" and storage == "u8" and ltype in dtypes.FP8_TYPES:
+        return floatconv.fp8_to_float(part, ltype).astype(np.float64)
     if part.dtype.kind == "f" and part.dtype.itemsize >= 4:
         return part.astype(np.float64, copy=False)
     return part.astype(np.float64)
@@ -102,4 +211,4 @@ def sparkline(counts) -> str:
     return "".join(SPARK[0 if not c else 1 + (len(SPARK) - 2) * c // top] for c in counts)
 
 
-__all__ = ["tensor_stats", "sparkline"]
+__all__ = ["tensor_stats", "sparkline", "distinct", "chunks", "DEFAULT_MAX_ELEMENTS"]
