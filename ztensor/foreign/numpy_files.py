@@ -1,11 +1,17 @@
-"""``.npy`` and ``.npz``: numpy's own readers, with ``allow_pickle=False``.
+"""``.npy`` and ``.npz``: numpy's own header readers, with no pickles.
 
-A ``.npy`` is memory-mapped.  An ``.npz`` member is loaded when asked for, after its
-header is parsed and the bytes it really holds are counted: numpy allocates a
-member's declared shape before reading it, and the zip directory's sizes are claims
-too (see _check_member_size)."""
+A ``.npy`` is memory-mapped by numpy (``allow_pickle=False``).  An ``.npz`` is read
+through :class:`~ztensor.foreign.zip_members.ZipArchive`, the one home of the
+zip-member rules (encryption, duplicate and overlapping members, declared sizes,
+bounded decoding, limits).  Each member's ``.npy`` header is parsed at open; its
+array is made when asked for, from the bytes the member really holds: a view of the
+mapped file when stored, else decoded (numpy's own reader would allocate the
+header's declared shape first).  Member names lose their ``.npy`` through one
+:class:`~ztensor.foreign.names.NameTable`, so ``a`` and ``a.npy`` are an error naming
+both, never one array hiding the other."""
 from __future__ import annotations
 
+import io
 import lzma
 import math
 import os
@@ -18,6 +24,8 @@ import numpy as np
 
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import Entry, ForeignFile, eager
+from ztensor.foreign.names import NameTable
+from ztensor.foreign.zip_members import ZipArchive
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor import dtypes
@@ -50,45 +58,60 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
 
 def open_npz(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
+    archive = ZipArchive(name, limits, ".npz archive")
     try:
-        archive = np.load(name, allow_pickle=False)
-    except READ_ERRORS as exc:
-        raise FormatError(f"not a readable .npz file: {exc}", path=name) from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise FormatError("not an .npz archive (a plain .npy inside?)", path=name)
-    entries = {}
-    try:
-        for key in archive.files:
-            try:
-                shape, dtype = _member_header(archive, key)
-            except READ_ERRORS as exc:
-                raise FormatError(f"cannot read the array header: {exc}", path=name,
-                                  obj=key) from None
-            entries[key] = Entry(_header_spec(name, key, shape, dtype),
-                                 lambda key=key: _load_member(archive, key, name))
+        return _open_npz(name, archive, limits)
+    except MemoryError:
+        archive.close()
+        raise LimitError("not enough memory to read the archive", path=name) from None
     except BaseException:
         archive.close()
         raise
+
+
+def _open_npz(name, archive, limits) -> ForeignFile:
+    keys = NameTable(name, "array")
+    entries = {}
+    for member in archive.members:
+        # numpy.savez names a member `<key>.npy`; np.load strips the suffix the same way
+        key = keys.claim(member[:-4] if member.endswith(".npy") else member, member)
+        if len(keys) > limits.max_objects:
+            raise LimitError(f"more than max_objects {limits.max_objects} arrays", path=name)
+        shape, fortran, dtype, offset = _member_header(archive, member, key)
+        spec = _header_spec(name, key, shape, dtype, limits)
+        entries[key] = Entry(spec, lambda member=member, key=key, shape=shape,
+                             fortran=fortran, dtype=dtype, offset=offset:
+                             _load_member(archive, member, key, shape, fortran, dtype, offset))
+    archive.check_decoded(archive.members, lambda member: member)
     return ForeignFile(name, "npz", {}, entries, closer=archive.close)
 
 
-def _member(archive, key):
-    return key if key in archive.zip.namelist() else key + ".npy"
+# a .npy header: magic, version, length, then at most numpy's own header size limit
+_HEAD = 12 + 10_000
 
 
-def _member_header(archive, key):
-    with archive.zip.open(_member(archive, key)) as fp:
-        version = np.lib.format.read_magic(fp)
+def _member_header(archive, member, key):
+    """(shape, fortran_order, dtype, data offset) from a member's ``.npy`` header,
+    decoding no more of the member than the header can take."""
+    head = io.BytesIO(bytes(archive.read(member, obj=key, limit=_HEAD)))
+    try:
+        version = np.lib.format.read_magic(head)
         reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                   else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = reader(fp)
-    return shape, dtype
+        shape, fortran, dtype = reader(head)
+    except READ_ERRORS as exc:
+        raise FormatError(f"cannot read the array header: {exc}", path=archive.path,
+                          obj=key) from None
+    return shape, fortran, dtype, head.tell()
 
 
-def _header_spec(path, key, shape, dtype):
+def _header_spec(path, key, shape, dtype, limits):
     found = dtypes.spec_types_for(dtype)
-    if found is None:
+    if found is None or dtype.hasobject:
         raise FormatError(f"numpy dtype {dtype} has no zTensor type", path=path, obj=key)
+    if len(shape) > limits.max_rank:
+        raise LimitError(f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path,
+                         obj=key)
     problem = shape_problem(shape, dtype.itemsize)
     if problem:
         raise FormatError(problem, path=path, obj=key)
@@ -98,43 +121,20 @@ def _header_spec(path, key, shape, dtype):
                                                                       nbytes)})
 
 
-def _load_member(archive, key, path):
-    try:
-        _check_member_size(archive, key, path)
-        arr = archive[key]
-    except READ_ERRORS as exc:
-        raise FormatError(f"cannot read array: {exc}", path=path, obj=key) from None
-    except MemoryError:
-        raise LimitError("not enough memory for the array", path=path, obj=key) from None
-    return Tensor({"data": arr})
-
-
-def _check_member_size(archive, key, path):
-    """numpy allocates an .npz member's declared shape before reading its data, so
-    the member must really hold that many bytes.  The zip directory's sizes are
-    claims too (a 1 TiB ``file_size`` costs nothing to write), so the member is
-    decompressed and counted, in bounded chunks, up to what its header declares:
-    work proportional to the bytes it really yields, memory constant.  A stored
-    member whose bytes lie inside the archive is counted from the directory."""
-    member = _member(archive, key)
-    info = archive.zip.getinfo(member)
-    with archive.zip.open(member) as fp:
-        version = np.lib.format.read_magic(fp)
-        reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                  else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = reader(fp)
-        declared = math.prod(shape) * dtype.itemsize
-        archive_size = os.path.getsize(path)
-        if (info.compress_type == zipfile.ZIP_STORED and info.compress_size == info.file_size
-                and info.header_offset + info.compress_size <= archive_size):
-            present = info.file_size - fp.tell()
-        else:
-            present = 0
-            while present < declared:
-                chunk = fp.read(min(1 << 20, declared - present))
-                if not chunk:
-                    break
-                present += len(chunk)
-    if declared > present:
+def _load_member(archive, member, key, shape, fortran, dtype, offset):
+    """The member's array, from the bytes it holds (a view when stored): a member
+    that holds fewer bytes than its header declares is refused before anything of
+    the declared size is made."""
+    declared = math.prod(shape) * dtype.itemsize
+    if archive.members[member].size - offset < declared:
         raise FormatError(f"header declares {declared} bytes of data, the member holds "
-                          f"{present}", path=path, obj=key)
+                          f"{max(archive.members[member].size - offset, 0)}",
+                          path=archive.path, obj=key)
+    data = archive.read(member, obj=key)
+    try:
+        arr = np.frombuffer(data, dtype, math.prod(shape), offset)
+    except MemoryError:
+        raise LimitError("not enough memory for the array", path=archive.path,
+                         obj=key) from None
+    arr = arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+    return Tensor({"data": arr})

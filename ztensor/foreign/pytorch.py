@@ -2,21 +2,41 @@
 read without torch and without running the pickle's code.
 
 A checkpoint is a zip holding ``<prefix>/data.pkl`` (the pickled object) and one
-member per storage (``<prefix>/data/<key>``).  The pickle is read by
-:class:`RestrictedUnpickler`:
+member per storage (``<prefix>/data/<key>``).  The zip is read through
+:class:`~ztensor.foreign.zip_members.ZipArchive` (the one home of the zip-member
+rules: encryption, duplicate and overlapping members, sizes, limits).
 
-* ``find_class`` answers from an allowlist alone: the tensor rebuild functions
-  (``torch._utils._rebuild_tensor_v2``/``_v3``, ``_rebuild_parameter``), the storage
-  classes and dtypes, and ``collections.OrderedDict``.  Each name maps to a function
-  of this module; torch's own code is never imported or called.  Any other global
-  (``os.system``, ``builtins.eval``, a model class) is a FormatError naming it.
-* ``persistent_load`` maps a storage reference to a numpy view of its zip member
-  (stored members are views of the mapped file; compressed ones are decompressed).
+The pickle is read by :class:`RestrictedUnpickler`, Python's own pure-Python
+unpickler with a dispatch table of our own.  A pickle is a program for a stack
+machine; this one runs only the instructions a checkpoint needs, and each on the
+objects it may touch (see :func:`_dispatch`):
 
-Every tensor's offset, sizes and strides are checked against its storage before a
-view is made.  Tensors are then found in the unpickled object by a bounded walk:
-dict keys (nested dicts joined with ``.``) and list indices name them; plain
-values (numbers, strings) become attributes.
+* a global (GLOBAL, STACK_GLOBAL) is answered from an allowlist alone
+  (``torch._utils._rebuild_tensor_v2``/``_v3``, ``_rebuild_parameter``, the storage
+  classes and dtypes, ``collections.OrderedDict``), each by a fresh object made for
+  this load: a :class:`_Global` wrapping a function of this module, or a
+  :class:`_DType` marker.  torch's own code is never imported or called; any other
+  global (``os.system``, a model class) is a FormatError naming it;
+* REDUCE calls only a :class:`_Global`.  INST, OBJ, NEWOBJ(_EX), the EXT opcodes
+  (copyreg's global registry) and out-of-band buffers are refused;
+* BUILD (set an object's state) is accepted in the one shape ``torch.save`` writes: a
+  state dict's ``_metadata`` on an OrderedDict this load made.  SETITEM(S), DICT,
+  APPEND(S), ADDITEMS and FROZENSET act only on the plain containers the pickle built,
+  with plain keys, each key once.  So nothing a file holds can change an object that
+  outlives the read: module functions, classes, markers, earlier checkpoints;
+* the memo is a dict and every counted length is read from the bytes present, so a
+  declared size or memo index costs nothing (the C unpickler allocates both first);
+* ``persistent_load`` maps a storage reference to a :class:`_StorageRef`: its member,
+  element type and element count.  No byte of a storage is read while unpickling.
+
+Every tensor's offset, sizes and strides are checked against its storage's element
+count as it is rebuilt.  Tensors are then named by a bounded walk (:func:`_collect`):
+dict keys and list indices joined with ``.``, through one
+:class:`~ztensor.foreign.names.NameTable`, so two tensors that would print alike are an
+error naming both paths, never one dropped.  Plain values (numbers, strings) become
+``pickle.*`` attributes.  Only then are the storages' sizes held to the file's members
+and the :class:`~ztensor.spec.Limits`, and their members read: stored ones are views
+of the mapped file, deflated ones decoded (bounded).
 """
 from __future__ import annotations
 
@@ -24,20 +44,23 @@ import io
 import math
 import os
 import pickle
-import zipfile
+import pickletools
+import struct
 from collections import OrderedDict
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.foreign import ZIP_ERRORS, ForeignFile, eager
-from ztensor.source import Source
+from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorError
+from ztensor.foreign import ForeignFile, eager
+from ztensor.foreign.names import NameTable
+from ztensor.foreign.zip_members import ZipArchive
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_PICKLE = 256 << 20   # data.pkl holds structure, not data: far below this in practice
-MAX_RANK = 64
+MAX_DEPTH = 64           # containers a tensor may be nested in
+MAX_ATTRIBUTES = 10_000  # plain values kept as attributes (metadata, not tensors)
 
 # storage class / dtype name -> (numpy little-endian dtype, zTensor logical type)
 _DTYPES = {
@@ -56,9 +79,14 @@ _DTYPES = {
     "float8_e4m3fnuz": ("u1", "f8_e4m3fnuz"), "float8_e5m2fnuz": ("u1", "f8_e5m2fnuz"),
 }
 
+# the types a dict key or set item may have: hashing a deeply nested tuple recurses in C
+# without a guard, and a tensor under a key would have no name
+_KEY_TYPES = (str, int, float, bool, type(None), bytes)
+
 
 class _DType:
-    """What a storage class or dtype global unpickles to: a type marker."""
+    """What a storage class or dtype global unpickles to: a type marker, made afresh
+    for each global the pickle names."""
 
     __slots__ = ("name",)
 
@@ -66,218 +94,489 @@ class _DType:
         self.name = name
 
 
-class _Storage:
-    """A storage: its raw bytes (a numpy uint8 array) and element type."""
+class _Global:
+    """What an allowed function global unpickles to: made afresh per load, callable by
+    REDUCE only."""
 
-    __slots__ = ("raw", "dtype")
+    __slots__ = ("qualname", "fn")
 
-    def __init__(self, raw, dtype):
-        self.raw, self.dtype = raw, dtype
+    def __init__(self, qualname, fn):
+        self.qualname, self.fn = qualname, fn
+
+
+class _StateDict(OrderedDict):
+    """An OrderedDict the pickle made (``collections.OrderedDict()``, as a state dict
+    is written): the one object BUILD may set the state of."""
+
+
+class _StorageRef:
+    """One reference to a storage: its member, element type and element count."""
+
+    __slots__ = ("member", "dtype", "numel")
+
+    def __init__(self, member, dtype, numel):
+        self.member, self.dtype, self.numel = member, dtype, numel
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(_DTYPES[self.dtype.name][0]).itemsize
 
 
 class _TensorRecord:
-    """A rebuilt tensor: a checked numpy view (or copy) and its logical type."""
+    """A rebuilt tensor: its storage, checked geometry and element type; its array is
+    made once the storages are read."""
 
-    __slots__ = ("array", "ltype")
+    __slots__ = ("storage", "offset", "size", "stride", "dtype", "ltype")
 
-    def __init__(self, array, ltype):
-        self.array, self.ltype = array, ltype
-
-
-def _rebuild(storage, offset, size, stride, dtype_name=None):
-    if not isinstance(storage, _Storage):
-        raise FormatError("a tensor whose storage is not a storage reference")
-    name = dtype_name or storage.dtype.name
-    np_name, ltype = _DTYPES[name]
-    dtype = np.dtype(np_name)
-    if (not isinstance(size, (tuple, list)) or not isinstance(stride, (tuple, list))
-            or len(size) != len(stride) or len(size) > MAX_RANK
-            or not all(type(v) is int and 0 <= v < 1 << 62 for v in (offset, *size, *stride))):
-        raise FormatError(f"malformed tensor geometry: offset {offset!r}, size {size!r}, "
-                          f"stride {stride!r}")
-    count = storage.raw.size // dtype.itemsize
-    if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= count:
-        raise FormatError(f"tensor of size {list(size)}, stride {list(stride)} at offset "
-                          f"{offset} reaches past its storage of {count} elements")
-    if not math.prod(size):
-        return _TensorRecord(np.zeros(tuple(size), dtype), ltype)
-    elements = storage.raw[:count * dtype.itemsize].view(dtype)
-    view = np.lib.stride_tricks.as_strided(elements[offset:], shape=tuple(size),
-                                           strides=tuple(s * dtype.itemsize for s in stride),
-                                           writeable=False)
-    return _TensorRecord(view, ltype)
+    def __init__(self, storage, offset, size, stride, dtype, ltype):
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+        self.dtype, self.ltype = dtype, ltype
 
 
-def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None,
-                       metadata=None):
-    return _rebuild(storage, offset, size, stride)
+def _kind(value) -> str:
+    """What an object of the pickle is, for a message (never its repr: it may be huge
+    or nested past the recursion limit)."""
+    if isinstance(value, _Global):
+        return f"the function {value.qualname}"
+    return {_TensorRecord: "a tensor", _StorageRef: "a storage", _DType: "a dtype",
+            _StateDict: "an OrderedDict"}.get(type(value), f"a {type(value).__name__}")
 
 
-def _rebuild_tensor_v3(storage, offset, size, stride, requires_grad=False, hooks=None,
-                       dtype=None, metadata=None):
-    if not isinstance(dtype, _DType):
-        raise FormatError("_rebuild_tensor_v3 without a known dtype")
-    return _rebuild(storage, offset, size, stride, dtype.name)
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
-    if not isinstance(data, _TensorRecord):
-        raise FormatError("a parameter that does not hold a tensor")
-    return data
+def _check_key(key, what="dict key"):
+    if type(key) is tuple:
+        if not all(type(k) in _KEY_TYPES for k in key):
+            raise FormatError(f"a {what} that is a tuple of anything but plain values")
+    elif type(key) not in _KEY_TYPES:
+        raise FormatError(f"a {what} that is {_kind(key)}, not a plain value")
 
 
-_ALLOWED = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-}
+class _Load:
+    """The state of one load: its archive, limits, and what the rebuild functions
+    and BUILD set aside (the ignored arguments, walked later for stray tensors)."""
+
+    def __init__(self, archive, prefix, limits):
+        self.archive, self.prefix, self.limits = archive, prefix, limits
+        self.ignored: List[Tuple[str, Any]] = []
+
+    # ---- the functions the allowlist maps to (torch._utils' signatures)
+    def rebuild(self, storage, offset, size, stride, dtype_name=None) -> _TensorRecord:
+        if not isinstance(storage, _StorageRef):
+            raise FormatError(f"a tensor whose storage is {_kind(storage)}, not a storage "
+                              "reference")
+        name = dtype_name or storage.dtype.name
+        np_name, ltype = _DTYPES[name]
+        dtype = np.dtype(np_name)
+        if (type(size) not in (tuple, list) or type(stride) not in (tuple, list)
+                or len(size) != len(stride)
+                or not all(type(v) is int and 0 <= v < 1 << 62 for v in (offset, *size, *stride))):
+            raise FormatError("malformed tensor geometry: "
+                              f"offset {_show(offset)}, size {_show(size)}, stride {_show(stride)}")
+        if len(size) > self.limits.max_rank:
+            raise LimitError(f"a tensor of rank {len(size)}, above max_rank "
+                             f"{self.limits.max_rank}")
+        count = storage.nbytes // dtype.itemsize
+        if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= count:
+            raise FormatError(f"tensor of size {list(size)}, stride {list(stride)} at offset "
+                              f"{offset} reaches past its storage of {count} elements")
+        # a dimension of one element never moves: its stride is never used
+        stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))
+        return _TensorRecord(storage, offset, tuple(size), stride, dtype, ltype)
+
+    def rebuild_tensor_v2(self, storage, offset, size, stride, requires_grad=False,
+                          hooks=None, metadata=None):
+        self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
+        return self.rebuild(storage, offset, size, stride)
+
+    def rebuild_tensor_v3(self, storage, offset, size, stride, requires_grad=False,
+                          hooks=None, dtype=None, metadata=None):
+        if not isinstance(dtype, _DType):
+            raise FormatError("_rebuild_tensor_v3 without a known dtype")
+        self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
+        return self.rebuild(storage, offset, size, stride, dtype.name)
+
+    def rebuild_parameter(self, data, requires_grad=False, hooks=None, state=None):
+        if not isinstance(data, _TensorRecord):
+            raise FormatError(f"a parameter that holds {_kind(data)}, not a tensor")
+        self.ignored.append(("a parameter's hooks or state", (hooks, state)))
+        return data
+
+    def ordered_dict(self, *args):
+        if args:   # OrderedDict pickles as OrderedDict() and then its items
+            raise FormatError("collections.OrderedDict called with arguments")
+        return _StateDict()
+
+    def globals(self):
+        return {
+            ("collections", "OrderedDict"): self.ordered_dict,
+            ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor_v2,
+            ("torch._utils", "_rebuild_tensor_v3"): self.rebuild_tensor_v3,
+            ("torch._utils", "_rebuild_parameter"): self.rebuild_parameter,
+            ("torch._utils", "_rebuild_parameter_with_state"): self.rebuild_parameter,
+        }
+
+    def storage(self, pid) -> _StorageRef:
+        if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage"
+                or not isinstance(pid[1], _DType) or type(pid[2]) is not str
+                or type(pid[4]) is not int or not 0 <= pid[4] < 1 << 62):
+            raise FormatError(f"a persistent reference that is not a storage: {_kind(pid)}")
+        member = f"{self.prefix}data/{pid[2]}"
+        if member not in self.archive.members:
+            raise FormatError(f"storage {pid[2][:40]!r} is not in the archive")
+        return _StorageRef(member, pid[1], pid[4])
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that can build tensors, dicts and plain values, and nothing else."""
+# ---- the instructions that differ from Python's unpickler (each refuses what a
+# ---- checkpoint never does, so a file cannot reach an object it did not make)
+def _op_reduce(self):
+    args = self.stack.pop()
+    func = self.stack[-1]
+    if type(func) is not _Global:
+        raise FormatError(f"the pickle calls {_kind(func)}: only the allowlisted rebuild "
+                          "functions can be called")
+    if type(args) is not tuple:
+        raise FormatError(f"the arguments of {func.qualname} are {_kind(args)}, not a tuple")
+    self.stack[-1] = func.fn(*args)
 
-    def __init__(self, file, storages):
+
+def _op_build(self):
+    state = self.stack.pop()
+    inst = self.stack[-1]
+    # torch.save writes BUILD once: a state dict's `_metadata` (per-module versions)
+    if (type(inst) is not _StateDict or type(state) is not dict or set(state) != {"_metadata"}
+            or not isinstance(state["_metadata"], dict)):
+        raise FormatError(f"the pickle sets the state of {_kind(inst)} to {_kind(state)}: "
+                          "only a state dict's _metadata is accepted")
+    self.context.ignored.append(("a state dict's _metadata", state))
+
+
+def _set_items(target, pairs):
+    if type(target) not in (dict, _StateDict):
+        raise FormatError(f"the pickle sets items of {_kind(target)}")
+    for key, value in pairs:
+        _check_key(key)
+        if key in target:
+            raise FormatError(f"the pickle sets dict key {_show(key)} twice")
+        target[key] = value
+
+
+def _op_setitem(self):
+    value = self.stack.pop()
+    key = self.stack.pop()
+    _set_items(self.stack[-1], ((key, value),))
+
+
+def _op_setitems(self):
+    items = self.pop_mark()
+    if len(items) % 2:
+        raise FormatError("SETITEMS with a key and no value")
+    _set_items(self.stack[-1], zip(items[::2], items[1::2]))
+
+
+def _op_dict(self):
+    items = self.pop_mark()
+    if len(items) % 2:
+        raise FormatError("DICT with a key and no value")
+    target = {}
+    _set_items(target, zip(items[::2], items[1::2]))
+    self.append(target)
+
+
+def _op_append(self):
+    value = self.stack.pop()
+    if type(self.stack[-1]) is not list:
+        raise FormatError(f"the pickle appends to {_kind(self.stack[-1])}")
+    self.stack[-1].append(value)
+
+
+def _op_appends(self):
+    items = self.pop_mark()
+    if type(self.stack[-1]) is not list:
+        raise FormatError(f"the pickle appends to {_kind(self.stack[-1])}")
+    self.stack[-1].extend(items)
+
+
+def _op_additems(self):
+    items = self.pop_mark()
+    if type(self.stack[-1]) is not set:
+        raise FormatError(f"the pickle adds set items to {_kind(self.stack[-1])}")
+    for item in items:
+        _check_key(item, "set item")
+    self.stack[-1].update(items)
+
+
+def _op_frozenset(self):
+    items = self.pop_mark()
+    for item in items:
+        _check_key(item, "set item")
+    self.append(frozenset(items))
+
+
+_OPCODE_NAMES = {op.code.encode("latin-1")[0]: op.name for op in pickletools.opcodes}
+# values, containers, the memo, framing and globals: Python's own code, unchanged
+_PLAIN = ("PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 "
+          "BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE "
+          "BINUNICODE SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 "
+          "BYTEARRAY8 EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST LIST EMPTY_DICT "
+          "EMPTY_SET GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE GLOBAL "
+          "STACK_GLOBAL PERSID BINPERSID").split()
+_OURS = {"REDUCE": _op_reduce, "BUILD": _op_build, "SETITEM": _op_setitem,
+         "SETITEMS": _op_setitems, "DICT": _op_dict, "APPEND": _op_append,
+         "APPENDS": _op_appends, "ADDITEMS": _op_additems, "FROZENSET": _op_frozenset}
+
+
+def _refuser(name):
+    def refuse(self):
+        raise FormatError(f"the pickle uses the {name} instruction, which a checkpoint "
+                          "never needs")
+    return refuse
+
+
+def _dispatch():
+    """The unpickler's instruction table: every opcode not named here is refused
+    (INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, NEXT_BUFFER, READONLY_BUFFER, and any byte
+    that is no opcode)."""
+    base = pickle._Unpickler.dispatch
+    codes = {name: code for code, name in _OPCODE_NAMES.items()}
+    table = {code: _refuser(_OPCODE_NAMES.get(code, f"unknown opcode {code:#04x}"))
+             for code in range(256)}
+    for name in _PLAIN:
+        table[codes[name]] = base[codes[name]]
+    for name, fn in _OURS.items():
+        table[codes[name]] = fn
+    return table
+
+
+class RestrictedUnpickler(pickle._Unpickler):   # the Python one: its dispatch is a table
+    """An unpickler that can build tensors, dicts and plain values, and nothing else
+    (see the module doc)."""
+
+    dispatch = _dispatch()
+
+    def __init__(self, file, context: _Load):
         super().__init__(file)
-        self._storages = storages
+        self.context = context
+        self._globals = context.globals()
 
     def find_class(self, module, name):
-        found = _ALLOWED.get((module, name))
+        found = self._globals.get((module, name))
         if found is not None:
-            return found
+            return _Global(f"{module}.{name}", found)
         if module in ("torch", "torch.storage") and name in _DTYPES:
             return _DType(name)
-        raise FormatError(f"refusing to load {module}.{name} from a pickle: a checkpoint may "
-                          "hold tensors and plain containers only (no code is run)")
+        raise FormatError(f"refusing to load {module[:100]}.{name[:100]} from a pickle: a "
+                          "checkpoint may hold tensors and plain containers only (no code "
+                          "is run)")
 
     def persistent_load(self, pid):
-        if (not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage"
-                or not isinstance(pid[1], _DType) or not isinstance(pid[2], str)):
-            raise FormatError(f"unknown persistent reference {str(pid)[:80]}")
-        return self._storages(pid[2], pid[1], pid[4])
+        return self.context.storage(pid)
 
 
 def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
+    archive = ZipArchive(name, limits, "PyTorch checkpoint")
     try:
-        return _open(name)
-    except FormatError:
+        return _open(name, archive, limits)
+    except ZTensorError as exc:
+        archive.close()
+        if exc.path is None:   # raised inside the unpickler, which knows no path
+            raise type(exc)(exc.message, path=name, obj=exc.obj,
+                            component=exc.component) from None
         raise
-    except ZIP_ERRORS as exc:
-        raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
-                          f"{str(exc)[:200]}", path=name) from None
-
-
-def _open(name) -> ForeignFile:
-    try:
-        archive = zipfile.ZipFile(name)
-        members = {info.filename: info for info in archive.infolist()}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise FormatError(f"not a readable PyTorch checkpoint: {exc}", path=name) from None
-    pkl = next((n for n in members if n == "data.pkl" or n.endswith("/data.pkl")), None)
-    if pkl is None:
+    except MemoryError:
         archive.close()
+        raise LimitError("not enough memory to read the checkpoint", path=name) from None
+    except BaseException:
+        archive.close()
+        raise
+
+
+def _open(name, archive, limits) -> ForeignFile:
+    members = archive.members
+    pickles = [n for n in members if n == "data.pkl" or n.endswith("/data.pkl")]
+    if not pickles:
         raise FormatError("not a PyTorch checkpoint: no data.pkl", path=name)
+    if len(pickles) > 1:   # which one torch.load would take depends on its version
+        raise FormatError(f"two pickles, {pickles[0][:80]!r} and {pickles[1][:80]!r}: which "
+                          "is the checkpoint?", path=name)
+    pkl = pickles[0]
     prefix = pkl[:-len("data.pkl")]
-    order = archive.read(prefix + "byteorder").decode("ascii", "replace").strip() \
-        if prefix + "byteorder" in members else "little"
-    if order not in ("little", "big"):
-        archive.close()
-        raise FormatError(f"byteorder {order[:20]!r}", path=name)
-    source = Source(name)   # the one home of bounds checks: members are views of it
-    cache: Dict[str, _Storage] = {}
-
-    def storage(key, dtype, numel):
-        member = members.get(f"{prefix}data/{key}")
-        if member is None:
-            raise FormatError(f"storage {key[:40]!r} is not in the archive", path=name)
-        if key not in cache:
-            cache[key] = _Storage(_member_bytes(archive, member, source, name), dtype)
-        return cache[key]
-
-    info = members[pkl]
-    if info.file_size > MAX_PICKLE:
-        archive.close()
-        source.close()
-        raise LimitError(f"data.pkl of {info.file_size} bytes exceeds {MAX_PICKLE}", path=name)
+    order = "little"
+    if prefix + "byteorder" in members:
+        if members[prefix + "byteorder"].size > 16:
+            raise FormatError("the byteorder member is not 'little' or 'big'", path=name)
+        order = bytes(archive.read(prefix + "byteorder")).decode("ascii", "replace").strip()
+        if order not in ("little", "big"):
+            raise FormatError(f"byteorder {order[:20]!r}", path=name)
+    if members[pkl].size > MAX_PICKLE:
+        raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}",
+                         path=name)
+    raw = bytes(archive.read(pkl, obj=None))
+    load = _Load(archive, prefix, limits)
     try:
-        raw = archive.read(pkl)
-        obj = RestrictedUnpickler(io.BytesIO(raw), storage).load()
-    except FormatError as exc:
-        archive.close()
-        source.close()
-        raise FormatError(exc.message, path=name) from None
+        obj = RestrictedUnpickler(io.BytesIO(raw), load).load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, OverflowError, RecursionError, zipfile.BadZipFile, OSError) as exc:
-        archive.close()
-        source.close()
+            KeyError, OverflowError, RecursionError, struct.error) as exc:
+        if isinstance(exc, ZTensorError):
+            raise
         raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
                           f"{str(exc)[:200]}", path=name) from None
-    archive.close()
-    tensors, attributes = _collect(obj, len(raw), name)
+    tensors, attributes = _collect(obj, len(raw), name, limits)
+    _check_ignored(load.ignored, tensors, len(raw), name)
+    arrays = _read_storages(archive, tensors, name)
     entries = {}
     for key, record in tensors.items():
-        arr = record.array
+        arr = _view(arrays[record.storage.member], record, name, key)
         if order == "big" and arr.dtype.itemsize > 1:
             arr = arr.view(arr.dtype.newbyteorder(">"))  # the storages hold big-endian bytes
         tensor = Tensor({"data": arr}, shape=arr.shape,
                         types={"data": record.ltype} if record.ltype else None)
         entries[key] = eager(key, tensor)
-    return ForeignFile(name, "pickle", attributes, entries, closer=source.close)
+    return ForeignFile(name, "pickle", attributes, entries, closer=archive.close)
 
 
-def _member_bytes(archive, info, source, path):
-    """A storage member's bytes: a view of the mapped file when stored uncompressed
-    (torch.save stores them so), else decompressed."""
-    if info.compress_type == zipfile.ZIP_STORED and source.size:
-        local = bytes(source.view(info.header_offset, 30, "zip local header"))
-        if local[:4] != b"PK\x03\x04":
-            raise FormatError(f"storage member {info.filename[:60]!r}: no local header",
-                              path=path)
-        name_len = int.from_bytes(local[26:28], "little")
-        extra_len = int.from_bytes(local[28:30], "little")
-        start = info.header_offset + 30 + name_len + extra_len
-        return np.frombuffer(source.view(start, info.compress_size, "storage"), np.uint8)
+def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
+    """The bytes of every storage a named tensor uses, once each reference's size has
+    been held to its member's and the members' decoded sizes to the limits: nothing is
+    decoded or allocated for a size the pickle or the zip merely declares."""
+    users: Dict[str, str] = {}
+    for key, record in tensors.items():
+        ref = record.storage
+        member = archive.members[ref.member]
+        if ref.nbytes > member.size:
+            raise FormatError(f"the tensor reaches past its storage: the pickle declares "
+                              f"{ref.numel} elements ({ref.nbytes} bytes), member "
+                              f"{ref.member!r} holds {member.size}", path=path, obj=key)
+        users.setdefault(ref.member, key)
+    archive.check_decoded(users, users.get)
+    return {member: np.frombuffer(archive.read(member, obj=key), np.uint8)
+            for member, key in users.items()}
+
+
+def _view(raw, record, path, key):
+    """The tensor as a read-only numpy view of its storage's bytes (geometry checked
+    at rebuild); a tensor of no elements is an empty array."""
+    dtype = record.dtype
+    if not math.prod(record.size):
+        return np.zeros(record.size, dtype)
+    elements = raw[:record.storage.nbytes // dtype.itemsize * dtype.itemsize].view(dtype)
     try:
-        return np.frombuffer(archive.read(info), np.uint8)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError,
-            RuntimeError) as exc:
-        raise FormatError(f"cannot read storage {info.filename[:60]!r}: {exc}",
-                          path=path) from None
+        return np.lib.stride_tricks.as_strided(
+            elements[record.offset:], shape=record.size,
+            strides=tuple(s * dtype.itemsize for s in record.stride), writeable=False)
+    except (ValueError, OverflowError) as exc:
+        raise FormatError(f"tensor geometry numpy cannot view: {exc}", path=path,
+                          obj=key) from None
 
 
-def _collect(obj, budget, path) -> Tuple[Dict[str, _TensorRecord], Dict[str, Any]]:
+class _Node:
+    """A place in the unpickled object: its parent and key (the path is built only
+    for a tensor's name, so the walk stays linear however deep it goes)."""
+
+    __slots__ = ("parent", "key", "depth")
+
+    def __init__(self, parent, key):
+        self.parent, self.key = parent, key
+        self.depth = 0 if parent is None else parent.depth + 1
+
+    def keys(self) -> tuple:
+        out, node = [], self
+        while node is not None and node.parent is not None:
+            out.append(node.key)
+            node = node.parent
+        return tuple(reversed(out))
+
+
+def _containers(value):
+    """The children of a container the walk enters, else None."""
+    kind = type(value)
+    if kind in (dict, _StateDict):
+        return value.items()
+    if kind in (list, tuple):
+        return enumerate(value)
+    return None
+
+
+def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[str, Any]]:
     """Tensors (by dotted name) and plain values (as attributes) of the unpickled
-    object.  A pickle can share one container many times (its memo); each is
-    walked once and the walk stops after ``budget`` steps, so the work follows the
-    pickle's bytes, never what its sharing describes."""
+    object.
+
+    * Names go through one NameTable: ``{"a.b": t, "a": {"b": u}}`` or
+      ``{1: t, "1": u}`` is a FormatError naming both paths, never a tensor dropped.
+    * A tensor nested deeper than MAX_DEPTH containers is a LimitError (the walk goes
+      on past that depth to look for one, within its budget).
+    * A pickle can share one container many times (its memo); each is walked once,
+      by the first path the walk takes (a later path reaches the same tensors), and
+      the walk stops after ``budget`` steps, so the work follows the pickle's bytes,
+      never what its sharing describes.
+    """
+    names = NameTable(path, "tensor")
+    attribute_names = NameTable(path, "attribute")
     tensors: Dict[str, _TensorRecord] = {}
     attributes: Dict[str, Any] = {}
     seen = set()
-    stack = [("", obj, 0)]
+    stack = [(_Node(None, None), obj)]
     steps = 0
     while stack:
-        prefix, value, depth = stack.pop()
+        node, value = stack.pop()
         steps += 1
         if steps > budget:
             raise LimitError("the checkpoint's object graph is larger than its pickle",
                              path=path)
-        if isinstance(value, _TensorRecord):
-            tensors[prefix or "tensor"] = value
+        if type(value) is _TensorRecord:
+            keys = node.keys()
+            if len(keys) > MAX_DEPTH:
+                raise LimitError(f"a tensor nested {len(keys)} containers deep (at most "
+                                 f"{MAX_DEPTH})", path=path,
+                                 obj=".".join(map(str, keys[:8])) + "...")
+            name = ".".join(map(str, keys)) if keys else "tensor"
+            tensors[names.claim(name, keys or "the whole checkpoint")] = value
+            if len(tensors) > limits.max_objects:
+                raise LimitError(f"more than max_objects {limits.max_objects} tensors",
+                                 path=path)
             continue
-        if isinstance(value, (dict, list, tuple)):
-            if id(value) in seen or depth > 64:
+        children = _containers(value)
+        if children is not None:
+            if id(value) in seen:
                 continue
             seen.add(id(value))
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            children = [(f"{prefix}.{k}" if prefix else str(k), v, depth + 1) for k, v in items]
-            stack.extend(reversed(children))
+            stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
-        if isinstance(value, (int, float, str, bool)) and prefix and len(attributes) < 10_000:
-            if isinstance(value, str):
-                value = value[:4096]
-            attributes[f"pickle.{prefix}"] = value
-    if not tensors and obj is not None and not isinstance(obj, (dict, list, tuple)):
+        if (type(value) in (int, float, str, bool) and node.parent is not None
+                and node.depth <= MAX_DEPTH and len(attributes) < MAX_ATTRIBUTES):
+            keys = node.keys()
+            name = attribute_names.claim("pickle." + ".".join(map(str, keys)), keys)
+            attributes[name] = value[:4096] if type(value) is str else value
+    if not tensors and obj is not None and _containers(obj) is None:
         raise UnsupportedError("the checkpoint holds no tensors", path=path)
     return tensors, attributes
+
+
+def _check_ignored(ignored, tensors, budget, path) -> None:
+    """The arguments the rebuild functions drop (hooks, metadata, a parameter's state)
+    and a state dict's ``_metadata`` hold no tensor that has no name: torch.save
+    writes none there, and one found would otherwise vanish from the conversion."""
+    named = {id(record) for record in tensors.values()}
+    seen = set()
+    stack = [(where, value) for where, value in ignored]
+    steps = 0
+    while stack:
+        where, value = stack.pop()
+        steps += 1
+        if steps > budget + len(ignored):
+            raise LimitError("the checkpoint's object graph is larger than its pickle",
+                             path=path)
+        if type(value) is _TensorRecord:
+            if id(value) not in named:
+                raise UnsupportedError(f"a tensor kept in {where} (not a place a "
+                                       "checkpoint keeps tensors) would not be read",
+                                       path=path)
+            continue
+        children = _containers(value)
+        if children is not None and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend((where, v) for _, v in children)
