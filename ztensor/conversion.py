@@ -6,7 +6,11 @@ to a directory of ``.zt`` shards, one tensor at a time.
 * A checkpoint directory or index (``model.safetensors.index.json``, Hugging Face's
   layout, or ``.zt.index.json``) becomes an output directory: each shard converted on
   its own (same stem, ``.zt``), then ``model.zt.index.json`` written last, atomically,
-  so a crash never leaves an index naming a shard that is not complete.
+  so a crash never leaves an index naming a shard that is not complete.  Everything
+  is checked first (``_plan_checkpoint``): two shards that would have one output
+  name, a tensor in two shards, an index naming a tensor its shard lacks, or an
+  output that would replace an input are refused before anything is written, and
+  the index lists exactly the tensors of the shards written.
 
 Inputs are memory-mapped where their format allows, and tensors larger than
 ``STREAM_CHUNK`` are written through ``Writer.stream`` a chunk at a time (compressed
@@ -22,13 +26,14 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from ztensor.errors import ZTensorError
+from ztensor.errors import FormatError, ZTensorError
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]
 # dense tensors larger than this go through Writer.stream in chunks of this size, so
 # a conversion holds one chunk of a huge tensor, compressed or byte-swapped, at a time
 STREAM_CHUNK = 16 << 20
+INDEX_NAME = "model.zt.index.json"
 
 
 def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = False,
@@ -102,34 +107,87 @@ def _write_streamed(writer, name, tensor, data, compress, checksum):
                 sink.write(np.ascontiguousarray(data[start:start + step]))
 
 
+class _CheckpointPlan:
+    """What converting a checkpoint will write, worked out and checked before any
+    file is touched: ``shards`` as (input file, output file, tensor names) and the
+    output index's ``weight_map`` (every tensor of every output shard, once)."""
+
+    def __init__(self, folder, shards, weight_map, metadata, indexed):
+        self.folder, self.shards = folder, shards
+        self.weight_map, self.metadata, self.indexed = weight_map, metadata, indexed
+
+
+def _plan_checkpoint(source, target) -> _CheckpointPlan:
+    """The one place a checkpoint conversion's names are checked: each input shard
+    gets its own output file (two inputs with one stem, ``part.safetensors`` and
+    ``part.zt``, are refused, naming both), no tensor is in two shards, every tensor
+    the input index names is in the shard it names, and no output replaces an input.
+    Each shard is opened (its manifest or header read, no data) to learn its names,
+    so the index written lists exactly what the shards written hold."""
+    from ztensor import sharded
+    from ztensor.foreign.names import NameTable
+    from ztensor.reader import Reader
+
+    index = sharded.find_index(source)
+    with sharded.open_sharded(source) as checkpoint:
+        folder, files = checkpoint.folder, checkpoint.shards
+        listed = {name: checkpoint._map[name] for name in checkpoint.keys()}
+        metadata = dict(checkpoint.attributes)
+    where = index or source
+    outputs = NameTable(where, "output shard")
+    tensors = NameTable(where, "tensor")
+    shards, weight_map = [], {}
+    for file in files:
+        out = outputs.claim(_stem(file) + ".zt", file)
+        with Reader(os.path.join(folder, file)) as reader:
+            names = reader.keys()
+        for name in names:
+            tensors.claim(name, file)
+            weight_map[name] = out
+        shards.append((file, out, names))
+    for name, file in listed.items():
+        if name not in tensors:
+            raise FormatError(f"the index names {name!r} in {file}, which does not hold it",
+                              path=where, obj=name)
+    inputs = {os.path.realpath(os.path.join(folder, f)) for f in files}
+    if index is not None:
+        inputs.add(os.path.realpath(index))
+    for out in [os.path.join(target, o) for _, o, _ in shards] + [
+            os.path.join(target, INDEX_NAME)]:
+        if os.path.realpath(out) in inputs:
+            raise FormatError("converting would replace this input file; convert into "
+                              "another directory", path=out)
+    return _CheckpointPlan(folder, shards, weight_map, metadata, index is not None)
+
+
 def _convert_checkpoint(source, target, compress, checksum, force, progress):
     from ztensor import sharded
 
-    with sharded.open_sharded(source) as checkpoint:
-        folder, files = checkpoint.folder, checkpoint.shards
-        weight_map = {name: checkpoint._map[name] for name in checkpoint.keys()}
-        metadata = dict(checkpoint.attributes)
-        indexed = sharded.find_index(source) is not None
     if os.path.exists(target) and not os.path.isdir(target):
         raise ZTensorError("a checkpoint converts into a directory, not a file", path=target)
-    renamed = {file: _stem(file) + ".zt" for file in files}
-    index_path = os.path.join(target, "model.zt.index.json")
-    existing = [p for p in [index_path] + [os.path.join(target, f) for f in renamed.values()]
+    plan = _plan_checkpoint(source, target)
+    index_path = os.path.join(target, INDEX_NAME)
+    existing = [p for p in [index_path] + [os.path.join(target, o) for _, o, _ in plan.shards]
                 if os.path.exists(p)]
     if existing and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
     os.makedirs(target, exist_ok=True)
     if os.path.exists(index_path):
         os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
-    counter = _Counter(progress, sum(os.path.getsize(os.path.join(folder, f)) for f in files))
+    counter = _Counter(progress, sum(os.path.getsize(os.path.join(plan.folder, f))
+                                     for f, _, _ in plan.shards))
     count = 0
-    for file in files:  # one shard at a time: memory stays at one tensor
-        count += _convert_file(os.path.join(folder, file), os.path.join(target, renamed[file]),
-                               compress, checksum, counter)
-    if indexed or len(files) > 1:
+    for file, out, names in plan.shards:  # one shard at a time: memory stays at one tensor
+        written = _convert_file(os.path.join(plan.folder, file), os.path.join(target, out),
+                                compress, checksum, counter)
+        if written != len(names):  # the index lists what the plan saw: it must be so
+            raise ZTensorError(f"{written} tensors written where {len(names)} were found",
+                               path=os.path.join(plan.folder, file))
+        count += written
+    if plan.indexed or len(plan.shards) > 1:
         sharded._write_json_atomically(index_path, {
-            "metadata": {**metadata, "total_size": counter.tensor_bytes},
-            "weight_map": {name: renamed[file] for name, file in weight_map.items()}})
+            "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
+            "weight_map": plan.weight_map})
     if progress is not None:
         progress(counter.total, counter.total)
     return count

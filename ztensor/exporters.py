@@ -2,23 +2,47 @@
 says its format (``.zt``, ``.safetensors``, ``.npz``, ``.gguf``); anything else is
 refused.
 
-Every exporter writes a temporary file beside the target and renames it into
-place, like the zTensor writer: a failure leaves no partial file.  What a format
-cannot express is a clear error naming the object, before anything is written."""
+Each exporter runs in two passes.  A plan (``plan_safetensors``, ``plan_npz``,
+``plan_gguf``) checks every name, type, shape and attribute against what the format
+and its usual readers (the safetensors package, ``numpy.load``, llama.cpp and the
+``gguf`` package) accept, and refuses the first that does not fit with one
+:class:`ztensor.ZTensorError` naming it, before any file is created.  Then the
+file is written to a temporary name beside the target and renamed into place, like
+the zTensor writer, so a failure (a full disk) leaves no partial file either.
+
+A name the format would store differently (a NUL in an ``.npz`` member) is refused,
+never altered: a file converted to another format holds the same names, or no file
+is written.  Two names the format would confuse are refused through
+:class:`ztensor.foreign.names.NameTable`, naming both."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import zipfile
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import UnsupportedError, WriteError
+from ztensor.foreign.names import NameTable
 
 FORMATS = {".zt": "zt", ".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf"}
+
+# numpy's NPY_MAXDIMS: every exporter reads its tensors through numpy
+NUMPY_MAX_RANK = 64
+# the safetensors package refuses a larger header (its MAX_HEADER_SIZE)
+SAFETENSORS_MAX_HEADER = 100_000_000
+SAFETENSORS_RESERVED = "__metadata__"
+# a zip member name is stored behind a 16-bit length
+ZIP_MAX_NAME = 0xFFFF
+# llama.cpp (gguf.cpp) refuses a tensor name of GGML_MAX_NAME (64) bytes or more,
+# and more than GGML_MAX_DIMS (4) dimensions; the GGUF spec caps keys at 2**16 - 1
+GGUF_MAX_NAME = 63
+GGUF_MAX_DIMS = 4
+GGUF_MAX_KEY = 0xFFFF
 
 
 def format_for(path: str) -> str:
@@ -61,7 +85,19 @@ def _atomic(path: str, write: Callable[[Any], None], *, by_name: bool = False) -
         raise
 
 
+def _utf8(text: str, what: str, path, obj=None) -> bytes:
+    """``text`` as the UTF-8 every one of these formats stores, or UnsupportedError
+    (a lone surrogate, which JSON escapes and Python decodes, has none)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsupportedError(f"{what} is not valid Unicode (a lone surrogate) and has no "
+                               "UTF-8 form", path=path, obj=obj) from None
+
+
 def _dense_specs(reader) -> Dict[str, Any]:
+    """Every object's spec, each a dense tensor numpy can hold, or UnsupportedError
+    naming the first that is not."""
     specs = {}
     for name in reader.keys():
         spec = reader.metadata(name)
@@ -69,17 +105,41 @@ def _dense_specs(reader) -> Dict[str, Any]:
             raise UnsupportedError(f"a {spec.format} object cannot be expressed in this format "
                                    "(dense tensors only): dequantize or drop it first",
                                    path=reader.path, obj=name)
+        _check_rank(reader, name, spec.shape, NUMPY_MAX_RANK, "numpy")
         specs[name] = spec
     return specs
 
 
-def write_safetensors(reader, path: str, progress=None) -> int:
-    """A real ``.safetensors`` file of every dense object (bf16, F8_E4M3/F8_E5M2 and
-    complex64 too); the file attributes become ``__metadata__`` (strings only)."""
+def _check_rank(reader, name, shape, most, who):
+    if len(shape) > most:
+        raise UnsupportedError(f"{len(shape)} dimensions ({who} holds at most {most})",
+                               path=reader.path, obj=name)
+
+
+# ------------------------------------------------------------------ safetensors
+class SafetensorsPlan(NamedTuple):
+    header: bytes            # the length-prefixed JSON header, padded to 8 bytes
+    names: List[str]         # the tensors, in data order
+
+
+def plan_safetensors(reader) -> SafetensorsPlan:
+    """Check that a ``.safetensors`` file can hold every object and attribute of
+    ``reader``, and make its header; nothing is written.
+
+    * every object dense, of a type with a safetensors dtype;
+    * no tensor named ``__metadata__`` (the format's key for its metadata);
+    * names and metadata valid UTF-8, metadata values strings;
+    * a header the safetensors package accepts (at most 100,000,000 bytes)."""
     specs = _dense_specs(reader)
+    names = NameTable(reader.path, "tensor")
     header: Dict[str, Any] = {}
     offset = 0
     for name, spec in specs.items():
+        if name == SAFETENSORS_RESERVED:
+            raise UnsupportedError("safetensors keeps its metadata under this name: a tensor "
+                                   "cannot have it", path=reader.path, obj=name)
+        _utf8(name, "the name", reader.path, name)
+        names.claim(name)
         comp = spec.components["data"]
         key = comp.type or comp.dtype
         st_name = dtypes.SAFETENSORS_NAMES.get(key)
@@ -90,46 +150,102 @@ def write_safetensors(reader, path: str, progress=None) -> int:
         header[name] = {"dtype": st_name, "shape": list(spec.shape),
                         "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    meta = {k: v for k, v in reader.attributes.items() if isinstance(v, str)}
-    if len(meta) != len(reader.attributes):
-        dropped = sorted(set(reader.attributes) - set(meta))
-        raise UnsupportedError(f"safetensors metadata holds strings only; attributes "
-                               f"{dropped[:5]} are not strings", path=reader.path)
+    meta = {}
+    for key, value in reader.attributes.items():
+        if not isinstance(value, str):
+            raise UnsupportedError(f"safetensors metadata holds strings only; attribute "
+                                   f"{_short(key)} is a {type(value).__name__}",
+                                   path=reader.path)
+        _utf8(key, f"attribute {_short(key)}", reader.path)
+        _utf8(value, f"the value of attribute {_short(key)}", reader.path)
+        meta[key] = value
     if meta:
-        header = {"__metadata__": meta, **header}
+        header = {SAFETENSORS_RESERVED: meta, **header}
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data to 8 bytes
+    if len(raw) > SAFETENSORS_MAX_HEADER:
+        raise UnsupportedError(f"the header would be {len(raw)} bytes; the safetensors "
+                               f"package reads at most {SAFETENSORS_MAX_HEADER}",
+                               path=reader.path)
+    return SafetensorsPlan(struct.pack("<Q", len(raw)) + raw, list(specs))
+
+
+def write_safetensors(reader, path: str, progress=None) -> int:
+    """A real ``.safetensors`` file of every dense object (bf16, F8_E4M3/F8_E5M2 and
+    complex64 too); the file attributes become ``__metadata__`` (strings only).
+    What the format cannot hold is refused first (:func:`plan_safetensors`)."""
+    plan = plan_safetensors(reader)
 
     def write(f):
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for name, spec in specs.items():
+        f.write(plan.header)
+        for name in plan.names:
             arr = _stored_elements(reader, name)
             f.write(arr.tobytes() if arr.size else b"")
             if progress:
                 progress(arr.nbytes)
     _atomic(path, write)
-    return len(specs)
+    return len(plan.names)
+
+
+# ------------------------------------------------------------------ npz
+def _zip_member_name(name: str) -> str:
+    """The name zipfile stores for ``name``: it cuts a name at its first NUL and
+    turns the platform's separator into ``/`` (zipfile.ZipInfo)."""
+    stored = name.split("\0", 1)[0]
+    if os.sep != "/":
+        stored = stored.replace(os.sep, "/")
+    return stored
+
+
+def plan_npz(reader) -> List[Tuple[str, str]]:
+    """(tensor name, zip member name) for every object of ``reader``, each one an
+    ``.npz`` holds and ``numpy.load`` gives back under its own name; nothing is
+    written.
+
+    ``numpy.load`` answers to a member's name and to that name less ``.npy``, the
+    member first, so tensors ``x`` and ``x.npy`` (members ``x.npy`` and
+    ``x.npy.npy``) would both be read as ``x``'s data under ``x.npy``: every tensor
+    claims both of the names it answers to, and a second claim is refused."""
+    specs = _dense_specs(reader)
+    answers = NameTable(reader.path, "npz key")
+    plan = []
+    for name in specs:
+        member = name + ".npy"
+        if _zip_member_name(member) != member:
+            raise UnsupportedError("a zip member name cannot hold a NUL byte (or the path "
+                                   "separator here): numpy.load would return it under "
+                                   f"{_short(_zip_member_name(member))}", path=reader.path,
+                                   obj=name)
+        size = len(_utf8(member, "the name", reader.path, name))
+        if size > ZIP_MAX_NAME:
+            raise UnsupportedError(f"the member name would be {size} bytes; a zip holds at "
+                                   f"most {ZIP_MAX_NAME}", path=reader.path, obj=name)
+        answers.claim(name, name)
+        answers.claim(member, name)
+        plan.append((name, member))
+    return plan
 
 
 def write_npz(reader, path: str, progress=None) -> int:
     """An ``.npz`` of every dense object, member by member (bf16/FP8 as their uint
-    bit patterns: numpy has no such dtypes without ml_dtypes)."""
-    specs = _dense_specs(reader)
+    bit patterns: numpy has no such dtypes without ml_dtypes).  An ``.npz`` holds
+    arrays only: file and object attributes are not kept.  What the format cannot
+    hold is refused first (:func:`plan_npz`)."""
+    plan = plan_npz(reader)
 
     def write(f):
         with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-            for name in specs:
+            for name, member in plan:
                 arr = np.asarray(_stored_elements(reader, name))
                 if arr.dtype.kind == "V" or dtypes.is_ml_dtype(arr.dtype):
                     arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
-                with z.open(name + ".npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asarray(arr, order="C"),
+                with z.open(member, "w", force_zip64=True) as out:
+                    np.lib.format.write_array(out, np.asarray(arr, order="C"),
                                               allow_pickle=False)
                 if progress:
                     progress(arr.nbytes)
     _atomic(path, write)
-    return len(specs)
+    return len(plan)
 
 
 def _stored_elements(reader, name):
@@ -143,10 +259,71 @@ def _stored_elements(reader, name):
     return np.asarray(arr, order="C")  # not ascontiguousarray: a 0-d array stays 0-d
 
 
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 # ------------------------------------------------------------------ GGUF (via gguf-py)
 # spec types GGUF holds, and ggml type names for them (bf16 is written as its bits)
 _GGUF_DENSE = {"f32": "f4", "f16": "f2", "f64": "f8", "bf16": "u2", "i8": "i1", "i16": "i2",
                "i32": "i4", "i64": "i8"}
+# GGUF value type id -> the integers it holds ([low, high)), for the integer types
+_GGUF_INT_RANGES = {0: (0, 1 << 8), 1: (-(1 << 7), 1 << 7), 2: (0, 1 << 16),
+                    3: (-(1 << 15), 1 << 15), 4: (0, 1 << 32), 5: (-(1 << 31), 1 << 31),
+                    10: (0, 1 << 64), 11: (-(1 << 63), 1 << 63)}
+_GGUF_FLOAT32, _GGUF_BOOL, _GGUF_FLOAT64 = 6, 7, 12
+
+
+class GGUFTensor(NamedTuple):
+    name: str
+    load: Callable[[], np.ndarray]    # the array to write, native byte order
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+    raw: Any                          # the ggml type when not told by dtype, else None
+
+
+class GGUFValue(NamedTuple):
+    key: str
+    value: Any
+    vtype: Any                        # gguf.GGUFValueType
+    sub: Any                          # element type of an array, else None
+
+
+class GGUFPlan(NamedTuple):
+    tensors: List[GGUFTensor]
+    values: List[GGUFValue]           # neither general.architecture nor general.alignment
+    architecture: Optional[str]
+    alignment: Optional[int]
+
+
+def plan_gguf(reader, gguf) -> GGUFPlan:
+    """Check that a ``.gguf`` file can hold every object and attribute of ``reader``
+    as llama.cpp and the ``gguf`` package read it back, and plan it; nothing is
+    written.  Tensors: dense of a GGUF type or ``gguf_blocks``, names of at most 63
+    UTF-8 bytes, at most 4 dimensions, no name twice.  Key/values: one per key (an
+    attribute ``gguf.k`` and an attribute ``k`` would both be key ``k``), every
+    value within the type recorded for it (or the one its value gives)."""
+    names = NameTable(reader.path, "tensor")
+    tensors = []
+    for name in reader.keys():
+        size = len(_utf8(name, "the name", reader.path, name))
+        if size > GGUF_MAX_NAME:
+            raise UnsupportedError(f"the name is {size} bytes; GGUF tensor names are at most "
+                                   f"{GGUF_MAX_NAME} (llama.cpp's limit)", path=reader.path,
+                                   obj=name)
+        names.claim(name)
+        tensors.append(_gguf_tensor(reader, name, gguf))
+    values, architecture, alignment = [], None, None
+    for item in _gguf_values(reader, gguf):
+        if item.key == "general.architecture":
+            architecture = item.value
+        elif item.key == "general.alignment":
+            alignment = item.value
+        else:
+            values.append(item)
+    return GGUFPlan(tensors, values, architecture, alignment)
 
 
 def write_gguf(reader, path: str, progress=None) -> int:
@@ -159,49 +336,49 @@ def write_gguf(reader, path: str, progress=None) -> int:
       written: dequantize or convert it first.
     * Attributes ``gguf.<key>`` become key/values ``<key>``, with the GGUF value types
       recorded at import (``gguf_value_types``); other attributes keep their names,
-      typed from their values (str, bool, int as INT32/INT64, float as FLOAT64, lists
-      of one of those).  Maps, bytes and None have no GGUF type and are refused.
+      typed from their values (str, bool, int as INT32/INT64/UINT64, float as
+      FLOAT64, non-empty lists of one of those).  Maps, bytes, None, empty lists and
+      lists of lists have no GGUF form here and are refused, as is a value outside
+      its recorded type.
     * ``general.architecture`` is written only when the source has it.
-    """
+
+    Everything is checked first (:func:`plan_gguf`)."""
     from ztensor.foreign import optional_import
     gguf = optional_import("gguf", "writing GGUF", path)
-    plan = [_gguf_tensor(reader, name, gguf) for name in reader.keys()]
-    values = _gguf_values(reader, gguf)
-    arch = reader.attributes.get("gguf.general.architecture")
+    plan = plan_gguf(reader, gguf)
 
     def write(tmp):
-        w = gguf.GGUFWriter(tmp, arch if isinstance(arch, str) else "")
-        if not isinstance(arch, str):  # the writer adds one; the source has none
+        w = gguf.GGUFWriter(tmp, plan.architecture or "")
+        if plan.architecture is None:  # the writer adds one; the source has none
             for kv in getattr(w, "kv_data", [{}]):
                 kv.pop("general.architecture", None)
-        for key, value, vtype, sub in values:
-            if key == "general.architecture":
-                continue
-            if key == "general.alignment":  # the writer's own padding must follow it
-                w.add_custom_alignment(int(value))
-                continue
-            w.add_key_value(key, value, vtype, sub_type=sub)
-        for name, load, shape, dtype, nbytes, raw in plan:
-            w.add_tensor_info(name, shape, dtype, nbytes, raw_dtype=raw)
+        if plan.alignment is not None:  # the writer's own padding must follow it
+            w.add_custom_alignment(plan.alignment)
+        for item in plan.values:
+            w.add_key_value(item.key, item.value, item.vtype, sub_type=item.sub)
+        for t in plan.tensors:
+            w.add_tensor_info(t.name, t.shape, t.dtype, t.nbytes, raw_dtype=t.raw)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for name, load, *_ in plan:  # one tensor at a time
-            arr = load()
+        for t in plan.tensors:  # one tensor at a time
+            arr = t.load()
             w.write_tensor_data(arr)
             if progress:
                 progress(arr.nbytes)
         w.close()
     _atomic(path, write, by_name=True)
-    return len(plan)
+    return len(plan.tensors)
 
 
-def _gguf_tensor(reader, name, gguf):
-    """(name, loader of the native-order array, shape, dtype, bytes, raw ggml type)."""
+def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
     spec = reader.metadata(name)
+    _check_rank(reader, name, spec.shape, GGUF_MAX_DIMS, "GGUF (llama.cpp)")
     if spec.format == "gguf_blocks":
         type_id = spec.attributes.get("ggml_type_id")
         try:
+            if type(type_id) is not int:
+                raise TypeError
             qtype = gguf.GGMLQuantizationType(type_id)
             block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
         except (ValueError, KeyError, TypeError):
@@ -212,21 +389,20 @@ def _gguf_tensor(reader, name, gguf):
             raise UnsupportedError(f"shape {list(shape)} is not whole {qtype.name} blocks",
                                    path=reader.path, obj=name)
         byte_shape = shape[:-1] + (shape[-1] // block * block_bytes,)
-        nbytes = int(np.prod(byte_shape, dtype=np.int64))
+        nbytes = math.prod(byte_shape)
         held = spec.components["blocks"].decoded_length
         # a type unknown at import was kept with the bytes up to the next tensor
         # (its size was unknown then): the padding after its blocks is dropped here
         padded = "ggml_type" not in spec.attributes and held > nbytes
         if held != nbytes and not padded:
-            raise UnsupportedError(f"{spec.components['blocks'].decoded_length} bytes of "
-                                   f"blocks for a {qtype.name} tensor of shape "
-                                   f"{list(shape)} ({nbytes} bytes)", path=reader.path,
+            raise UnsupportedError(f"{held} bytes of blocks for a {qtype.name} tensor of "
+                                   f"shape {list(shape)} ({nbytes} bytes)", path=reader.path,
                                    obj=name)
 
         def load():
             blocks = np.asarray(reader.read(name).components["blocks"])
             return blocks[:nbytes].reshape(byte_shape)
-        return name, load, byte_shape, np.dtype(np.uint8), nbytes, qtype
+        return GGUFTensor(name, load, byte_shape, np.dtype(np.uint8), nbytes, qtype)
     if spec.format != "dense":
         raise UnsupportedError(f"a {spec.format} object has no GGUF form: dequantize or "
                                "drop it first", path=reader.path, obj=name)
@@ -244,45 +420,87 @@ def _gguf_tensor(reader, name, gguf):
     def load():  # native order: gguf-py swaps native arrays to the file's little-endian
         arr = _stored_elements(reader, name)
         return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.itemsize > 1 else arr
-    return name, load, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw
+    return GGUFTensor(name, load, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw)
 
 
-def _gguf_values(reader, gguf):
-    """(key, value, GGUFValueType, element type or None) for every attribute."""
-    from ztensor.gguf import ARRAY, VALUE_TYPES
-    recorded = reader.attributes.get(VALUE_TYPES)
-    recorded = recorded if isinstance(recorded, dict) else {}
+def _gguf_values(reader, gguf) -> List[GGUFValue]:
+    """A GGUFValue for every attribute but ``gguf_value_types``, each checked against
+    its type (:func:`_gguf_value_problem`), or UnsupportedError naming the attribute;
+    a key two attributes map to is a FormatError naming both."""
+    from ztensor.gguf import VALUE_TYPES
+    recorded = reader.attributes.get(VALUE_TYPES, {})
+    if not isinstance(recorded, dict):
+        raise UnsupportedError(f"attribute {VALUE_TYPES!r} is a {type(recorded).__name__}, "
+                               "not the map of key to GGUF value type it is read as",
+                               path=reader.path)
+    keys = NameTable(reader.path, "GGUF key")
     out = []
     for attr, value in reader.attributes.items():
         if attr == VALUE_TYPES:
             continue
-        key = attr[len("gguf."):] if attr.startswith("gguf.") else attr
-        known = recorded.get(key) if attr.startswith("gguf.") else None
-        try:
-            if isinstance(known, int) and known != ARRAY:
-                out.append((key, value, gguf.GGUFValueType(known), None))
-                continue
-            if isinstance(known, list) and len(known) == 2 and isinstance(value, list):
-                out.append((key, value, gguf.GGUFValueType.ARRAY,
-                            gguf.GGUFValueType(known[1])))
-                continue
-        except ValueError:
-            pass  # a recorded type the package does not know: typed from the value
-        vtype = _gguf_type_of(value, gguf)
-        if vtype is None:
-            raise UnsupportedError(f"attribute {attr!r} ({type(value).__name__}) has no GGUF "
-                                   "value type", path=reader.path)
-        sub = None
-        if vtype == gguf.GGUFValueType.ARRAY:
-            subs = {_gguf_type_of(v, gguf) for v in value}
-            if len(subs) > 1 and subs <= {gguf.GGUFValueType.INT32, gguf.GGUFValueType.INT64}:
-                subs = {gguf.GGUFValueType.INT64}
-            if len(subs) > 1 or None in subs or gguf.GGUFValueType.ARRAY in subs:
-                raise UnsupportedError(f"attribute {attr!r}: a GGUF array holds values of "
-                                       "one type", path=reader.path)
-            sub = subs.pop() if subs else gguf.GGUFValueType.INT32
-        out.append((key, value, vtype, sub))
+        prefixed = attr.startswith("gguf.")
+        key = attr[len("gguf."):] if prefixed else attr
+        where = f"attribute {_short(attr)}"
+        size = len(_utf8(key, where, reader.path))
+        if size > GGUF_MAX_KEY:
+            raise UnsupportedError(f"{where}: a GGUF key is at most {GGUF_MAX_KEY} bytes, "
+                                   f"this one {size}", path=reader.path)
+        keys.claim(key, attr)
+        known = recorded.get(key) if prefixed else None
+        if known is not None:
+            vtype, sub = _gguf_recorded_type(known, gguf, where, reader.path)
+        else:
+            vtype, sub = _gguf_type_of_value(value, gguf, where, reader.path)
+        problem = _gguf_value_problem(value, int(vtype), None if sub is None else int(sub))
+        if problem is None and key == "general.architecture" and vtype != gguf.GGUFValueType.STRING:
+            problem = "general.architecture is a string"
+        if problem is None and key == "general.alignment":
+            if vtype not in (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32) \
+                    or not 0 < value < 1 << 32 or value & (value - 1):
+                problem = (f"general.alignment {value!r} is not a power of two in a UINT32, "
+                           "as llama.cpp and gguf-py read it")
+        if problem is not None:
+            raise UnsupportedError(f"{where}: {problem}", path=reader.path)
+        out.append(GGUFValue(key, value, vtype, sub))
     return out
+
+
+def _gguf_recorded_type(known, gguf, where, path):
+    """(value type, element type or None) from a ``gguf_value_types`` entry: a type
+    id, or ``[9, element type id]`` for an array."""
+    T = gguf.GGUFValueType
+    ids = {int(t) for t in T}
+    if type(known) is int and known in ids and known != int(T.ARRAY):
+        return T(known), None
+    if isinstance(known, list) and len(known) == 2 and known[0] == int(T.ARRAY) \
+            and type(known[0]) is int and type(known[1]) is int and known[1] in ids:
+        if known[1] == int(T.ARRAY):
+            raise UnsupportedError(f"{where}: an array of arrays (llama.cpp reads no such "
+                                   "key/value)", path=path)
+        return T.ARRAY, T(known[1])
+    raise UnsupportedError(f"{where}: its recorded GGUF value type {_short(known)} is not "
+                           "a type id (or [9, element type id])", path=path)
+
+
+def _gguf_type_of_value(value, gguf, where, path):
+    """(value type, element type or None) for an attribute no type was recorded for."""
+    T = gguf.GGUFValueType
+    vtype = _gguf_type_of(value, gguf)
+    if vtype is None:
+        raise UnsupportedError(f"{where} ({type(value).__name__}) has no GGUF value type",
+                               path=path)
+    if vtype != T.ARRAY:
+        return vtype, None
+    if not value:
+        raise UnsupportedError(f"{where}: an empty list (the gguf package writes no empty "
+                               "array)", path=path)
+    subs = {_gguf_type_of(v, gguf) for v in value}
+    if len(subs) > 1 and subs <= {T.INT32, T.INT64}:
+        subs = {T.INT64}
+    if len(subs) > 1 or None in subs or T.ARRAY in subs:
+        raise UnsupportedError(f"{where}: a GGUF array holds values of one type (and no "
+                               "arrays)", path=path)
+    return vtype, subs.pop()
 
 
 def _gguf_type_of(value, gguf):
@@ -291,7 +509,8 @@ def _gguf_type_of(value, gguf):
         return t.BOOL
     if isinstance(value, int):
         return t.INT32 if -(1 << 31) <= value < 1 << 31 else \
-            t.INT64 if -(1 << 63) <= value < 1 << 63 else t.UINT64 if value < 1 << 64 else None
+            t.INT64 if -(1 << 63) <= value < 1 << 63 else t.UINT64 if 0 <= value < 1 << 64 \
+            else None
     if isinstance(value, float):
         return t.FLOAT64
     if isinstance(value, str):
@@ -299,3 +518,56 @@ def _gguf_type_of(value, gguf):
     if isinstance(value, list):
         return t.ARRAY
     return None
+
+
+def _gguf_value_problem(value, vtype: int, sub: Optional[int]) -> Optional[str]:
+    """Why ``value`` cannot be written as GGUF value type ``vtype`` (ids as in
+    ztensor/gguf.py) and read back equal, or None.  Nothing is rounded, wrapped or
+    coerced: an integer out of its type's range, a float32 that is not exactly one,
+    a bool that is not True or False are refused."""
+    if vtype in _GGUF_INT_RANGES:
+        low, high = _GGUF_INT_RANGES[vtype]
+        if type(value) is not int:
+            return f"{_kind(value)} is not an integer"
+        if not low <= value < high:
+            return f"{value} does not fit its GGUF type (integers in [{low}, {high}))"
+        return None
+    if vtype in (_GGUF_FLOAT32, _GGUF_FLOAT64):
+        if type(value) not in (int, float):
+            return f"{_kind(value)} is not a number"
+        try:
+            as_float = float(value)
+            exact = struct.unpack("<f", struct.pack("<f", as_float))[0] \
+                if vtype == _GGUF_FLOAT32 else as_float
+        except (OverflowError, struct.error):
+            return f"{_short(value)} does not fit a {'FLOAT32' if vtype == 6 else 'FLOAT64'}"
+        if exact != value and value == value:  # NaN is NaN in either width
+            return f"{_short(value)} is not exactly a {'FLOAT32' if vtype == 6 else 'FLOAT64'}"
+        return None
+    if vtype == _GGUF_BOOL:
+        return None if type(value) is bool else f"{_kind(value)} is not a bool"
+    if vtype == 8:  # STRING
+        if type(value) is not str:
+            return f"{_kind(value)} is not a string"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "the string is not valid Unicode (a lone surrogate)"
+        return None
+    if vtype == 9:  # ARRAY
+        if type(value) is not list:
+            return f"{_kind(value)} is not a list"
+        if not value:
+            return "an empty list (the gguf package writes no empty array)"
+        if sub is None or sub == 9:
+            return "an array of arrays (llama.cpp reads no such key/value)"
+        for i, item in enumerate(value):
+            problem = _gguf_value_problem(item, sub, None)
+            if problem is not None:
+                return f"item {i}: {problem}"
+        return None
+    return f"GGUF value type {vtype} is not one the gguf package writes"
+
+
+def _kind(value) -> str:
+    return f"a {type(value).__name__}"

@@ -16,8 +16,16 @@ their GGUF value types in the attribute ``gguf_value_types`` (``{key: type id}``
 ``[9, element type id]``), so ``ztensor convert m.zt m.gguf`` writes them back as they
 were (ztensor/exporters.py).  A
 tensor of a ggml type this module does not know is kept too, as the raw bytes up to the
-next tensor (format ``gguf_blocks``, attribute ``ggml_type_id``), with a warning.
-Every count, length and offset is checked against the file before use.
+next tensor (format ``gguf_blocks``, attribute ``ggml_type_id``), with an
+:class:`UnknownGGMLTypeWarning`.
+
+Every count, length and offset is checked against the file before use, and the
+file is refused (``FormatError``) where llama.cpp and gguf-py refuse it: a key or a
+tensor name given twice, ``general.alignment`` that is not a UINT32 power of two,
+a tensor offset that is not a multiple of it.  Two tensors whose data overlap are
+refused too: a writable view of one (torch) would change the other.  The reader's
+:class:`ztensor.Limits` apply: ``max_objects`` to the tensor count, ``max_rank`` to
+each tensor's dimensions, ``max_component_size`` to each tensor's bytes.
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ from typing import Any, Dict, Iterator, Tuple, Union
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.foreign.names import NameTable
 from ztensor.objects import shape_problem
 from ztensor.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
@@ -58,6 +67,14 @@ VALUE_TYPES = "gguf_value_types"
 MAX_COUNT = 1 << 24          # tensors or key/values in one file
 MAX_DIMS = 8
 MAX_ARRAY_DEPTH = 8          # arrays of arrays
+_UINT32 = 4
+
+
+class UnknownGGMLTypeWarning(UserWarning):
+    """A GGUF tensor has a ggml type this version does not know; it is kept as its
+    raw bytes (format ``gguf_blocks``).  The message names the file and the tensor."""
+
+
 _NUMPY_SCALARS = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4",
                   7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 
@@ -91,7 +108,10 @@ class _Cursor:
             return self.unpack(_SCALARS[vtype], what)
         if vtype == STRING:
             return self.string(what)
-        if vtype == ARRAY and depth < MAX_ARRAY_DEPTH:
+        if vtype == ARRAY and depth >= MAX_ARRAY_DEPTH:
+            raise FormatError(f"GGUF {what}: arrays nested more than {MAX_ARRAY_DEPTH} deep",
+                              path=self.path)
+        if vtype == ARRAY:
             etype, count = self.unpack("<I", what), self.unpack("<Q", what)
             if count > len(self.data) - self.pos:   # every item takes at least a byte
                 raise FormatError(f"GGUF {what}: array of {count} items cannot fit",
@@ -122,10 +142,15 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
     if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
         raise LimitError(f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit "
                          f"{MAX_COUNT})", path=name)
+    if n_tensors > limits.max_objects:
+        raise LimitError(f"GGUF declares {n_tensors} tensors (limit max_objects="
+                         f"{limits.max_objects})", path=name)
     attributes: Dict[str, Any] = {}
     value_types: Dict[str, Any] = {}
-    for _ in range(n_kv):
+    keys = NameTable(name, "key")   # llama.cpp and gguf-py refuse a key given twice
+    for i in range(n_kv):
         key = cur.string("key")
+        keys.claim(key, f"key/value #{i}")
         vtype = cur.unpack("<I", f"type of {key}")
         if vtype == ARRAY and cur.pos + 4 <= len(cur.data):  # [ARRAY, element type]
             value_types[key] = [ARRAY, struct.unpack("<I", cur.data[cur.pos:cur.pos + 4])[0]]
@@ -134,29 +159,41 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
         attributes[f"gguf.{key}"] = cur.value(vtype, key)
     if value_types:  # GGUF's value types, which plain attribute values do not carry
         attributes[VALUE_TYPES] = value_types
-    infos = [_tensor_info(cur, name) for _ in range(n_tensors)]
-    alignment = attributes.get("gguf.general.alignment", 32)
-    if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
-        raise FormatError(f"general.alignment {alignment!r} is not a power of two", path=name)
+    names = NameTable(name, "tensor")
+    infos = []
+    for i in range(n_tensors):
+        info = _tensor_info(cur, name, limits)
+        names.claim(info[0], f"tensor info #{i}")
+        infos.append(info)
+    alignment = _alignment(attributes, value_types, name)
     start = -(-cur.pos // alignment) * alignment
     if start > size and infos:
         raise FormatError("the data section starts past the end of the file", path=name)
     # an unknown type's size is unknown: its bytes run to the next tensor's offset
     ends = sorted({offset for _, _, _, offset in infos} | {size - start})
     unknown_length = {}
+    extents = []
     for tname, dims, gtype, offset in infos:
+        if offset % alignment:
+            raise FormatError(f"data offset {offset} is not a multiple of general.alignment "
+                              f"{alignment}", path=name, obj=tname)
         if gtype in GGML_TYPES:
-            _check_extent(name, tname, dims, gtype, offset, start, size)
-            continue
-        if start + offset > size:
-            raise FormatError(f"data at {offset} lies past the end of the file", path=name,
-                              obj=tname)
-        following = [e for e in ends if e > offset]   # offsets are claims: cap at the file
-        end = min(following[0] if following else size - start, size - start)
-        unknown_length[tname] = max(end - offset, 0)
-        warnings.warn(f"{name}: tensor {tname!r} has ggml type {gtype}, which this version "
-                      "does not know: kept as its raw bytes (format gguf_blocks)",
-                      UserWarning, stacklevel=2)
+            nbytes = _check_extent(name, tname, dims, gtype, offset, start, size)
+        else:
+            if start + offset > size:
+                raise FormatError(f"data at {offset} lies past the end of the file",
+                                  path=name, obj=tname)
+            following = [e for e in ends if e > offset]   # offsets are claims: cap at the file
+            end = min(following[0] if following else size - start, size - start)
+            nbytes = unknown_length[tname] = max(end - offset, 0)
+            warnings.warn(f"{name}: tensor {tname!r} has ggml type {gtype}, which this "
+                          "version does not know: kept as its raw bytes (format gguf_blocks)",
+                          UnknownGGMLTypeWarning, stacklevel=2)
+        if nbytes > limits.max_component_size:
+            raise LimitError(f"{nbytes} bytes of data (limit max_component_size="
+                             f"{limits.max_component_size})", path=name, obj=tname)
+        extents.append((offset, nbytes, tname))
+    _check_disjoint(name, extents)
 
     def tensors():
         for tname, dims, gtype, offset in infos:
@@ -170,11 +207,42 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
     return attributes, tensors()
 
 
-def _tensor_info(cur, path):
+def _alignment(attributes, value_types, path):
+    """``general.alignment``: absent (32), or a UINT32 power of two, as llama.cpp
+    and gguf-py require (another type is refused by both)."""
+    if "gguf.general.alignment" not in attributes:
+        return 32
+    alignment = attributes["gguf.general.alignment"]
+    if value_types.get("general.alignment") != _UINT32:
+        raise FormatError(f"general.alignment has GGUF type "
+                          f"{value_types.get('general.alignment')!r}, not UINT32 (4)",
+                          path=path)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise FormatError(f"general.alignment {alignment!r} is not a power of two", path=path)
+    return alignment
+
+
+def _check_disjoint(path, extents):
+    """No byte of the data section belongs to two tensors: a reader handing out
+    writable views (torch) would otherwise alias one tensor with another.  Empty
+    tensors take no bytes."""
+    previous = None
+    for offset, nbytes, tname in sorted(e for e in extents if e[1]):
+        if previous is not None and offset < previous[0] + previous[1]:
+            raise FormatError(f"data at {offset} (+{nbytes} bytes) overlaps tensor "
+                              f"{previous[2]!r} at {previous[0]} (+{previous[1]} bytes)",
+                              path=path, obj=tname)
+        previous = (offset, nbytes, tname)
+
+
+def _tensor_info(cur, path, limits):
     tname = cur.string("tensor name")
     n_dims = cur.unpack("<I", f"dims of {tname}")
     if n_dims > MAX_DIMS:
         raise FormatError(f"{n_dims} dimensions (at most {MAX_DIMS})", path=path, obj=tname)
+    if n_dims > limits.max_rank:
+        raise LimitError(f"{n_dims} dimensions (limit max_rank={limits.max_rank})",
+                         path=path, obj=tname)
     dims = [cur.unpack("<Q", f"dims of {tname}") for _ in range(n_dims)]
     gtype, offset = cur.unpack("<I", f"type of {tname}"), cur.unpack("<Q", f"offset of {tname}")
     if gtype not in GGML_TYPES and any(d >= 1 << 63 for d in dims):
@@ -195,6 +263,7 @@ def _check_extent(path, tname, dims, gtype, offset, start, size):
     if start + offset + nbytes > size:
         raise FormatError(f"data at {offset} (+{nbytes} bytes) runs past the end of the file",
                           path=path, obj=tname)
+    return nbytes
 
 
 def _tensor(data, tname, dims, gtype, at):
