@@ -4,53 +4,109 @@ For tensors larger than one machine, or work spread over a cluster: the array is
 chunked along its first axis and each chunk is read where it is computed, as the
 rows it covers (``safe_open(...).get_slice(name)[r0:r1]``): a view of the mapping on
 a local file, one range request on a URL.  Nothing is read until dask computes; the
-graph holds only the path and the row ranges, so it pickles to worker processes.
-Needs ``pip install dask`` (and ``distributed`` for a cluster).
+graph holds only the path, the object's name and the row ranges, so it pickles to
+worker processes.  Needs ``pip install dask`` (and ``distributed`` for a cluster).
+
+``source`` may also be a sharded checkpoint (a directory, or its
+``*.zt.index.json`` / ``*.safetensors.index.json``): the array reads the shard that
+holds ``name`` (ztensor/sharded.py).
+
+Two rules keep a graph honest about the file it reads:
+
+* Its size is bounded: the chunks are planned from the object's bytes (rows of
+  no bytes make one chunk, however many), and a plan of more than ``max_chunks``
+  chunks is refused with a LimitError before the graph is built (:func:`_plan`).
+* A worker's open handle never outlives the file it was opened on: handles are
+  cached per file *identity* (device, inode, size, modification and change time
+  for a local file; the server's size, ETag or modification time for a URL), looked
+  up again for every chunk, so a file rewritten in place or replaced (``ztensor``'s
+  edits, an atomic rename) is reopened (:class:`_Handles`).  A chunk whose object
+  no longer has the shape and dtype the array was made with is a ClosedError
+  naming the file and the object: make a new array.
 """
 from __future__ import annotations
 
-import functools
+import collections
 import os
+import threading
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 _DEFAULT_CHUNK_BYTES = 64 << 20
+# dask's own guidance keeps graphs well below a million tasks; each chunk is one
+DEFAULT_MAX_CHUNKS = 100_000
 
 
 def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
-            rows: Optional[int] = None):
+            rows: Optional[int] = None, max_chunks: int = DEFAULT_MAX_CHUNKS):
     """A lazily read ``dask.array.Array`` over dense object ``name`` of ``source``
-    (a path or an fsspec URL).  Chunks span ``rows`` rows of the first axis (default:
-    about ``chunk_bytes`` each) and the whole of the other axes."""
+    (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
+    span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
+    the whole of the other axes.
+
+    Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
+    ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense
+    or cannot be decoded, ValueError for ``rows``/``chunk_bytes`` below 1."""
     import dask.array as da
 
-    source = os.fspath(source)
+    if rows is not None and (not isinstance(rows, int) or rows < 1):
+        raise ValueError(f"rows must be at least 1, got {rows!r}")
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
+    source = _shard_of(os.fspath(source), name)
     from ztensor.safe import safe_open
     with safe_open(source, framework="np") as f:
-        piece = f.get_slice(name)
+        piece = f.get_slice(name)   # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
-        dtype = _dtype_of(f._reader.metadata(name))
+        meta = f._reader.metadata(name)
+        dtype = _dtype_of(meta)
+        _require_readable(f._reader, meta)
     if not shape:
-        return da.from_delayed(_delayed_scalar(source, name), shape=(), dtype=dtype)
-    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
-    step = rows if rows is not None else max(1, chunk_bytes // row_bytes)
-    if step < 1:
-        raise ValueError(f"rows must be at least 1, got {rows}")
-    starts = list(range(0, shape[0], step)) or [0]
-    chunks = (tuple(min(step, shape[0] - s) for s in starts) if shape[0] else (0,),) + \
-        tuple((d,) for d in shape[1:])
+        return da.from_delayed(_delayed_scalar(source, name, dtype), shape=(), dtype=dtype)
+    chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
     return da.map_blocks(_read_rows, dtype=dtype, chunks=chunks, source=source, tensor=name,
                          meta=np.empty((0,) * len(shape), dtype))
 
 
 def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, Any]:
-    """name -> dask array for every dense object of ``source``."""
-    from ztensor.reader import Reader
-    with Reader(os.fspath(source)) as r:
-        names = [n for n in r.keys() if r.metadata(n).format == "dense"]
+    """name -> dask array for every dense object of ``source`` (a file, or a
+    sharded checkpoint's directory or index)."""
+    source = os.fspath(source)
+    if _is_sharded(source):
+        from ztensor.sharded import open_sharded
+        with open_sharded(source) as s:
+            names = [n for n in s.keys() if s.metadata(n).format == "dense"]
+    else:
+        from ztensor.reader import Reader
+        with Reader(source) as r:
+            names = [n for n in r.keys() if r.metadata(n).format == "dense"]
     return {n: from_zt(source, n, **kwargs) for n in names}
+
+
+def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
+    """The chunks along the first axis (the other axes whole), planned from the
+    object's bytes: rows of ``row_bytes`` each, about ``chunk_bytes`` a chunk.  Rows
+    holding no bytes (a zero-sized axis after the first) are one chunk however
+    many there are: the count a file declares costs nothing to read, and must not
+    cost a graph entry each.  More than ``max_chunks`` chunks is a LimitError."""
+    from ztensor.errors import LimitError
+    total = shape[0]
+    row_bytes = int(np.prod(shape[1:], dtype=object)) * dtype.itemsize
+    if rows is not None:
+        step = rows
+    elif row_bytes == 0:
+        step = max(total, 1)
+    else:
+        step = max(1, chunk_bytes // row_bytes)
+    count = -(-total // step)
+    if count > max_chunks:
+        raise LimitError(f"{total} rows of {row_bytes} bytes in chunks of {step} rows make "
+                         f"{count} chunks, more than max_chunks={max_chunks} (pass larger "
+                         "rows or chunk_bytes)", **where)
+    first = tuple(min(step, total - s) for s in range(0, total, step)) or (0,)
+    return (first,) + tuple((d,) for d in shape[1:])
 
 
 def _dtype_of(meta) -> np.dtype:
@@ -60,21 +116,166 @@ def _dtype_of(meta) -> np.dtype:
     return logical.as_values(empty, comp.dtype, comp.type).dtype
 
 
-@functools.lru_cache(maxsize=16)
-def _open(source):
-    """One handle per file per worker process, reused by every chunk it computes."""
-    from ztensor.safe import safe_open
-    return safe_open(source, framework="np")
+def _require_readable(reader, meta):
+    """Refuse at graph time what every chunk would refuse: an object whose data this
+    reader must not decode (components.require_readable) or whose encoding it does
+    not know."""
+    from ztensor import components
+    from ztensor.errors import UnsupportedError
+    if reader._foreign is not None:
+        return
+    comp = meta.components["data"]
+    where = {"path": reader.path, "obj": meta.name, "component": "data"}
+    components.require_readable(comp, **where)
+    if comp.encoding not in ("raw", "zstd"):
+        raise UnsupportedError(f"encoding {comp.encoding!r} is not one this reader decodes",
+                               **where)
+
+
+# ------------------------------------------------------------------ sharded checkpoints
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _is_sharded(source: str) -> bool:
+    if _is_url(source):
+        return source.endswith(".index.json")
+    return os.path.isdir(source) or (os.path.isfile(source) and
+                                     source.endswith(".index.json"))
+
+
+def _shard_of(source: str, name: str) -> str:
+    """The file that holds ``name``: ``source`` itself, or for a sharded checkpoint
+    the shard its index names (checked to hold it)."""
+    if not _is_sharded(source):
+        return source
+    from ztensor.sharded import open_sharded
+    with open_sharded(source) as s:
+        s.metadata(name)   # ObjectNotFoundError, or the index names a shard without it
+        return s._shard(s._map[name])
+
+
+# ------------------------------------------------------------------ workers' handles
+def _identity(source: str):
+    """What tells one version of a file from another, cheaply: for a local file its
+    stat (a rename gives another inode; a rewrite in place another size or time);
+    for a URL what the server says of it."""
+    if not _is_url(source):
+        st = os.stat(source)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    import fsspec
+    fs, inner = fsspec.core.url_to_fs(source)
+    info = fs.info(inner)
+    return tuple((k, str(info.get(k))) for k in ("size", "ETag", "etag", "mtime",
+                                                 "LastModified", "last_modified")
+                 if info.get(k) is not None)
+
+
+class _Handles:
+    """Open ``safe_open`` handles of one worker process, keyed by (source, file
+    identity), at most ``limit`` of them.  Every chunk looks its file up again: a
+    handle opened on an earlier version of the file is never used once the file
+    has changed, and is closed when the last chunk using it is done."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._open: "collections.OrderedDict[Any, list]" = collections.OrderedDict()
+
+    def acquire(self, source: str):
+        """(key, handle) for the file at ``source`` as it is now; give the key back
+        with :meth:`release`."""
+        from ztensor.safe import safe_open
+        for _ in range(8):
+            before = _identity(source)
+            key = (source, before)
+            with self._lock:
+                entry = self._open.get(key)
+                if entry is not None:
+                    entry[1] += 1
+                    self._open.move_to_end(key)
+                    return key, entry[0]
+            handle = safe_open(source, framework="np")
+            if _identity(source) != before:  # changed while it was opened: again
+                handle.close()
+                continue
+            with self._lock:
+                entry = self._open.get(key)
+                if entry is None:
+                    entry = self._open[key] = [handle, 0, False]
+                else:           # another thread opened it meanwhile: use that one
+                    handle.close()
+                entry[1] += 1
+                self._open.move_to_end(key)
+                self._retire(source, key)
+                return key, entry[0]
+        from ztensor.errors import ClosedError
+        raise ClosedError("the file kept changing while it was opened", path=source)
+
+    def release(self, key) -> None:
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[2] and entry[1] == 0:
+                del self._open[key]
+                entry[0].close()
+
+    def _retire(self, source, keep):
+        """Under the lock: handles of earlier versions of ``source``, and the least
+        recently used beyond the limit, go (now if unused, else after their last
+        chunk)."""
+        stale = [k for k in self._open if k[0] == source and k != keep]
+        extra = len(self._open) - len(stale) - self._limit
+        stale += [k for k in self._open if k != keep and k not in stale][:max(extra, 0)]
+        for k in stale:
+            entry = self._open[k]
+            entry[2] = True
+            if entry[1] == 0:
+                del self._open[k]
+                entry[0].close()
+
+    def clear(self) -> None:
+        with self._lock:
+            for key in [k for k, e in self._open.items() if e[1] == 0]:
+                self._open.pop(key)[0].close()
+            for entry in self._open.values():
+                entry[2] = True
+
+
+_HANDLES = _Handles()
+
+
+def _read(source, tensor, shape, dtype, select):
+    key, handle = _HANDLES.acquire(source)
+    try:
+        piece = handle.get_slice(tensor)
+        now = handle._reader.metadata(tensor)
+        if tuple(piece.get_shape()) != tuple(shape) or _dtype_of(now) != dtype:
+            from ztensor.errors import ClosedError
+            raise ClosedError(f"the object is now {_dtype_of(now)}{list(piece.get_shape())}; "
+                              f"this dask array was made for {dtype}{list(shape)} (the file "
+                              "changed since: make a new array)", path=source, obj=tensor)
+        return select(piece)
+    finally:
+        _HANDLES.release(key)
 
 
 def _read_rows(block_info=None, *, source, tensor):
-    r0, r1 = block_info[None]["array-location"][0]
-    return _open(source).get_slice(tensor)[r0:r1]
+    info = block_info[None]
+    r0, r1 = info["array-location"][0]
+    return _read(source, tensor, info["shape"], np.dtype(info["dtype"]),
+                 lambda piece: piece[r0:r1])
 
 
-def _delayed_scalar(source, name):
+def _delayed_scalar(source, name, dtype):
     import dask
-    return dask.delayed(lambda: _open(source).get_tensor(name))()
+    return dask.delayed(_read)(source, name, (), dtype, _whole)
 
 
-__all__ = ["from_zt", "from_zt_all"]
+def _whole(piece):
+    return piece[()]
+
+
+__all__ = ["from_zt", "from_zt_all", "DEFAULT_MAX_CHUNKS"]

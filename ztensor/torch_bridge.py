@@ -23,6 +23,8 @@ for _name, _spec in (("float8_e4m3fn", "f8_e4m3fn"), ("float8_e5m2", "f8_e5m2"),
     if hasattr(torch, _name):
         _BITS[getattr(torch, _name)] = (torch.uint8, np.uint8, _spec)
 _FROM_SPEC = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in _BITS.items()}
+# logical types whose elements come as a numpy dtype torch has (v2's bool as np.bool_)
+_NUMPY_TYPES = ("complex64", "complex128", "bool")
 
 
 def to_numpy_for_writing(t: torch.Tensor, name: str):
@@ -58,7 +60,7 @@ def object_to_torch(reader, name, copy, device, sync=True):
     if not on_cpu:
         if spec in _FROM_SPEC:
             target = _FROM_SPEC[spec][0]
-        elif spec is not None and spec not in ("complex64", "complex128"):
+        elif spec is not None and spec not in _NUMPY_TYPES:
             raise UnsupportedError(f"logical type {spec!r} has no torch dtype",
                                    path=reader.path, obj=name)
         else:
@@ -69,7 +71,7 @@ def object_to_torch(reader, name, copy, device, sync=True):
         bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
         t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
         t = t.view(target)
-    elif spec is not None and spec not in ("complex64", "complex128"):
+    elif spec is not None and spec not in _NUMPY_TYPES:
         raise UnsupportedError(f"logical type {spec!r} has no torch dtype", path=reader.path,
                                obj=name)
     else:
