@@ -485,3 +485,17 @@ def test_unknown_ggml_type_warning_has_its_own_category(tmp_path):
     assert issubclass(zgguf.UnknownGGMLTypeWarning, UserWarning)
     message = str(record[0].message)
     assert str(path) in message and "'tok'" in message and "ggml type 77" in message
+
+
+@pytest.mark.parametrize("components", [
+    {"blocks": np.zeros(33, np.uint16)},    # 66 bytes of IQ2_XXS, but not as bytes
+    {"other": np.zeros(66, np.uint8)},
+])
+def test_gguf_blocks_without_byte_blocks_are_refused(tmp_path, components):
+    """A type gguf-py writes but ztensor does not decode (IQ2_XXS) is kept as stored,
+    so only the export can tell its blocks are not bytes."""
+    src = tmp_path / "q.zt"
+    with ztensor.Writer(str(src)) as w:
+        w.write("q", ztensor.Tensor(components, shape=(1, 256), format="gguf_blocks",
+                                    attributes={"ggml_type_id": 16}))
+    refused(tmp_path, src, tmp_path / "q.gguf", ztensor.UnsupportedError, "u8 component")

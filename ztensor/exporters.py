@@ -390,7 +390,11 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
                                    path=reader.path, obj=name)
         byte_shape = shape[:-1] + (shape[-1] // block * block_bytes,)
         nbytes = math.prod(byte_shape)
-        held = spec.components["blocks"].decoded_length
+        comp = spec.components.get("blocks")
+        if comp is None or comp.dtype != "u8":  # sliced and shaped as bytes below
+            raise UnsupportedError("a gguf_blocks object needs a u8 component 'blocks'",
+                                   path=reader.path, obj=name)
+        held = comp.decoded_length
         # a type unknown at import was kept with the bytes up to the next tensor
         # (its size was unknown then): the padding after its blocks is dropped here
         padded = "ggml_type" not in spec.attributes and held > nbytes
