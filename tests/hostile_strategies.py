@@ -470,7 +470,8 @@ def gen_safetensors(d: Draw, ctx: Ctx) -> Case:
             case.must_refuse = f"the header names {items[k][0]!r} twice"
         elif what == "offsets" and k is not None and \
                 isinstance(items[k][1].get("data_offsets"), list) and \
-                len(items[k][1]["data_offsets"]) == 2:
+                len(items[k][1]["data_offsets"]) == 2 and \
+                all(type(o) is int for o in items[k][1]["data_offsets"]):
             begin, end = items[k][1]["data_offsets"]
             items[k][1]["data_offsets"] = d.pick([
                 [end, begin], [begin, end + 1], [begin - 1, end - 1], [0, end - begin],

@@ -16,6 +16,11 @@ with atheris.instrument_imports(include=["ztensor"]):
     import ztensor.foreign.numpy_files  # noqa: F401
     import ztensor.foreign.pytorch  # noqa: F401
     import ztensor.foreign.safetensors_file  # noqa: F401
+    import ztensor.foreign.hdf5_file  # noqa: F401
+    import ztensor.foreign.onnx_file  # noqa: F401
+    import ztensor.foreign.names  # noqa: F401
+    import ztensor.sharded  # noqa: F401
+    import ztensor.source  # noqa: F401
 
 # a fuzzed file may declare large sizes legitimately; keep them small enough that the
 # run measures bugs, not RAM (allocations beyond these are bugs)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run the fuzz targets against the sanitized build for a given time each (eight).
+# Run the fuzz targets against the sanitized build for a given time each (eleven).
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, every target)
 # Corpora live in build/fuzz-corpus/<target> (seeded from tests/data for the reader);
 # crashes are written to build/fuzz-crashes/; copy each into tests/data/fuzz-regressions/
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}; shift || true
-targets=${*:-reader kernels sparse importers manifest manifest_table quantized cli}
+targets=${*:-reader kernels sparse importers manifest manifest_table quantized cli foreign_structured sharded remote}
 [ -d build/fuzz ] || bash tools/fuzz/build.sh
 asan=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 mkdir -p build/fuzz-crashes
@@ -16,6 +16,7 @@ for t in $targets; do
   mkdir -p "$corpus"
   case $t in reader|cli) cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true;; esac
   [ "$t" = importers ] && [ ! -e "$corpus/seed-npy" ] && python tools/fuzz/seed_importers.py "$corpus"
+  [ "$t" = foreign_structured ] && [ ! -e "$corpus/raw-npy-0" ] && python tools/fuzz/seed_structured.py "$corpus"
   echo "== fuzz_$t for ${secs}s"
   PYTHONPATH=build/fuzz:tools/fuzz LD_PRELOAD="$asan" \
     ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \

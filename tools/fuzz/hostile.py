@@ -1,0 +1,30 @@
+"""Shared by the structure-aware fuzz targets (issue 21): the generators of
+tests/hostile_strategies.py, driven by libFuzzer's bytes, and the checks of its
+properties.  Import after common (which instruments ztensor)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tests"))
+import hostile_strategies as hs  # noqa: E402
+
+import ztensor  # noqa: E402
+
+
+def doors(case, path, directory, limits):
+    """Open ``path`` every way its kind allows; each a result or a ZTensorError, and
+    an input that must be refused is."""
+    most = hs.budget(directory, limits)
+    if case.kind == "sharded":
+        ways = [lambda: hs.read_through_sharded(path, most),
+                lambda: hs.read_through_sharded(directory, most)]
+    else:
+        ways = [lambda: hs.read_through_reader(path, limits, most),
+                lambda: hs.read_through_open_any(path, most)]
+    for way in ways:
+        try:
+            way()
+        except ztensor.ZTensorError:
+            continue
+        if case.must_refuse:
+            raise hs.Breach(f"opened although {case.must_refuse}: {case!r}")
