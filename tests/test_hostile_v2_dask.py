@@ -11,8 +11,8 @@ function enforcing it shows up here:
 * two v2 objects tied to one blob never alias through torch or a copy-on-write
   Reader (components.read_component); neither do tied tensors of a torch.save
   checkpoint; v1.2 refuses overlapping components at open;
-* v2 decoded sizes, rank and shapes are checked against Limits at open
-  (container_v2 through manifest.Checker.check_zstd_size);
+* v2 decoded sizes, whole elements, rank and shapes are checked against Limits at
+  open (container_v2 through manifest.Checker.check_zstd_size);
 * ztensor.dask: a handle never outlives the file it was opened on (rewrites in
   place and atomic replaces, synchronous and threaded schedulers), the graph size
   is bounded by the object's bytes and max_chunks, and sharded checkpoints open
@@ -322,6 +322,25 @@ def test_decoded_lengths_and_limits_are_checked_at_open(tmp_path):
         with pytest.raises(cls, match=fragment) as err:
             ztensor.Reader(path, limits=limits)
         assert path in str(err.value) and "'x'" in str(err.value), label
+
+
+@pytest.mark.parametrize("layout,part", [
+    ("acme.paged/1", {"dtype": "f32", "blob": [4096, 6]}),
+    ("acme.paged/1", {"dtype": "f32", "type": "complex64", "blob": [4096, 12]}),
+    ("acme.paged/1", {"dtype": "u16", "blob": [4096, 8], "encoding": "zt.zstd-seekable/1",
+                      "decoded_length": 7}),
+])
+def test_parts_hold_whole_elements(tmp_path, layout, part):
+    """Found by fuzzing every read path: a raw part of a layout without a size
+    equation could hold a partial element, and numpy's view of it was a bare
+    ValueError when read."""
+    path = tmp_path / "w.zt"
+    path.write_bytes(build({"x": {"shape": [1], "layout": layout, "parts": {"p": part}}},
+                           [(4096, bytes(range(16)))]))
+    with pytest.raises(ztensor.FormatError, match="whole number") as err:
+        with ztensor.Reader(path) as r:
+            r.read("x")
+    assert str(path) in str(err.value) and "'x'" in str(err.value)
 
 
 def test_rank_and_shape_limits(tmp_path):

@@ -54,7 +54,7 @@ from typing import Any, Dict
 
 import cbor2
 
-from ztensor import kernels, spec
+from ztensor import dtypes, kernels, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
@@ -232,14 +232,20 @@ class _Schema:
         if encoding is not None and (not isinstance(encoding, str) or type(decoded) is not int
                                      or not 0 <= decoded <= _U64):
             self.fail("'encoding' must be text and 'decoded_length' a u64", **where)
+        # decoded bytes are whole elements (a complex element is two floats), as
+        # v1.2 requires: numpy could not view anything else as the part's dtype
+        unit = STORAGE_WIDTH[dtype] * dtypes.element_ratio(dtype, ltype)
         if encoding is not None:
-            # the v1.2 check of a declared decoded size: Limits, whole storage
-            # elements, and for zstd the most its stored bytes can decode to; an
-            # encoding we do not know has no known bound (it is refused when
-            # decoded), so only the limits and whole elements apply to it
+            # the v1.2 check of a declared decoded size: Limits, whole elements, and
+            # for zstd the most its stored bytes can decode to; an encoding we do
+            # not know has no known bound (it is refused when decoded), so only the
+            # limits and whole elements apply to it
             bound = length if ENCODINGS.get(encoding) == "zstd" else _U64
-            self.sizes.check_zstd_size(where["obj"], role, decoded, STORAGE_WIDTH[dtype],
-                                       dtype, bound)
+            self.sizes.check_zstd_size(where["obj"], role, decoded, unit, ltype or dtype,
+                                       bound)
+        elif length % unit:
+            self.fail(f"blob of {length} bytes is not a whole number of "
+                      f"{ltype or dtype} elements", **where)
         digest = part.get("digest")
         if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
             self.fail(f"digest {digest!r:.80} is not 'xxh3:' or 'sha256:' with lowercase hex",
