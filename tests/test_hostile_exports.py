@@ -481,10 +481,14 @@ def test_unknown_ggml_type_warning_has_its_own_category(tmp_path):
     struct.pack_into("<I", data, offset_field(data, "tok") - 4, 77)
     path = patched(tmp_path, data, "unknown")
     with pytest.warns(zgguf.UnknownGGMLTypeWarning) as record:
-        ztensor.Reader(str(path)).close()
+        reader = ztensor.Reader(str(path))
     assert issubclass(zgguf.UnknownGGMLTypeWarning, UserWarning)
     message = str(record[0].message)
     assert str(path) in message and "'tok'" in message and "ggml type 77" in message
+    with reader:  # its raw bytes are no dense array: read() has them, read_numpy says so
+        with pytest.raises(ztensor.UnsupportedError, match="gguf_blocks"):
+            reader.read_numpy("tok")
+        assert reader.read("tok").format == "gguf_blocks"
 
 
 @pytest.mark.parametrize("components", [
