@@ -422,6 +422,20 @@ def test_dask_never_reads_through_a_handle_of_an_earlier_file(tmp_path, how, sch
                                   bigger * 2)
 
 
+def test_dask_over_a_url_sees_a_rewrite(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    for step, arr in enumerate((np.arange(60, dtype=np.float32).reshape(20, 3),
+                                np.ones((20, 3), np.float32))):
+        local = str(tmp_path / f"u{step}.zt")
+        with ztensor.Writer(local) as w:
+            w.write_numpy("w", arr)
+        fs.pipe("/hostile-v2-dask/u.zt", open(local, "rb").read())
+        got = compute(zdask.from_zt("memory://hostile-v2-dask/u.zt", "w", rows=7), "threads")
+        np.testing.assert_array_equal(got, arr)
+    fs.rm("/hostile-v2-dask/u.zt")
+
+
 def test_dask_chunks_are_bounded_by_the_bytes_present(tmp_path):
     from crafted import v1_file
     # a v1.2 file of 100-odd bytes declaring 2**40 rows of nothing

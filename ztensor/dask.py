@@ -156,19 +156,24 @@ def _shard_of(source: str, name: str) -> str:
 
 
 # ------------------------------------------------------------------ workers' handles
+# what fsspec's info() may say of a version of a file (HTTP, S3, GCS, local, memory)
+_VERSION_FIELDS = ("ETag", "etag", "Content-MD5", "Digest", "LastModified",
+                   "last_modified", "mtime", "created", "ino", "VersionId", "generation")
+
+
 def _identity(source: str):
     """What tells one version of a file from another, cheaply: for a local file its
     stat (a rename gives another inode; a rewrite in place another size or time);
-    for a URL what the server says of it."""
+    for a URL what the server says of it, or None where it says nothing beyond the
+    size (such a file gets a fresh handle per chunk: nothing shows it unchanged)."""
     if not _is_url(source):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
     fs, inner = fsspec.core.url_to_fs(source)
     info = fs.info(inner)
-    return tuple((k, str(info.get(k))) for k in ("size", "ETag", "etag", "mtime",
-                                                 "LastModified", "last_modified")
-                 if info.get(k) is not None)
+    marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
+    return (("size", str(info.get("size"))),) + marks if marks else None
 
 
 class _Handles:
@@ -188,6 +193,11 @@ class _Handles:
         from ztensor.safe import safe_open
         for _ in range(8):
             before = _identity(source)
+            if before is None:  # no version to key by: this chunk's own handle
+                key, handle = (source, object()), safe_open(source, framework="np")
+                with self._lock:
+                    self._open[key] = [handle, 1, True]   # closed on release
+                return key, handle
             key = (source, before)
             with self._lock:
                 entry = self._open.get(key)
