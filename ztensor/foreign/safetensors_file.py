@@ -3,8 +3,9 @@
 The header is parsed here (no safetensors dependency) and every entry is checked:
 dtype known, shape of non-negative integers that numpy can make, data_offsets
 inside the data section and exactly shape x item size, no two tensors overlapping
-(safetensors itself refuses overlaps).  The file is memory-mapped; tensors are
-views of it."""
+(safetensors itself refuses overlaps), no key given twice in any JSON object of
+the header (``json`` would keep the last silently).  The file is memory-mapped;
+tensors are views of it."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
+from ztensor.foreign.names import NameTable
 from ztensor.objects import shape_problem
 from ztensor.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
@@ -47,7 +49,10 @@ def _parse(source, name) -> ForeignFile:
     if 8 + header_len > size:
         raise FormatError("safetensors header runs past the end of the file", path=name)
     try:
-        header = json.loads(bytes(source.view(8, header_len, "header")))
+        header = json.loads(bytes(source.view(8, header_len, "header")),
+                            object_pairs_hook=lambda pairs: _unique_keys(pairs, name))
+    except FormatError:   # a key given twice (a ValueError too)
+        raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
     except RecursionError:  # json nests on the C stack, bounded by the recursion limit
@@ -73,6 +78,18 @@ def _parse(source, name) -> ForeignFile:
         tensor = Tensor({"data": arr}, shape=shape, types={"data": ltype} if ltype else None)
         entries[key] = eager(key, tensor, start + begin)
     return ForeignFile(name, "safetensors", dict(metadata), entries, closer=source.close)
+
+
+def _unique_keys(pairs, path):
+    """A JSON object of the header as a dict, refusing a key given twice at any level
+    (``json.loads`` keeps the last silently: a tensor, or its dtype or offsets, would
+    be chosen by the order of the text)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        keys = NameTable(path, "header key")
+        for key, _ in pairs:
+            keys.claim(key)
+    return found
 
 
 def _entry(path, key, info, data_len):
