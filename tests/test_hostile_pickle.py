@@ -678,3 +678,35 @@ def test_cli_convert_prints_one_line_for_a_hostile_pickle(tmp_path, capsys):
     assert main(["convert", str(path), str(tmp_path / "o.zt")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(path) in err
+
+
+def _write_each_format(tmp_path):
+    """The same two arrays (one of rank 3) written by each format's own writer."""
+    arrays = {"a": np.zeros((2, 2, 2), np.float32), "b": np.ones(3, np.float32)}
+    paths = {}
+    paths["pt"] = tmp_path / "m.pt"
+    torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, paths["pt"])
+    paths["npz"] = tmp_path / "m.npz"
+    np.savez(paths["npz"], **arrays)
+    st = pytest.importorskip("safetensors.numpy")
+    paths["safetensors"] = tmp_path / "m.safetensors"
+    st.save_file(arrays, str(paths["safetensors"]))
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    inits = [numpy_helper.from_array(v, k) for k, v in arrays.items()]
+    paths["onnx"] = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=inits)),
+              paths["onnx"])
+    return paths
+
+
+@pytest.mark.parametrize("fmt", ["pt", "npz", "safetensors", "onnx"])
+def test_foreign_readers_hold_rank_and_count_to_the_limits(tmp_path, fmt):
+    path = _write_each_format(tmp_path)[fmt]
+    with ztensor.Reader(path) as r:
+        assert sorted(r.keys()) == ["a", "b"]
+    with pytest.raises(ztensor.LimitError, match="max_rank") as info:
+        ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_rank=2))
+    assert info.value.path == str(path)
+    with pytest.raises(ztensor.LimitError, match="max_objects"):
+        ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_objects=1))

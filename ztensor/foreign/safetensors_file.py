@@ -31,13 +31,13 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     source = Source(name)   # the one home of bounds checks: every view below is checked
     try:
-        return _parse(source, name)
+        return _parse(source, name, limits)
     except BaseException:
         source.close()
         raise
 
 
-def _parse(source, name) -> ForeignFile:
+def _parse(source, name, limits) -> ForeignFile:
     size = source.size
     if size < 8:
         raise FormatError("not a safetensors file: shorter than its 8-byte header size",
@@ -63,7 +63,10 @@ def _parse(source, name) -> ForeignFile:
     if not isinstance(metadata, dict):
         raise FormatError("safetensors __metadata__ is not an object", path=name)
     start, data_len = 8 + header_len, size - 8 - header_len
-    parsed = sorted(((k, _entry(name, k, v, data_len)) for k, v in header.items()),
+    if len(header) > limits.max_objects:
+        raise LimitError(f"{len(header)} tensors, above max_objects {limits.max_objects}",
+                         path=name)
+    parsed = sorted(((k, _entry(name, k, v, data_len, limits)) for k, v in header.items()),
                     key=lambda kv: kv[1][2])
     end = 0
     for key, (_, _, begin, _, stop) in parsed:
@@ -92,7 +95,7 @@ def _unique_keys(pairs, path):
     return found
 
 
-def _entry(path, key, info, data_len):
+def _entry(path, key, info, data_len, limits):
     if not isinstance(info, dict):
         raise FormatError("entry is not an object", path=path, obj=key)
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
@@ -103,6 +106,9 @@ def _entry(path, key, info, data_len):
             or not isinstance(offsets, list) or len(offsets) != 2
             or not all(type(o) is int for o in offsets)):
         raise FormatError("malformed shape or data_offsets", path=path, obj=key)
+    if len(shape) > limits.max_rank:
+        raise LimitError(f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path,
+                         obj=key)
     storage, ltype = dtypes.SAFETENSORS_STORAGE[dtype]
     np_dtype = np.dtype(storage)
     problem = (f"shape has {len(shape)} dimensions (at most 64)" if len(shape) > 64
