@@ -710,3 +710,80 @@ def test_foreign_readers_hold_rank_and_count_to_the_limits(tmp_path, fmt):
     assert info.value.path == str(path)
     with pytest.raises(ztensor.LimitError, match="max_objects"):
         ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_objects=1))
+
+
+def _mutation_property(tmp_path_factory, make, suffix):
+    pytest.importorskip("hypothesis")
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    base = tmp_path_factory.mktemp("mut")
+    good = base / f"good{suffix}"
+    make(good)
+    raw = good.read_bytes()
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.integers(0, len(raw) - 1), st.integers(0, 255)),
+                    min_size=1, max_size=4))
+    def check(flips):
+        data = bytearray(raw)
+        for pos, value in flips:
+            data[pos] = value
+        path = base / f"m{suffix}"
+        path.write_bytes(bytes(data))
+        try:
+            with ztensor.Reader(path) as r:
+                for name in r.keys():
+                    np.asarray(r[name]).sum()
+        except ztensor.ZTensorError as exc:
+            assert exc.path == str(path), exc
+
+    check()
+
+
+def test_property_a_mutated_checkpoint_reads_or_is_a_clean_error(tmp_path_factory):
+    _mutation_property(
+        tmp_path_factory,
+        lambda p: torch.save({"model": torch.nn.Linear(3, 2).state_dict(),
+                              "p": torch.nn.Parameter(torch.arange(4.0)), "step": 1}, p),
+        ".pt")
+
+
+def test_property_a_mutated_npz_reads_or_is_a_clean_error(tmp_path_factory):
+    _mutation_property(
+        tmp_path_factory,
+        lambda p: np.savez_compressed(p, a=np.arange(6.0).reshape(2, 3), b=np.ones(3, "<i4")),
+        ".npz")
+
+
+def test_property_a_mutated_pickle_in_a_valid_zip_reads_or_is_a_clean_error(tmp_path_factory):
+    pytest.importorskip("hypothesis")
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    base = tmp_path_factory.mktemp("mutpkl")
+    good = base / "good.pt"
+    torch.save({"model": torch.nn.Linear(3, 2).state_dict(), "opt": {0: {"lr": 0.1}},
+                "p": torch.nn.Parameter(torch.arange(4.0)), "e": torch.zeros(1).expand(5)},
+               good)
+    with zipfile.ZipFile(good) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    pkl = next(n for n in members if n.endswith("data.pkl"))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.integers(0, len(members[pkl]) - 1), st.integers(0, 255)),
+                    min_size=1, max_size=3))
+    def check(flips):
+        data = bytearray(members[pkl])
+        for pos, value in flips:
+            data[pos] = value
+        path = base / "m.pt"
+        with zipfile.ZipFile(path, "w") as z:
+            for name, body in members.items():
+                z.writestr(name, bytes(data) if name == pkl else body)
+        try:
+            with ztensor.Reader(path) as r:
+                for name in r.keys():
+                    np.asarray(r[name]).sum()
+        except ztensor.ZTensorError as exc:
+            assert exc.path == str(path), exc
+
+    check()
