@@ -787,3 +787,23 @@ def test_property_a_mutated_pickle_in_a_valid_zip_reads_or_is_a_clean_error(tmp_
             assert exc.path == str(path), exc
 
     check()
+
+
+def test_arrays_are_aligned_wherever_the_zip_put_the_bytes(tmp_path):
+    # zipfile places a stored member right after its name: the elements may sit at
+    # any address; what the reader returns is aligned (a copy where it must be)
+    for name in ("x", "xy", "xyz"):
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **{name: np.arange(5.0)})
+        with ztensor.Reader(path) as r:
+            assert r[name].flags.aligned
+            np.testing.assert_array_equal(r[name], np.arange(5.0))
+    body = ckpt(b"}(" + uni("t") + tensor_ops("0", 2) + b"u")
+    for pad in range(1, 9):   # the prefix's length moves the storage's first byte
+        path = tmp_path / f"{pad}.pt"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("a" * pad + "/data.pkl", body)
+            z.writestr("a" * pad + "/data/0", np.arange(2, dtype="<f4").tobytes())
+        with ztensor.Reader(path) as r:
+            assert r["t"].flags.aligned
+            np.testing.assert_array_equal(r["t"], np.arange(2, dtype=np.float32))

@@ -137,4 +137,7 @@ def _load_member(archive, member, key, shape, fortran, dtype, offset):
         raise LimitError("not enough memory for the array", path=archive.path,
                          obj=key) from None
     arr = arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+    if not arr.flags.aligned:   # a stored member lies where the zip put it: copy, as numpy would
+        arr = arr.copy(order="K")
+        arr.flags.writeable = False
     return Tensor({"data": arr})

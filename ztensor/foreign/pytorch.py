@@ -453,8 +453,16 @@ def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
                               f"{ref.member!r} holds {member.size}", path=path, obj=key)
         users.setdefault(ref.member, key)
     archive.check_decoded(users, users.get)
-    return {member: np.frombuffer(archive.read(member, obj=key), np.uint8)
-            for member, key in users.items()}
+    arrays = {}
+    for member, key in users.items():
+        raw = np.frombuffer(archive.read(member, obj=key), np.uint8)
+        # torch.save aligns storages to 64 bytes; a zip made otherwise may not, and
+        # numpy views of misaligned elements trouble other libraries: copy those
+        if raw.ctypes.data % 16:
+            raw = raw.copy()
+            raw.flags.writeable = False
+        arrays[member] = raw
+    return arrays
 
 
 def _view(raw, record, path, key):
