@@ -807,3 +807,22 @@ def test_arrays_are_aligned_wherever_the_zip_put_the_bytes(tmp_path):
         with ztensor.Reader(path) as r:
             assert r["t"].flags.aligned
             np.testing.assert_array_equal(r["t"], np.arange(2, dtype=np.float32))
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_a_boolean_in_an_npy_shape_is_refused(tmp_path, suffix):
+    # numpy's header check takes True as an integer; numpy's constructors do not
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False,
+                                               "shape": (True,)})
+    member = buf.getvalue() + bytes(4)
+    path = tmp_path / f"b{suffix}"
+    if suffix == ".npy":
+        path.write_bytes(member)
+    else:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("x.npy", member)
+    with pytest.raises(ztensor.FormatError, match="other than integers") as info:
+        with ztensor.Reader(path) as r:
+            r.read_numpy(r.keys()[0])
+    assert info.value.path == str(path)

@@ -42,6 +42,13 @@ READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.B
 
 def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
+    stem = os.path.splitext(os.path.basename(name))[0]
+    try:
+        with open(name, "rb") as fp:   # the header's checks, before numpy maps it
+            shape, _, dtype = _read_header(fp, name, stem)
+    except OSError as exc:
+        raise FormatError(f"not a readable .npy file: {exc}", path=name) from None
+    _header_spec(name, stem, shape, dtype, limits)
     try:
         arr = np.load(name, mmap_mode="r", allow_pickle=False)
     except READ_ERRORS as exc:
@@ -52,7 +59,6 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         if hasattr(arr, "close"):
             arr.close()
         raise FormatError("not a .npy array (an .npz archive?)", path=name)
-    stem = os.path.splitext(os.path.basename(name))[0]
     return ForeignFile(name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))})
 
 
@@ -94,18 +100,28 @@ def _member_header(archive, member, key):
     """(shape, fortran_order, dtype, data offset) from a member's ``.npy`` header,
     decoding no more of the member than the header can take."""
     head = io.BytesIO(bytes(archive.read(member, obj=key, limit=_HEAD)))
-    try:
-        version = np.lib.format.read_magic(head)
-        reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                  else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = reader(head)
-    except READ_ERRORS as exc:
-        raise FormatError(f"cannot read the array header: {exc}", path=archive.path,
-                          obj=key) from None
+    shape, fortran, dtype = _read_header(head, archive.path, key)
     return shape, fortran, dtype, head.tell()
 
 
+def _read_header(fp, path, key):
+    """(shape, fortran_order, dtype) from the ``.npy`` header at ``fp``'s position
+    (numpy's parser; its errors are FormatErrors).  :func:`_header_spec` checks them."""
+    try:
+        version = np.lib.format.read_magic(fp)
+        reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                  else np.lib.format.read_array_header_2_0)
+        return reader(fp)
+    except READ_ERRORS as exc:
+        raise FormatError(f"cannot read the array header: {exc}", path=path, obj=key) from None
+
+
 def _header_spec(path, key, shape, dtype, limits):
+    """The ObjectSpec a ``.npy`` header describes, once its shape (integers, under the
+    rank limit, a size numpy can make) and dtype (one zTensor stores) are checked."""
+    if not all(type(d) is int for d in shape):   # numpy's header check takes True for 1
+        raise FormatError(f"shape {shape!r:.80} holds something other than integers",
+                          path=path, obj=key)
     found = dtypes.spec_types_for(dtype)
     if found is None or dtype.hasobject:
         raise FormatError(f"numpy dtype {dtype} has no zTensor type", path=path, obj=key)

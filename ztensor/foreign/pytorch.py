@@ -179,6 +179,12 @@ class _Load:
         if len(size) > self.limits.max_rank:
             raise LimitError(f"a tensor of rank {len(size)}, above max_rank "
                              f"{self.limits.max_rank}")
+        # what a copy of the tensor takes: a stride-0 view (expand) is cheap to read, but
+        # a caller may ask for a copy, so its size is held to the limit too
+        if math.prod(size) * dtype.itemsize > self.limits.max_component_size:
+            raise LimitError(f"a tensor of size {list(size)} ({math.prod(size) * dtype.itemsize} "
+                             f"bytes) is above max_component_size "
+                             f"{self.limits.max_component_size}")
         count = storage.nbytes // dtype.itemsize
         if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= count:
             raise FormatError(f"tensor of size {list(size)}, stride {list(stride)} at offset "
