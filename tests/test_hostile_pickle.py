@@ -826,3 +826,14 @@ def test_a_boolean_in_an_npy_shape_is_refused(tmp_path, suffix):
         with ztensor.Reader(path) as r:
             r.read_numpy(r.keys()[0])
     assert info.value.path == str(path)
+
+
+def test_a_stride_zero_view_is_held_to_max_component_size(tmp_path):
+    # reading it is cheap, but read_numpy(copy=True) would make all of it
+    path = tmp_path / "e.pt"
+    torch.save({"e": torch.zeros(1).expand(1 << 20)}, path)
+    with pytest.raises(ztensor.LimitError, match="max_component_size") as info:
+        ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_component_size=1 << 20))
+    assert info.value.path == str(path)
+    with ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_component_size=4 << 20)) as r:
+        assert r.read_numpy("e", copy=True).shape == (1 << 20,)
