@@ -837,3 +837,34 @@ def test_a_stride_zero_view_is_held_to_max_component_size(tmp_path):
     assert info.value.path == str(path)
     with ztensor.Reader(path, limits=ztensor.DEFAULT_LIMITS.with_(max_component_size=4 << 20)) as r:
         assert r.read_numpy("e", copy=True).shape == (1 << 20,)
+
+
+def test_a_big_endian_checkpoint_reads_like_its_little_endian_twin(tmp_path):
+    # torch.save on a big-endian host writes byteorder "big" and big-endian storages;
+    # strided and stride-0 views of bf16 and f32 read the same values as here
+    base = torch.arange(12.0).reshape(3, 4)
+    state = {"f": base, "t": base.t(), "bf": torch.arange(4.0).to(torch.bfloat16).expand(3, 4),
+             "i": torch.arange(6, dtype=torch.int64)[::2]}
+    little = tmp_path / "little.pt"
+    torch.save(state, little)
+    # torch.save numbers storages as it meets them: f (shared with t), bf, i
+    widths = {"0": 4, "1": 2, "2": 8}
+    with zipfile.ZipFile(little) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    prefix = next(n for n in members if n.endswith("data.pkl"))[:-len("data.pkl")]
+    assert sorted(n[len(prefix) + 5:] for n in members if n.startswith(prefix + "data/")) \
+        == ["0", "1", "2"]
+    big = tmp_path / "big.pt"
+    with zipfile.ZipFile(big, "w") as z:
+        for name, data in members.items():
+            if name == prefix + "byteorder":
+                data = b"big"
+            elif name.startswith(prefix + "data/"):
+                width = widths[name[len(prefix) + 5:]]
+                data = np.frombuffer(data, f"<u{width}").byteswap().tobytes()
+            z.writestr(name, data)
+    with ztensor.Reader(little) as a, ztensor.Reader(big) as b:
+        for key in state:
+            np.testing.assert_array_equal(np.asarray(b.read_numpy(key)),
+                                          np.asarray(a.read_numpy(key)))
+            assert torch.equal(b.read_torch(key), state[key])

@@ -36,7 +36,8 @@ dict keys and list indices joined with ``.``, through one
 error naming both paths, never one dropped.  Plain values (numbers, strings) become
 ``pickle.*`` attributes.  Only then are the storages' sizes held to the file's members
 and the :class:`~ztensor.spec.Limits`, and their members read: stored ones are views
-of the mapped file, deflated ones decoded (bounded).
+of the mapped file, deflated ones decoded (bounded); a big-endian checkpoint's
+storages are swapped to little-endian once each.
 """
 from __future__ import annotations
 
@@ -434,11 +435,10 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
+    elements: Dict[Tuple[str, int, np.dtype], np.ndarray] = {}
     entries = {}
     for key, record in tensors.items():
-        arr = _view(arrays[record.storage.member], record, name, key)
-        if order == "big" and arr.dtype.itemsize > 1:
-            arr = arr.view(arr.dtype.newbyteorder(">"))  # the storages hold big-endian bytes
+        arr = _view(_elements(arrays, elements, record, order), record, name, key)
         tensor = Tensor({"data": arr}, shape=arr.shape,
                         types={"data": record.ltype} if record.ltype else None)
         entries[key] = eager(key, tensor)
@@ -471,13 +471,31 @@ def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
     return arrays
 
 
-def _view(raw, record, path, key):
-    """The tensor as a read-only numpy view of its storage's bytes (geometry checked
-    at rebuild); a tensor of no elements is an empty array."""
+def _elements(arrays, cache, record, order) -> np.ndarray:
+    """A storage's bytes as elements of the tensor's (little-endian) dtype: a view, or
+    for a big-endian checkpoint one swapped copy of the storage per dtype, so its
+    tensors are what a little-endian checkpoint's are.  The storage is swapped, never
+    the tensor: a stride-0 view of a few bytes stays a view (a big-endian view of
+    strided elements could not be swapped later without copying all of it)."""
+    dtype = record.dtype
+    raw = arrays[record.storage.member]
+    count = record.storage.nbytes // dtype.itemsize
+    if order == "little" or dtype.itemsize == 1:
+        return raw[:count * dtype.itemsize].view(dtype)
+    key = (record.storage.member, count, dtype)
+    if key not in cache:
+        swapped = raw[:count * dtype.itemsize].view(dtype.newbyteorder(">")).astype(dtype)
+        swapped.flags.writeable = False
+        cache[key] = swapped
+    return cache[key]
+
+
+def _view(elements, record, path, key):
+    """The tensor as a read-only numpy view of its storage's elements (geometry
+    checked at rebuild); a tensor of no elements is an empty array."""
     dtype = record.dtype
     if not math.prod(record.size):
         return np.zeros(record.size, dtype)
-    elements = raw[:record.storage.nbytes // dtype.itemsize * dtype.itemsize].view(dtype)
     try:
         return np.lib.stride_tricks.as_strided(
             elements[record.offset:], shape=record.size,
