@@ -435,7 +435,7 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
-    elements: Dict[Tuple[str, int, np.dtype], np.ndarray] = {}
+    elements: Dict[Tuple[str, np.dtype], np.ndarray] = {}
     entries = {}
     for key, record in tensors.items():
         arr = _view(_elements(arrays, elements, record, order), record, name, key)
@@ -482,12 +482,13 @@ def _elements(arrays, cache, record, order) -> np.ndarray:
     count = record.storage.nbytes // dtype.itemsize
     if order == "little" or dtype.itemsize == 1:
         return raw[:count * dtype.itemsize].view(dtype)
-    key = (record.storage.member, count, dtype)
+    key = (record.storage.member, dtype)   # not the count: one copy however many refer
     if key not in cache:
-        swapped = raw[:count * dtype.itemsize].view(dtype.newbyteorder(">")).astype(dtype)
+        whole = raw.size // dtype.itemsize * dtype.itemsize
+        swapped = raw[:whole].view(dtype.newbyteorder(">")).astype(dtype)
         swapped.flags.writeable = False
         cache[key] = swapped
-    return cache[key]
+    return cache[key][:count]
 
 
 def _view(elements, record, path, key):
