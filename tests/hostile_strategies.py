@@ -46,12 +46,18 @@ def leaked(arr: Any) -> bool:
     """True when ``arr``'s bytes hold 8 consecutive bytes of a secret file."""
     raw = np.ascontiguousarray(np.asarray(arr)).view(np.uint8).tobytes() \
         if np.asarray(arr).dtype.kind != "O" else b""
+    return _holds_secret(raw)
+
+
+def _holds_secret(raw: bytes) -> bool:
     return len(raw) >= 8 and any(w in raw for w in _WINDOWS)
 
 
 # ----------------------------------------------------------------- drawing
 class Draw:
-    """Where a generator's choices come from."""
+    """Where a generator's choices come from.  Every method is total: ``int(lo, hi)``
+    with ``hi <= lo`` is ``lo``, so a generator never fails on its own draws (the
+    harness must never be what fails; ``test_generators_always_produce_an_input``)."""
 
     def int(self, lo: int, hi: int) -> int:
         raise NotImplementedError
@@ -76,7 +82,8 @@ class HypothesisDraw(Draw):
         self._draw, self._st = draw, st
 
     def int(self, lo, hi):
-        return self._draw(self._st.integers(lo, hi))
+        # total like ProviderDraw: an empty range is its one bound, never an error
+        return self._draw(self._st.integers(lo, hi)) if hi > lo else lo
 
     def bytes(self, max_len):
         return self._draw(self._st.binary(max_size=max_len))
@@ -93,6 +100,53 @@ class ProviderDraw(Draw):
 
     def bytes(self, max_len):
         return self._fdp.ConsumeBytes(self._fdp.ConsumeIntInRange(0, max_len))
+
+
+class CornerDraw(Draw):
+    """One path of :func:`every_corner`: each ``pick`` takes every item in turn, each
+    other ``int`` the corners of its range (both ends, one in from each, the
+    middle), ``bytes`` nothing."""
+
+    def __init__(self, path: List[int]) -> None:
+        self.path, self.widths = path, []
+
+    def _choose(self, options: Sequence[Any]) -> Any:
+        at = len(self.widths)
+        self.widths.append(len(options))
+        return options[self.path[at] if at < len(self.path) else 0]
+
+    def int(self, lo, hi):
+        if hi <= lo:
+            return lo
+        return self._choose(sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi}))
+
+    def pick(self, seq):
+        return self._choose(list(seq))
+
+    def bytes(self, max_len):
+        return b""
+
+
+def every_corner(make: Callable[[Draw], Any], most: int = 100_000):
+    """``make(draw)`` along every path of corner choices (:class:`CornerDraw`), in
+    order, at most ``most`` paths: yields each path (the index of every choice
+    taken) and what ``make`` returned (or raised)."""
+    path: List[int] = []
+    for _ in range(most):
+        d = CornerDraw(path)
+        try:
+            out: Any = make(d)
+        except Exception as exc:    # handed to the caller, who says what is wrong
+            out = exc
+        taken = (path + [0] * len(d.widths))[:len(d.widths)]
+        yield list(taken), out
+        # the next path: the last choice that has an option left takes it
+        while taken and taken[-1] + 1 >= d.widths[len(taken) - 1]:
+            taken.pop()
+        if not taken:
+            return
+        taken[-1] += 1
+        path = taken
 
 
 # ----------------------------------------------------------------- the case
@@ -288,7 +342,10 @@ def _torch_tensor(d: Draw, torch: Any) -> Any:
     elif view == "expand" and n:
         t = t[:1].expand(d.int(1, 4), 1)
     elif view == "strided" and n >= 4:
-        t = t.as_strided((2, 2), (1, d.int(0, 2)), d.int(0, 1))
+        # (2, 2) elements at offset o, strides (1, s): the last is o + 1 + s, which
+        # must lie in the n elements (or torch refuses to make the view)
+        offset = d.int(0, 1)
+        t = t.as_strided((2, 2), (1, d.int(0, min(2, n - 2 - offset))), offset)
     elif view == "offset" and n > 1:
         t = t[1:].reshape(-1)
     elif view == "param" and dtype.is_floating_point:
@@ -392,6 +449,8 @@ def gen_pytorch(d: Draw, ctx: Ctx) -> Case:
     changed = False
     for _ in range(d.int(0, 3)):
         step = d.pick(["pickle", "pickle", "member", "zip"])
+        if step == "member" and not members:
+            step = "zip"    # every member dropped already
         if step == "pickle":
             for k, (m, raw, method) in enumerate(members):
                 if m.endswith("data.pkl"):
@@ -424,8 +483,10 @@ def gen_pytorch(d: Draw, ctx: Ctx) -> Case:
                                 d.pick([b"big", b"little\n", b"middle", b"\xff", b""]),
                                 zipfile.ZIP_STORED))
             elif how == "second-pkl":
-                pkl = next(x for x in members if x[0].endswith("data.pkl"))
-                members.insert(0, ("other/data.pkl", pkl[1], zipfile.ZIP_STORED))
+                # a copy of the (perhaps already renamed or dropped) pickle, or any bytes
+                pkl = next((x[1] for x in members if x[0].endswith("data.pkl")),
+                           d.bytes(32))
+                members.insert(0, ("other/data.pkl", pkl, zipfile.ZIP_STORED))
     if changed:
         data = zip_bytes(members)
     if d.rare():
@@ -686,9 +747,15 @@ def gen_gguf(d: Draw, ctx: Ctx) -> Case:
     fields = gguf_fields(bytes(data))
     for _ in range(d.int(0, 3)):
         what = d.pick(["field", "field", "field", "dup-name", "dup-key", "truncate", "tail"])
+        # fields found in the writer's file; a truncation may have cut some off
+        present = {k: [(at, fmt) for at, fmt in v if at + struct.calcsize(fmt) <= len(data)]
+                   for k, v in fields.items()}
+        present = {k: v for k, v in present.items() if v}
+        if what == "field" and not present:
+            what = "tail"
         if what == "field":
-            kind = d.pick([k for k, v in fields.items() if v])
-            at, fmt = d.pick(fields[kind])
+            kind = d.pick(sorted(present))
+            at, fmt = d.pick(present[kind])
             size = struct.calcsize(fmt)
             old = struct.unpack_from(fmt, data, at)[0]
             new = d.pick([0, 1, 2, 3, 7, 9, 13, 30, 31, 39, 100, 255, 1 << 31, (1 << 32) - 1,
@@ -1030,16 +1097,83 @@ def budget(directory: Path, limits: Any) -> int:
     return max(limits.max_component_size, 1032 * present_bytes(directory))
 
 
+def _owner(arr: np.ndarray) -> Any:
+    """The object at the end of ``arr``'s chain of bases: the buffer its elements
+    live in (an ndarray that owns its data, bytes, a bytearray, a file mapping)."""
+    obj: Any = arr
+    for _ in range(64):
+        nxt = obj.obj if isinstance(obj, memoryview) else getattr(obj, "base", None)
+        if nxt is None:
+            break
+        obj = nxt
+    return obj
+
+
+def allocated(arr: np.ndarray) -> int:
+    """The memory ``arr`` holds: the size of the buffer its elements live in, and
+    nothing for a view of a file mapping (the input's own bytes, or a file outside
+    it, which :func:`leaked` catches).  A zero-copy view costs what its buffer
+    costs, however many elements it shows (stride 0: ``torch.zeros(1).expand(n)``
+    read as a broadcast view is its one element); ``read_numpy(copy=True)`` of it
+    owns all n."""
+    import mmap
+    owner = _owner(arr)
+    if isinstance(owner, mmap.mmap):
+        try:
+            owner.size()        # a file behind it (an anonymous map has none)
+            return 0
+        except (OSError, ValueError):
+            return len(owner)
+    if isinstance(owner, np.ndarray):
+        return owner.nbytes     # owns its data (it ends the chain)
+    try:
+        return memoryview(owner).nbytes
+    except TypeError:
+        return arr.nbytes       # a buffer we cannot see: as if arr owned it all
+
+
+def _distinct(arr: np.ndarray) -> np.ndarray:
+    """``arr`` with every stride-0 axis cut to two: each distinct element, and each
+    pair of elements that meet in ``arr``'s bytes (a secret cut in two by a
+    repeat), without the repeats."""
+    return arr[tuple(slice(0, 2) if s == 0 else slice(None)
+                     for s in arr.strides)]
+
+
+def _span_bytes(arr: np.ndarray) -> bytes:
+    """Every byte of memory ``arr`` can reach (its lowest to its highest address)."""
+    import ctypes
+    from numpy.lib.array_utils import byte_bounds
+    lo, hi = byte_bounds(arr)
+    return ctypes.string_at(lo, hi - lo) if hi > lo else b""
+
+
 def check_array(arr: Any, most: int, where: str) -> None:
-    """An array handed out: within the byte budget, then read fully, then free of
-    any secret byte."""
+    """An array handed out: the memory it holds (:func:`allocated`) within ``most``,
+    every element read, and free of any secret byte.
+
+    Reading costs what the array can reach, not what its shape multiplies out to:
+    the distinct elements (stride-0 axes cut to two) are copied when they fit in
+    ``most``; a view whose non-zero strides overlap past that (``as_strided`` over a
+    small storage) is read as the span of memory it covers, which must fit too."""
     a = np.asarray(arr)
     if a.dtype.kind == "O":
         raise Breach(f"{where}: an object array")
-    if a.nbytes > most:
-        raise Breach(f"{where}: {a.nbytes} bytes from an input allowing {most}")
-    np.ascontiguousarray(a).tobytes()   # every element touched
-    if leaked(a):
+    held = allocated(a)
+    if held > most:
+        raise Breach(f"{where}: holds {held} bytes ({a.shape} {a.dtype}, strides "
+                     f"{a.strides}) from an input allowing {most}")
+    if a.size == 0:
+        return
+    distinct = _distinct(a)
+    if distinct.nbytes <= most:
+        raw = np.ascontiguousarray(distinct).view(np.uint8).tobytes()  # every element
+    else:
+        raw = _span_bytes(a)
+        if len(raw) > most:
+            raise Breach(f"{where}: reaches {len(raw)} bytes of memory ({a.shape} "
+                         f"{a.dtype}, strides {a.strides}) from an input allowing {most}")
+    if _holds_secret(raw):
         raise Breach(f"{where}: holds bytes of a file outside the input")
 
 
@@ -1050,7 +1184,9 @@ def check_attributes(attributes: Any, where: str) -> None:
 
 
 def read_through_reader(path: Path, limits: Any, most: int) -> int:
-    """Open with ztensor.Reader and read every tensor every way; the number read."""
+    """Open with ztensor.Reader and read every tensor every way; the number read.
+    A copy (``copy=True``: it owns every element, a stride-0 view's repeats
+    included) is held to ``limits.max_component_size``, views to ``most``."""
     import ztensor
     n = 0
     with ztensor.Reader(path, limits=limits) as r:
@@ -1058,7 +1194,8 @@ def read_through_reader(path: Path, limits: Any, most: int) -> int:
         for nm in r.keys():
             r.metadata(nm)
             check_array(r.read_numpy(nm), most, f"read_numpy({nm!r})")
-            check_array(r.read_numpy(nm, copy=True), most, f"read_numpy({nm!r}, copy=True)")
+            check_array(r.read_numpy(nm, copy=True), limits.max_component_size,
+                        f"read_numpy({nm!r}, copy=True)")
             for role, arr in r.read(nm).components.items():
                 check_array(arr, most, f"read({nm!r}).{role}")
             n += 1
