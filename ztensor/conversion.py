@@ -46,7 +46,9 @@ def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = F
         return _convert_checkpoint(source, target, compress, checksum, force, progress)
     if os.path.exists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
-    total = os.path.getsize(source)
+    from ztensor.source import open_local_input
+    with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
+        total = os.fstat(f.fileno()).st_size
     return _convert_file(source, target, compress, checksum, _Counter(progress, total))
 
 

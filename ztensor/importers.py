@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, Tuple, Union
 
 from ztensor import foreign
 from ztensor.errors import FormatError
+from ztensor.source import open_local_input
 from ztensor.tensor import Tensor
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -22,9 +23,9 @@ Opened = Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]
 def open_any(path: PathLike) -> Opened:
     """Open any file ``Reader`` reads, told by its bytes (see ztensor/foreign)."""
     name = os.fspath(path)
-    fmt = foreign.sniff(name)
+    fmt = foreign.sniff(name)   # refuses directories, FIFOs, devices (open_local_input)
     if fmt is None:
-        with open(name, "rb") as f:
+        with open_local_input(name) as f:
             head = f.read(8)
             if head[:4] != b"ZTEN" and head != b"\x89ZT2\r\n\x1a\n":
                 raise FormatError("not a tensor file ztensor can read (zTensor, safetensors, "

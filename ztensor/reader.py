@@ -20,7 +20,7 @@ from ztensor.footer import read_footer
 from ztensor.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
-from ztensor.source import Source
+from ztensor.source import Source, is_url
 
 
 def _memory_is_a_limit(method):
@@ -95,8 +95,10 @@ class Reader:
         self._foreign = None
         self._view_of = None
         self._zero_copy = None  # name -> view, for read_numpy's hot path (first use)
+        # a local path is opened through source.open_local_input by sniff (and Source):
+        # a directory, FIFO or device is refused there, before any reader sees it
         kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
-            and os.path.isfile(source) else None
+            and not is_url(source) else None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
             self._source = None
             self.path = os.fspath(source)
@@ -268,6 +270,9 @@ class Reader:
                     arr = components.copy_array(arr)
                 return arr.reshape(shape)
         obj = self.metadata(name)
+        if obj.format != "dense":  # foreign files too: a GGUF tensor may be gguf_blocks
+            raise UnsupportedError(f"read_numpy reads dense objects; this one is "
+                                   f"{obj.format!r}, use read()", path=self.path, obj=name)
         if self._foreign is not None:
             return self._foreign_numpy(obj, copy)
         plan = obj.plan
@@ -281,9 +286,6 @@ class Reader:
             if copy and self._source.mapped:
                 arr = components.copy_array(arr)
             return arr.reshape(obj.shape)
-        if obj.format != "dense":
-            raise UnsupportedError(f"read_numpy reads dense objects; this one is "
-                                   f"{obj.format!r}, use read()", path=self.path, obj=name)
         comp = obj.components["data"]
         arr = self._component(obj, comp, copy)
         return logical.as_values(arr, comp.dtype, comp.type, path=self.path,

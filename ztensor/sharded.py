@@ -22,12 +22,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
+import urllib.parse
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from ztensor.errors import FormatError, ObjectNotFoundError
+from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
 from ztensor.reader import Reader
+from ztensor.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.writer import Writer
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -124,7 +127,36 @@ def _write_json_atomically(path: str, value: Any) -> None:
 
 
 def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    return is_url(path)
+
+
+def check_shard_name(file: Any, index: Optional[str] = None) -> str:
+    """``file`` if it is one plain file name beside the index, else FormatError
+    naming ``index``: the one rule for every shard name an index gives, for local
+    paths and URLs alike.
+
+    Refused: anything but a non-empty string; a separator (``/``, ``\\``); ``%``
+    (a server decodes ``..%2f`` into a separator, so the name is refused before and
+    after percent-decoding alike); NUL and every other control character; the dot
+    segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL)."""
+    if not isinstance(file, str) or not file:
+        raise FormatError(f"shard name {_show(file)} is not a file name", path=index)
+    bad = next((c for c in file if c in _NOT_IN_SHARD_NAMES
+                or unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise FormatError(f"shard {_show(file)} is not a file beside the index: it holds "
+                          f"{bad!r}", path=index)
+    if file in (".", ".."):
+        raise FormatError(f"shard {_show(file)} is not a file beside the index", path=index)
+    return file
+
+
+_NOT_IN_SHARD_NAMES = frozenset("/\\%:")
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # an index is JSON text that lists names; no honest one comes near this
@@ -167,6 +199,8 @@ class ShardedReader:
         self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
         try:
             data = json.loads(_read_index(index))
+        except ZTensorError:
+            raise  # a network failure, a FIFO: already says what and where
         except (OSError, ValueError, RecursionError) as exc:
             raise FormatError(f"not a readable index: {exc}", path=index) from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -175,17 +209,21 @@ class ShardedReader:
             raise FormatError("an index needs a 'weight_map' of names to shard files",
                               path=index)
         for file in set(weight_map.values()):
-            if os.path.basename(file) != file or file in ("", ".", ".."):
-                raise FormatError(f"shard {file[:80]!r} is not a file beside the index",
-                                  path=index)
+            check_shard_name(file, index)
         self._map = dict(weight_map)
         meta = data.get("metadata") or {}
         self._meta = meta if isinstance(meta, dict) else {}
 
     def _shard(self, file: str) -> str:
-        """The path or URL of shard ``file`` (a plain name beside the index)."""
-        return f"{self.folder}/{file}" if _is_url(self.folder) else \
-            os.path.join(self.folder, file)
+        """The path or URL of shard ``file``: a name check_shard_name passed when the
+        index was read, or the one checkpoint file of a folder without an index."""
+        if not _is_url(self.folder):
+            return os.path.join(self.folder, file)
+        if self.folder.lower().startswith(("http://", "https://")):
+            # a URL path segment: '?', '#', spaces and non-ASCII are escaped, so the
+            # server sees exactly this name ('%' itself is never in a shard name)
+            return f"{self.folder}/{urllib.parse.quote(file, safe='')}"
+        return f"{self.folder}/{file}"   # s3://, memory://...: keys, not URL-encoded
 
     @staticmethod
     def _single_file(path):
@@ -356,13 +394,14 @@ class ShardedReader:
 
 
 def _read_index(index: str) -> bytes:
-    """The index's bytes, at most MAX_INDEX_BYTES (local file or fsspec URL)."""
+    """The index's bytes, at most MAX_INDEX_BYTES (a local regular file, through
+    source.open_local_input, or an fsspec URL, through source.open_url)."""
     if _is_url(index):
-        import fsspec
-        with fsspec.open(index, "rb") as f:
+        f = open_url(index)
+        with f, network_errors(index):
             data = f.read(MAX_INDEX_BYTES + 1)
     else:
-        with open(index, "rb") as f:
+        with open_local_input(index) as f:
             data = f.read(MAX_INDEX_BYTES + 1)
     if len(data) > MAX_INDEX_BYTES:
         raise ValueError(f"larger than {MAX_INDEX_BYTES} bytes")
@@ -372,8 +411,9 @@ def _read_index(index: str) -> bytes:
 def _size(path: str) -> int:
     if _is_url(path):
         import fsspec
-        fs, inner = fsspec.core.url_to_fs(path)
-        return int(fs.size(inner))
+        with network_errors(path):
+            fs, inner = fsspec.core.url_to_fs(path, **url_options(path))
+            return int(fs.size(inner))
     return os.path.getsize(path)
 
 

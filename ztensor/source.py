@@ -19,7 +19,9 @@ its own reference to the mapping): never an empty or swapped view.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import mmap as _mmap
 import os
 import stat
@@ -28,7 +30,62 @@ import threading
 
 import numpy as np
 
-from ztensor.errors import ClosedError, FormatError
+from ztensor.errors import ClosedError, FormatError, UnsupportedError, ZTensorError
+
+
+class NotAFileError(FormatError, IsADirectoryError):
+    """A directory given where a tensor file was expected: a FormatError naming the
+    path, and the ``IsADirectoryError`` the builtin ``open`` would have raised."""
+
+    def __init__(self, message: str, **where) -> None:
+        FormatError.__init__(self, message, **where)
+        self.errno, self.strerror, self.filename = errno.EISDIR, message, self.path
+
+
+def is_url(path) -> bool:
+    """True for a string naming an fsspec URL (``https://``, ``s3://``...); a plain
+    path and ``file://`` are local."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def open_local_input(path) -> io.BufferedReader:
+    """Open the local file at ``path`` for reading as input: the one gate every
+    local reader passes (``Source``, ``foreign.sniff``, ``importers.open_any``, the
+    HDF5 reader, sharded indexes).
+
+    The file is opened without blocking (``O_NONBLOCK``: a FIFO must not wait for a
+    writer) and checked on the open descriptor (``fstat``, so a path swapped after
+    the check cannot matter): only a regular file passes.  A directory is a
+    :class:`NotAFileError` (also an ``IsADirectoryError``); a FIFO, socket or
+    device (``/dev/zero``, a symlink to a FIFO) is a FormatError naming the path; a
+    name the OS cannot take (an embedded NUL) is a FormatError.  A missing or
+    unreadable file stays the ``OSError`` the OS gave.  Returns a buffered binary
+    file the caller closes; hand it on (zipfile, h5py take file objects) rather than
+    opening the path again.
+    """
+    name = os.fspath(path)
+    label = os.fsdecode(name)
+    # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below);
+    # on a regular file it changes nothing
+    flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_NONBLOCK", 0))
+    try:
+        fd = os.open(name, flags)
+    except ValueError as exc:  # "embedded null byte": no file has such a name
+        raise FormatError(f"not a file name: {exc}", path=repr(label)) from None
+    except IsADirectoryError:  # systems that refuse to open a directory at all
+        raise NotAFileError("is a directory, not a tensor file", path=label) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise NotAFileError("is a directory, not a tensor file", path=label)
+        if not stat.S_ISREG(mode):
+            raise FormatError("not a regular file (a FIFO, socket or device cannot be "
+                              "read as a tensor file)", path=label)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class Source:
@@ -53,10 +110,15 @@ class Source:
         self._map = None
         self._view = None
         self._file = None
-        if isinstance(source, str) and "://" in source and not source.startswith("file://"):
-            source = _open_url(source)       # fsspec: s3://, https://, memory://, ...
+        self._url = None
+        if is_url(source):
+            self._url = source
+            source = open_url(source)        # fsspec: s3://, https://, memory://, ...
         if hasattr(source, "seek") and (hasattr(source, "readinto") or hasattr(source, "read")):
-            self._open_fileobj(source)
+            with network_errors(self._url):
+                self._open_fileobj(source)
+            if self._url is not None:
+                self.name = self._url        # the user's URL, not fsspec's inner path
             return
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
@@ -72,31 +134,21 @@ class Source:
             raise TypeError(f"expected a path or a bytes-like object, got {type(source).__name__}")
 
     def _open_file(self, path: str, use_mmap: bool) -> None:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
-        flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-                 | getattr(os, "O_NONBLOCK", 0))
-        fd = os.open(path, flags)
+        f = open_local_input(path)
         try:
-            info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-            if not stat.S_ISREG(info.st_mode):
-                raise FormatError("not a regular file (a FIFO, socket or device cannot be "
-                                  "read as a tensor file)", path=path)
-            self.size = info.st_size
+            self.size = os.fstat(f.fileno()).st_size
             if not use_mmap:
-                self._fd, fd = fd, None
+                self._fd = os.dup(f.fileno())
                 return
             if self.size:
                 access = _mmap.ACCESS_COPY if self._copy_on_write else _mmap.ACCESS_READ
                 extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-                self._map = _mmap.mmap(fd, 0, access=access, **extra)
+                self._map = _mmap.mmap(f.fileno(), 0, access=access, **extra)
                 self._view = memoryview(self._map)
             else:
                 self._view = memoryview(b"")
         finally:
-            if fd is not None:
-                os.close(fd)  # the mapping needs no descriptor of ours
+            f.close()  # the mapping needs no descriptor of ours
 
     def _open_fileobj(self, f) -> None:
         """A seekable binary file object (an open file, io.BytesIO, an fsspec file):
@@ -109,6 +161,8 @@ class Source:
         self.name = os.fspath(label) if isinstance(label, (str, os.PathLike)) \
             else "<file object>"
         self._file = f
+        if getattr(f, "fs", None) is not None and self._url is None:
+            self._url = self.name  # an fsspec file handed in: its failures are network ones
         self.size = f.seek(0, os.SEEK_END)
 
     @property
@@ -140,7 +194,8 @@ class Source:
         with self._lock:
             self._require_open()
             if self._file is not None:
-                return _read_exactly(self._file, offset, length, self.name, what, where)
+                with network_errors(self._url):
+                    return _read_exactly(self._file, offset, length, self.name, what, where)
             # pread under the lock: close() cannot hand the descriptor number to
             # another file between the check and the read
             return _pread_exactly(self._fd, offset, length, self.name, what, where)
@@ -179,18 +234,14 @@ class Source:
             f, fd = self._file, self._fd
         fs, path = getattr(f, "fs", None), getattr(f, "path", None)
         if f is not None and fs is not None and hasattr(fs, "cat_ranges") and spans:
-            try:
-                blobs = fs.cat_ranges([path] * len(spans), [s for s, _ in spans],
-                                      [s + n for s, n in spans], on_error="raise")
-            except TypeError:  # an older fsspec without on_error
-                blobs = fs.cat_ranges([path] * len(spans), [s for s, _ in spans],
-                                      [s + n for s, n in spans])
-            for (start, length), blob in zip(spans, blobs):
-                if isinstance(blob, BaseException):
-                    raise blob
-                if len(blob) != length:
-                    raise FormatError(f"component: the source returned {len(blob)} bytes for "
-                                      f"{start}..{start + length}", path=self.name)
+            with network_errors(self._url):
+                blobs = self._cat_ranges(fs, path, spans)
+                for (start, length), blob in zip(spans, blobs):
+                    if isinstance(blob, BaseException):
+                        raise blob
+                    if len(blob) != length:
+                        raise FormatError(f"component: the source returned {len(blob)} bytes "
+                                          f"for {start}..{start + length}", path=self.name)
             return blobs
         if fd is not None and threads > 1 and len(spans) > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -198,6 +249,14 @@ class Source:
                 return list(pool.map(lambda span: self.view(span[0], span[1], "component"),
                                      spans))
         return [self.view(start, length, "component") for start, length in spans]
+
+    @staticmethod
+    def _cat_ranges(fs, path, spans):
+        starts, ends = [s for s, _ in spans], [s + n for s, n in spans]
+        try:
+            return fs.cat_ranges([path] * len(spans), starts, ends, on_error="raise")
+        except TypeError:  # an older fsspec without on_error
+            return fs.cat_ranges([path] * len(spans), starts, ends)
 
     def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
         """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
@@ -273,17 +332,28 @@ def _pread_exactly(fd, offset, length, name, what, where):
 
 def _read_exactly(f, offset, length, name, what, where):
     """``length`` bytes at ``offset`` of a file object; a short read (the file
-    shrank, a server cut the response) is a FormatError, never fewer bytes."""
+    shrank, a server cut the response) or a long one (a server that sends more than
+    the range asked for) is a FormatError, never other bytes."""
     f.seek(offset)
     out = bytearray(length)
     view = memoryview(out)
     done = 0
+    # fsspec's readinto copies whatever its read returned into the buffer: a reply
+    # longer than asked would fail there as a bare ValueError, so its files are read
+    use_readinto = hasattr(f, "readinto") and getattr(f, "fs", None) is None
     while done < length:
-        if hasattr(f, "readinto"):
+        want = length - done
+        if use_readinto:
             n = f.readinto(view[done:])
+            if n is not None and n > want:
+                raise FormatError(f"{what}: the source claims {n} bytes read into a "
+                                  f"buffer of {want}", path=name, **where)
         else:
-            chunk = f.read(length - done)
+            chunk = f.read(want)
             n = len(chunk) if chunk else 0
+            if n > want:
+                raise FormatError(f"{what}: the source returned {n} bytes for the {want} "
+                                  f"asked for at {offset + done}", path=name, **where)
             view[done:done + n] = chunk or b""
         if not n:
             raise FormatError(f"{what}: the source ends at byte {offset + done}, before "
@@ -292,20 +362,259 @@ def _read_exactly(f, offset, length, name, what, where):
     return out
 
 
-def _open_url(url):
-    """An fsspec URL as a seekable file object (fsspec is optional)."""
+# ---------------------------------------------------------------- URLs
+
+# seconds to connect, and to wait for each read of a reply, before a URL read fails
+# as a timeout (no total: a large tensor on a slow link takes as long as it takes)
+URL_TIMEOUT = 60.0
+# what an error reply's body may cost us: it is never used
+_ERROR_BODY = 64 << 10
+
+
+class NetworkError(ZTensorError, OSError):
+    """Reading a URL failed: the message says how (connection refused, a status
+    such as ``404 Not Found``, a timeout).  A ZTensorError and an ``OSError``; the
+    subclasses below are also the builtin a caller would catch."""
+
+    def __init__(self, message: str, *, errno=None, **where) -> None:
+        ZTensorError.__init__(self, message, **where)
+        self.errno, self.strerror, self.filename = errno, message, self.path
+
+
+class NetworkNotFoundError(NetworkError, FileNotFoundError):
+    """404 or 410: the URL names nothing."""
+
+
+class NetworkPermissionError(NetworkError, PermissionError):
+    """401 or 403: the server refuses."""
+
+
+class NetworkTimeoutError(NetworkError, TimeoutError):
+    """No connection, or no data, within URL_TIMEOUT seconds."""
+
+
+class NetworkConnectionError(NetworkError, ConnectionError):
+    """The connection failed or broke (refused, reset, cut short)."""
+
+
+def open_url(url):
+    """An fsspec URL as a seekable file object (fsspec is optional), its failures
+    translated by :func:`network_errors`.  HTTP(S) replies are checked against the
+    range asked for (:class:`_CheckedResponse`) and time out after URL_TIMEOUT."""
     try:
         import fsspec
     except ImportError:
-        from ztensor.errors import UnsupportedError
         raise UnsupportedError("reading URLs needs the 'fsspec' package (pip install fsspec)",
                                path=url) from None
-    # no read-ahead: each read is one range request for exactly the bytes asked for
-    # (fsspec's default caches multi-megabyte blocks, far more than a manifest)
+    options = url_options(url)
+    with network_errors(url):
+        # no read-ahead: each read is one range request for exactly the bytes asked
+        # for (fsspec's default caches multi-megabyte blocks, far more than a manifest)
+        try:
+            return fsspec.open(url, "rb", cache_type="none", **options).open()
+        except TypeError:  # a filesystem whose files take no cache_type
+            return fsspec.open(url, "rb", **options).open()
+
+
+def url_options(url):
+    """fsspec storage options for ``url``: for HTTP(S), an aiohttp session whose
+    replies are checked against the range asked for and that times out."""
+    if not url.lower().startswith(("http://", "https://")):
+        return {}
     try:
-        return fsspec.open(url, "rb", cache_type="none").open()
-    except TypeError:  # a filesystem whose files take no cache_type
-        return fsspec.open(url, "rb").open()
+        import aiohttp
+    except ImportError:
+        return {}  # fsspec says what is missing
+    return {"client_kwargs": {
+        "response_class": _checked_response_class(aiohttp),
+        "timeout": aiohttp.ClientTimeout(total=None, connect=URL_TIMEOUT,
+                                         sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT)}}
+
+
+_CHECKED = []
+
+
+def _checked_response_class(aiohttp):
+    """aiohttp's response with a ``read`` that trusts nothing the server says about a
+    range request: fsspec reads every range through it.  Built on first use (aiohttp
+    is optional)."""
+    if _CHECKED:
+        return _CHECKED[0]
+
+    class _CheckedResponse(aiohttp.ClientResponse):
+        async def read(self):
+            if self._body is None:
+                asked = _asked_range(self.request_info.headers.get("Range"))
+                if asked is not None or self.status >= 400:
+                    # read to the end (the connection goes back to the pool) or
+                    # closed after what may come: no super().read(), it reads it all
+                    self._body = await self._bounded_body(asked)
+                    return self._body
+            return await super().read()
+
+        async def _bounded_body(self, asked):
+            url = str(self.url)
+            if self.status >= 400:  # an error page: fsspec raises for the status after
+                cap = _ERROR_BODY
+            else:
+                cap = _range_reply_size(url, self.status, self.headers, asked)
+            body = bytearray()
+            try:
+                while True:  # to the end of the body, or one byte past what may come
+                    chunk = await self.content.read(min(1 << 20, cap + 1 - len(body)))
+                    if not chunk:
+                        break
+                    body += chunk
+                    if len(body) > cap:
+                        break
+            except BaseException:
+                self.close()
+                raise
+            if len(body) > cap:
+                self.close()
+                if self.status >= 400 or self.status == 200:
+                    # an error page, or a whole file from its start: only the first
+                    # bytes are wanted (fsspec keeps those of a 200 itself)
+                    return bytes(body[:cap])
+                raise FormatError(f"the server sent more than the {cap} bytes it "
+                                  f"announced for bytes {asked[0]}-{asked[1]}", path=url)
+            if self.status == 206 and len(body) != cap:
+                raise FormatError(f"the server sent {len(body)} bytes for a range of "
+                                  f"{cap} (Content-Range)", path=url)
+            return bytes(body)
+
+    _CHECKED.append(_CheckedResponse)
+    return _CheckedResponse
+
+
+def _asked_range(header):
+    """(first, last) of a ``bytes=first-last`` Range header, or None."""
+    if not header or not header.startswith("bytes="):
+        return None
+    first, _, last = header[6:].partition("-")
+    try:
+        return int(first), int(last)
+    except ValueError:
+        return None
+
+
+def _range_reply_size(url, status, headers, asked):
+    """How many bytes the reply to range ``asked`` may carry, or a FormatError when
+    its status and headers already show it is not that range."""
+    first, last = asked
+    length = headers.get("Content-Length")
+    try:
+        length = int(length) if length is not None else None
+    except ValueError:
+        raise FormatError(f"the server sent Content-Length {length[:40]!r}", path=url) \
+            from None
+    if status == 206:
+        got = headers.get("Content-Range", "")
+        try:
+            unit, _, rest = got.partition(" ")
+            span, _, _total = rest.partition("/")
+            start, _, end = span.partition("-")
+            start, end = int(start), int(end)
+        except ValueError:
+            start = end = None
+        if unit != "bytes" or start is None or start != first or not start <= end <= last:
+            raise FormatError(f"asked for bytes {first}-{last}, the server answered with "
+                              f"Content-Range {got[:60]!r}", path=url)
+        cap = end - start + 1
+    elif status == 200 and first == 0:
+        # the whole file, from its start: its first bytes are the ones asked for
+        # (fsspec keeps only those); more than that is not read
+        return last + 1
+    elif status == 200:
+        raise FormatError(f"asked for bytes {first}-{last}, the server sent the whole file "
+                          "(200): it does not answer range requests", path=url)
+    else:
+        raise FormatError(f"asked for bytes {first}-{last}, the server answered "
+                          f"{status}", path=url)
+    if length is not None and length > cap:
+        raise FormatError(f"asked for bytes {first}-{last}, the server announced "
+                          f"{length} bytes (Content-Length)", path=url)
+    return cap
+
+
+@contextlib.contextmanager
+def network_errors(url):
+    """Turn what fsspec and aiohttp raise while reading ``url`` into a
+    :class:`NetworkError` that says what went wrong; ``url`` None: no change.
+    ZTensorErrors pass unchanged."""
+    if url is None:
+        yield
+        return
+    try:
+        yield
+    except ZTensorError:
+        raise
+    except Exception as exc:
+        translated = _network_error(url, exc)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def _network_error(url, exc):
+    """The NetworkError (or FormatError) for ``exc`` and the causes it chains, or
+    None for an exception that is not about the network."""
+    import asyncio
+    try:
+        import aiohttp
+    except ImportError:
+        aiohttp = None
+    seen = []
+    cause = exc
+    while cause is not None and len(seen) < 8:  # fsspec wraps: FileNotFoundError(url)
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for item in seen:
+        if isinstance(item, ZTensorError):
+            return item
+        if aiohttp is not None and isinstance(item, aiohttp.ClientResponseError):
+            return _status_error(url, item.status, item.message)
+        if isinstance(item, (asyncio.TimeoutError, TimeoutError)) or (
+                aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError)):
+            return NetworkTimeoutError(f"timed out (no answer within {URL_TIMEOUT:g} s)",
+                                       path=url, errno=errno.ETIMEDOUT)
+        if aiohttp is not None and isinstance(item, aiohttp.ClientConnectorError):
+            reason = item.os_error.strerror or str(item.os_error) if item.os_error else \
+                str(item)
+            if isinstance(item.os_error, ConnectionRefusedError):
+                reason = "connection refused"
+            return NetworkConnectionError(f"cannot connect to {item.host}:{item.port}: "
+                                          f"{reason}", path=url,
+                                          errno=getattr(item.os_error, "errno", None))
+        if aiohttp is not None and isinstance(item, aiohttp.ServerDisconnectedError):
+            return NetworkConnectionError("the server closed the connection", path=url)
+        if aiohttp is not None and isinstance(item, aiohttp.ClientPayloadError):
+            return NetworkConnectionError(f"the reply was cut short: {item}", path=url)
+        if aiohttp is not None and isinstance(item, aiohttp.ClientError):
+            return NetworkConnectionError(f"{type(item).__name__}: {item}", path=url)
+        if isinstance(item, ValueError) and "range requests" in str(item):
+            return FormatError("the server sent the whole file for a range request: it "
+                               "does not answer range requests", path=url)
+    if isinstance(exc, FileNotFoundError):
+        return NetworkNotFoundError("not found", path=url, errno=errno.ENOENT)
+    if isinstance(exc, OSError) and not isinstance(exc, ZTensorError):
+        return NetworkError(f"{type(exc).__name__}: {exc.strerror or exc}", path=url,
+                            errno=exc.errno)
+    return None
+
+
+def _status_error(url, status, message):
+    from http import HTTPStatus
+    try:
+        reason = message or HTTPStatus(status).phrase
+    except ValueError:
+        reason = message or "error"
+    text = f"HTTP {status} {reason}"
+    if status in (404, 410):
+        return NetworkNotFoundError(text, path=url, errno=errno.ENOENT)
+    if status in (401, 403):
+        return NetworkPermissionError(text, path=url, errno=errno.EACCES)
+    return NetworkError(text, path=url)
 
 
 def _pread_into(fd, view, offset):

@@ -97,27 +97,33 @@ def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
 
 
 def sniff(path: str) -> Optional[str]:
-    """The foreign format of the file at ``path``, or None (zTensor, or unknown)."""
-    with open(path, "rb") as f:
+    """The foreign format of the file at ``path``, or None (zTensor, or unknown).
+
+    The file is opened through :func:`ztensor.source.open_local_input`: a directory,
+    FIFO, socket or device is refused there, without blocking, before any reader
+    (zipfile, h5py, onnx, numpy) is handed the path."""
+    from ztensor.source import open_local_input
+
+    with open_local_input(path) as f:
         head = f.read(16)
         size = os.fstat(f.fileno()).st_size
-    if head[:4] in (b"ZTEN",):
-        return None
-    if head.startswith(b"\x93NUMPY"):
-        return "npy"
-    if head.startswith(b"GGUF"):
-        return "gguf"
-    if head.startswith(b"\x89HDF\r\n\x1a\n"):
-        return "hdf5"
-    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = z.namelist()
-        except ZIP_ERRORS:
+        if head[:4] in (b"ZTEN",):
             return None
-        if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-            return "pickle"
-        return "npz"
+        if head.startswith(b"\x93NUMPY"):
+            return "npy"
+        if head.startswith(b"GGUF"):
+            return "gguf"
+        if head.startswith(b"\x89HDF\r\n\x1a\n"):
+            return "hdf5"
+        if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+            try:  # the file already open and checked, not its path again
+                with zipfile.ZipFile(f) as z:
+                    names = z.namelist()
+            except ZIP_ERRORS:
+                return None
+            if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+                return "pickle"
+            return "npz"
     if len(head) >= 9 and head[8:9] == b"{":
         header_len = int.from_bytes(head[:8], "little")
         if 2 <= header_len <= size - 8:

@@ -1,8 +1,28 @@
 """HDF5 (``.h5``/``.hdf5``) through h5py (optional): every numeric dataset, named
 by its path with ``/`` turned into ``.`` (``layer1/weight`` -> ``layer1.weight``,
 the reference implementation's names, which are also state-dict names).  Datasets are read when
-asked for; their shape and dtype come from the file's metadata.  File and dataset
-attributes that are plain values become attributes."""
+asked for; their shape and dtype come from the file's metadata.  The file's scalar
+attributes that are plain values become attributes (``hdf5.<name>``).
+
+Containment: a model file's tensors come from its own bytes.  HDF5 can point
+elsewhere, and by default every such dataset is refused (FormatError naming it):
+
+* **external storage** (``H5Pset_external``): the raw data lives in other files,
+  named by any path, ``/etc/passwd`` or ``../secret`` alike;
+* **virtual datasets**: the data is mapped from datasets of other HDF5 files;
+* **external links** are never followed (h5py's walk visits only objects reached by
+  hard links), and neither are soft links.
+
+h5py is handed the file object opened by :func:`ztensor.source.open_local_input`,
+not the path: the file checked (a regular file, not a FIFO or device) is the file read.
+
+Size: a dataset's declared shape costs nothing to write (unallocated chunks read as
+the fill value; a compressed chunk expands), and h5py allocates the whole shape
+before reading.  So a dataset may declare at most ``MAX_EXPANSION`` times the bytes
+its storage really holds (and always ``SMALL`` bytes), and at most the Limits'
+``max_component_size``; its chunk likewise.  Otherwise it is a LimitError before
+anything is allocated.
+"""
 from __future__ import annotations
 
 import math
@@ -13,54 +33,148 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import Entry, ForeignFile, optional_import
+from ztensor.foreign.names import NameTable
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_DATASETS = 1_000_000
+# a dataset may declare this many times the bytes its storage holds: deflate, HDF5's
+# own compressor, expands at most about 1,032 times; zstd's ceiling (the one .zt
+# files get, docs/safety.md) is 32,768
+MAX_EXPANSION = 32_768
+# below this a dataset may declare what it likes: a small fill-value dataset is cheap
+SMALL = 1 << 20
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
+              unsafe_allow_external: bool = False) -> ForeignFile:
+    """Open the HDF5 file at ``path`` within ``limits``.
+
+    ``unsafe_allow_external=True`` reads datasets whose data lives outside the file
+    (external raw storage, virtual datasets), resolved by HDF5 from the file's
+    path and the process's working directory.  UNSAFE for files you did not make:
+    such a file reads any local file the process can, as a tensor.  With it the file
+    is opened by path (HDF5 needs the name to resolve relative references), so the
+    regular-file check is not bound to the descriptor h5py reads."""
     name = os.fspath(path)
     h5py = optional_import("h5py", "HDF5", name)
+    from ztensor.source import open_local_input
+    raw = open_local_input(name)
     try:
-        handle = h5py.File(name, "r")
+        if unsafe_allow_external:
+            raw.close()
+            handle = h5py.File(name, "r")
+        else:
+            handle = h5py.File(raw, "r")
     except (OSError, ValueError, RuntimeError) as exc:
+        raw.close()
         raise FormatError(f"not a readable HDF5 file: {exc}", path=name) from None
-    entries = {}
-    try:
-        found = []
-        handle.visititems(lambda key, item: found.append((key, item))
-                          if isinstance(item, h5py.Dataset) and len(found) <= MAX_DATASETS
-                          else None)
-        if len(found) > MAX_DATASETS:
-            raise LimitError(f"more than {MAX_DATASETS} datasets", path=name)
-        for key, dataset in found:
-            spec = _spec(name, key, dataset)
-            if spec is not None:
-                dotted = key.replace("/", ".")
-                spec.name = dotted
-                entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
-        attributes = {f"hdf5.{k}": _plain(v) for k, v in handle.attrs.items()
-                      if _plain(v) is not None}
     except BaseException:
-        handle.close()
+        raw.close()
         raise
-    return ForeignFile(name, "hdf5", attributes, entries, closer=handle.close)
+
+    def close():
+        try:
+            handle.close()
+        finally:
+            raw.close()
+
+    try:
+        entries = _entries(h5py, handle, name, limits, unsafe_allow_external)
+        attributes = {f"hdf5.{k}": v for k, v in _plain_attrs(handle, name)}
+    except BaseException:
+        close()
+        raise
+    return ForeignFile(name, "hdf5", attributes, entries, closer=close)
 
 
-def _spec(path, key, dataset):
-    dtype = dataset.dtype
+def _entries(h5py, handle, name, limits, allow_external):
+    bound = min(MAX_DATASETS, limits.max_objects)
+    found = []
+
+    def visit(key, item):
+        if isinstance(item, h5py.Dataset):
+            found.append((key, item))
+            if len(found) > bound:
+                return True  # stops the walk: no work beyond the bound
+        return None
+
+    try:
+        handle.visititems(visit)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
+    if len(found) > bound:
+        raise LimitError(f"more than {bound} datasets (limits: max_objects "
+                         f"{limits.max_objects})", path=name)
+    names = NameTable(name, "dataset")
+    entries = {}
+    for key, dataset in found:
+        spec = _spec(name, key, dataset, limits, allow_external)
+        if spec is None:
+            continue
+        dotted = names.claim(key.replace("/", "."), "/" + key)
+        spec.name = dotted
+        entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
+    return entries
+
+
+def _spec(path, key, dataset, limits, allow_external):
+    try:
+        dtype = dataset.dtype
+        if dataset.shape is None:  # a null dataspace (h5py.Empty): holds no tensor
+            return None
+        shape = tuple(int(d) for d in dataset.shape)
+        external = dataset.external
+        virtual = dataset.is_virtual
+        chunks = dataset.chunks
+        stored = int(dataset.id.get_storage_size())
+    except (OSError, ValueError, RuntimeError, TypeError) as exc:
+        raise FormatError(f"cannot read the dataset's header: {exc}", path=path,
+                          obj=key) from None
+    if not allow_external:
+        if external:
+            files = ", ".join(repr(os.fsdecode(f[0])) for f in external[:3])
+            raise FormatError(f"the dataset's data is stored outside the file ({files}); "
+                              "refused: a tensor file is read from its own bytes", path=path,
+                              obj=key)
+        if virtual:
+            sources = sorted({repr(m.file_name) for m in dataset.virtual_sources()[:3]})
+            raise FormatError(f"a virtual dataset (data mapped from {', '.join(sources)}); "
+                              "refused: a tensor file is read from its own bytes", path=path,
+                              obj=key)
     found = dtypes.spec_types_for(dtype) if dtype.kind in "biufc" else None
     if found is None:
         return None  # strings, compounds, references: not tensors
-    shape = tuple(int(d) for d in dataset.shape)
+    if len(shape) > limits.max_rank:
+        raise LimitError(f"rank {len(shape)} exceeds the limit {limits.max_rank}", path=path,
+                         obj=key)
     problem = shape_problem(shape, dtype.itemsize)
     if problem:
         raise FormatError(problem, path=path, obj=key)
+    nbytes = math.prod(shape) * dtype.itemsize
+    _check_size(path, key, "the dataset", nbytes, stored, limits, allow_external)
+    if chunks is not None:
+        _check_size(path, key, "one chunk", math.prod(chunks) * dtype.itemsize, stored,
+                    limits, allow_external)
     storage, ltype = found
     return ObjectSpec(key, shape, "dense", {}, {"data": ComponentSpec(
-        "data", storage, ltype, 0, math.prod(shape) * dtype.itemsize)})
+        "data", storage, ltype, 0, nbytes)})
+
+
+def _check_size(path, key, what, nbytes, stored, limits, allow_external):
+    """``nbytes`` declared for ``what`` against the limits and the bytes stored."""
+    if nbytes > limits.max_component_size:
+        raise LimitError(f"{what} declares {nbytes} bytes, above the limit "
+                         f"{limits.max_component_size} (max_component_size)", path=path,
+                         obj=key)
+    if allow_external:
+        return  # its bytes are elsewhere: the file's own storage says nothing
+    if nbytes > max(SMALL, stored * MAX_EXPANSION):
+        raise LimitError(f"{what} declares {nbytes} bytes, the file stores {stored} for "
+                         f"it (at most {MAX_EXPANSION} times that is read: unwritten chunks "
+                         "and compressed ones expand to what is declared)", path=path,
+                         obj=key)
 
 
 def _load(path, key, dataset):
@@ -71,6 +185,26 @@ def _load(path, key, dataset):
     except MemoryError:
         raise LimitError("not enough memory for the dataset", path=path, obj=key) from None
     return Tensor({"data": arr})
+
+
+def _plain_attrs(handle, path):
+    """(name, value) of the file's scalar attributes that are plain values.  Only
+    scalars are read: an array attribute is not an attribute of ours, and its
+    declared shape is not read into memory."""
+    attrs = handle.attrs
+    try:
+        keys = list(attrs.keys())
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise FormatError(f"cannot read the file's attributes: {exc}", path=path) from None
+    for key in keys:
+        try:
+            if attrs.get_id(key).shape != ():
+                continue
+            value = _plain(attrs[key])
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError):
+            continue  # an attribute h5py cannot read (an odd type) is not one of ours
+        if value is not None:
+            yield key, value
 
 
 def _plain(value):
