@@ -399,6 +399,11 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             return self._send(206, body[:len(body) // 2],
                               [("Content-Range", rng),
                                ("Content-Length", str(len(body) // 2))])
+        elif how == "gzip":   # other bytes of the right length, compressed: a range
+            import gzip       # is of the stored bytes, so any encoding is refused
+            body = gzip.compress(b"\0" * len(body))
+            return self._send(206, body, [("Content-Range", rng), ("Content-Encoding", "gzip"),
+                                          ("Content-Length", str(len(body)))])
         elif how == "wrong-range":
             other = max(0, first - 64)
             body = data[other:other + len(body)]
@@ -442,7 +447,7 @@ def test_an_honest_server_reads(hostile, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["more", "more-unannounced", "endless", "huge-length",
-                                 "fewer", "wrong-range", "whole"])
+                                 "fewer", "wrong-range", "whole", "gzip"])
 def test_a_server_that_lies_about_a_range_is_a_format_error(hostile, tmp_path, how):
     url, server = hostile
     server.files["/m.zt"] = _model_bytes(tmp_path)
@@ -454,7 +459,7 @@ def test_a_server_that_lies_about_a_range_is_a_format_error(hostile, tmp_path, h
     assert exc.value.path.startswith(url), str(exc.value)
 
 
-@pytest.mark.parametrize("how", ["more", "wrong-range", "endless"])
+@pytest.mark.parametrize("how", ["more", "wrong-range", "endless", "gzip"])
 def test_a_lying_server_through_each_read_path(hostile, tmp_path, how):
     url, server = hostile
     server.files["/m.zt"] = _model_bytes(tmp_path)

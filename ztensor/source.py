@@ -427,6 +427,9 @@ def url_options(url):
         return {}  # fsspec says what is missing
     return {"client_kwargs": {
         "response_class": _checked_response_class(aiohttp),
+        # a range is of the bytes as stored: no compressed encoding (one would also
+        # be decompressed whole, a bomb the range checks never see)
+        "headers": {"Accept-Encoding": "identity"},
         "timeout": aiohttp.ClientTimeout(total=None, connect=URL_TIMEOUT,
                                          sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT)}}
 
@@ -454,12 +457,12 @@ def _checked_response_class(aiohttp):
 
         async def _bounded_body(self, asked):
             url = str(self.url)
-            if self.status >= 400:  # an error page: fsspec raises for the status after
-                cap = _ERROR_BODY
-            else:
-                cap = _range_reply_size(url, self.status, self.headers, asked)
             body = bytearray()
             try:
+                if self.status >= 400:  # an error page: fsspec raises for the status after
+                    cap = _ERROR_BODY
+                else:
+                    cap = _range_reply_size(url, self.status, self.headers, asked)
                 while True:  # to the end of the body, or one byte past what may come
                     chunk = await self.content.read(min(1 << 20, cap + 1 - len(body)))
                     if not chunk:
@@ -473,11 +476,11 @@ def _checked_response_class(aiohttp):
             if len(body) > cap:
                 self.close()
                 if self.status >= 400 or self.status == 200:
-                    # an error page, or a whole file from its start: only the first
-                    # bytes are wanted (fsspec keeps those of a 200 itself)
+                    # an error page, or a whole file from its start: only its first
+                    # bytes are wanted, the ones asked for
                     return bytes(body[:cap])
-                raise FormatError(f"the server sent more than the {cap} bytes it "
-                                  f"announced for bytes {asked[0]}-{asked[1]}", path=url)
+                raise FormatError(f"the server sent more than the {cap} bytes of its "
+                                  f"reply to bytes {asked[0]}-{asked[1]}", path=url)
             if self.status == 206 and len(body) != cap:
                 raise FormatError(f"the server sent {len(body)} bytes for a range of "
                                   f"{cap} (Content-Range)", path=url)
@@ -502,6 +505,10 @@ def _range_reply_size(url, status, headers, asked):
     """How many bytes the reply to range ``asked`` may carry, or a FormatError when
     its status and headers already show it is not that range."""
     first, last = asked
+    encoding = headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise FormatError(f"asked for bytes {first}-{last} unencoded, the server answered "
+                          f"with Content-Encoding {encoding[:40]!r}", path=url)
     length = headers.get("Content-Length")
     try:
         length = int(length) if length is not None else None
@@ -522,8 +529,8 @@ def _range_reply_size(url, status, headers, asked):
                               f"Content-Range {got[:60]!r}", path=url)
         cap = end - start + 1
     elif status == 200 and first == 0:
-        # the whole file, from its start: its first bytes are the ones asked for
-        # (fsspec keeps only those); more than that is not read
+        # the whole file, from its start: its first bytes are the ones asked for;
+        # only those are read
         return last + 1
     elif status == 200:
         raise FormatError(f"asked for bytes {first}-{last}, the server sent the whole file "
