@@ -615,22 +615,26 @@ def npy_bytes(d: Draw, notes: List[str]) -> bytes:
                           data, notes)
     elif what == "data":
         data = data[:d.int(0, len(data))] if d.bool() else data + d.bytes(16)
+    version, minor = 1, 0
+    if what in ("version", "len"):
+        version = d.pick([1, 1, 2, 3, 0, 9])
+        minor = d.pick([0, 0, 1, 44]) if what == "version" else 0
     return _npy_frame(d, _npy_header(descr, fortran, shp, extra), data, notes,
-                      version=d.pick([1, 1, 2, 3, 0, 9]) if what == "version" else 1,
-                      bad_len=what == "len")
+                      version=version, minor=minor, bad_len=what == "len")
 
 
 def _npy_frame(d: Draw, header: str, data: bytes, notes: List[str], version: int = 1,
-               bad_len: bool = False) -> bytes:
+               bad_len: bool = False, minor: int = 0) -> bytes:
     text = header.encode("latin1", "replace")
     pad = -(10 + len(text) + 1) % 64
     text += b" " * pad + b"\n"
     length = len(text)
-    if bad_len:
-        length = d.pick([0, 1, length - 1, length + 1, 65535])
-    if version == 1:
+    if bad_len:   # a v2/v3 header length is 4 bytes: up to 4 GiB declared in a tiny file
+        length = d.pick([0, 1, length - 1, length + 1, 65535, 1 << 31, 0xFFFFFFFF])
+        notes.append(f"npy:header-length:{length}")
+    if (version, minor) == (1, 0):
         return b"\x93NUMPY\x01\x00" + struct.pack("<H", length & 0xFFFF) + text + data
-    return b"\x93NUMPY" + bytes([version, 0]) + struct.pack("<I", length) + text + data
+    return b"\x93NUMPY" + bytes([version, minor]) + struct.pack("<I", length) + text + data
 
 
 def gen_npy(d: Draw, ctx: Ctx) -> Case:
@@ -921,18 +925,27 @@ def gen_onnx(d: Draw, ctx: Ctx) -> Case:
 
 
 # ----------------------------------------------------------------- sharded
-def _zt_shard(d: Draw, names: List[str]) -> bytes:
+_WRITER_SCRATCH: List[Path] = []
+
+
+def _written_by_ztensor(fill: Callable[[Any], None]) -> bytes:
+    """The bytes of a .zt file ztensor.Writer makes (``fill(writer)`` writes the
+    objects), through one scratch file reused by every call: no directory made and
+    removed per file (the sharded and remote targets make thousands)."""
     import ztensor
-    buf = io.BytesIO()
-    path = Path(tempfile.mkdtemp(prefix="zt-shard-")) / "s.zt"
-    try:
-        with ztensor.Writer(path) as w:
-            for nm in names:
-                w.write_numpy(nm, values(d, d.pick(["<f4", "u1", "<i2"]), shape(d)))
-        buf.write(path.read_bytes())
-    finally:
-        shutil.rmtree(path.parent, ignore_errors=True)
-    return buf.getvalue()
+    if not _WRITER_SCRATCH or not _WRITER_SCRATCH[0].parent.is_dir():
+        _WRITER_SCRATCH[:] = [Path(tempfile.mkdtemp(prefix="zt-writer-")) / "w.zt"]
+    path = _WRITER_SCRATCH[0]
+    with ztensor.Writer(path) as w:
+        fill(w)
+    return path.read_bytes()
+
+
+def _zt_shard(d: Draw, names: List[str]) -> bytes:
+    def fill(w):
+        for nm in names:
+            w.write_numpy(nm, values(d, d.pick(["<f4", "u1", "<i2"]), shape(d)))
+    return _written_by_ztensor(fill)
 
 
 def gen_sharded(d: Draw, ctx: Ctx) -> Case:
@@ -1027,17 +1040,13 @@ def http_answers(d: Draw, n: int = 8) -> List[Answer]:
 
 def zt_file(d: Draw) -> Tuple[bytes, Dict[str, np.ndarray]]:
     """A .zt file (ztensor.Writer) with checksums, and what it holds."""
-    import ztensor
     tensors = {f"t{i}": values(d, d.pick(["<f4", "u1", "<i8"]), shape(d, 2, 40))
                for i in range(d.int(1, 3))}
-    path = Path(tempfile.mkdtemp(prefix="zt-http-")) / "m.zt"
-    try:
-        with ztensor.Writer(path) as w:
-            for nm, arr in tensors.items():
-                w.write_numpy(nm, arr, checksum="crc32c", compress=d.rare())
-        return path.read_bytes(), tensors
-    finally:
-        shutil.rmtree(path.parent, ignore_errors=True)
+
+    def fill(w):
+        for nm, arr in tensors.items():
+            w.write_numpy(nm, arr, checksum="crc32c", compress=d.rare())
+    return _written_by_ztensor(fill), tensors
 
 
 GENERATORS: Dict[str, Callable[[Draw, Ctx], Case]] = {

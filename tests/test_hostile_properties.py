@@ -95,6 +95,10 @@ def test_safetensors_files(ctx):
     property_for("safetensors", 300)(ctx)
 
 
+@pytest.mark.xfail(strict=False, reason="issue 21: numpy_files._read_header: a .npy header "
+                   "length (4 bytes in a v2/v3 or unknown-minor header) is read before it is "
+                   "held to the file: 4 GiB allocated, a bare MemoryError (see "
+                   "test_npy_header_length_costs_what_the_file_holds)")
 def test_npy_files(ctx):
     property_for("npy", 300)(ctx)
 
@@ -226,6 +230,22 @@ def test_npy_boolean_dimension_is_a_format_error(tmp_path):
     with pytest.raises(ztensor.FormatError):
         with ztensor.Reader(path) as r:
             [r.read_numpy(n) for n in r.keys()]
+
+
+@pytest.mark.xfail(strict=False, reason="issue 21: numpy_files._read_header reads the header "
+                   "length a v2/v3 header declares (numpy's read_array_header_2_0, for any "
+                   "version but 1.0, minor 44 included) before checking it against the file: "
+                   "a 16-byte file allocates 4 GiB (MemoryError; found by fuzz_importers as a "
+                   "libFuzzer out-of-memory)")
+@pytest.mark.parametrize("version", [b"\x02\x00", b"\x03\x00", b"\x01,"],
+                         ids=["2.0", "3.0", "1.44"])
+def test_npy_header_length_costs_what_the_file_holds(tmp_path, version):
+    path = tmp_path / "h.npy"
+    path.write_bytes(b"\x93NUMPY" + version + struct.pack("<I", 0xFFFFFFFF) + b"{}")
+    with hs.address_space_cap(extra=1 << 30):
+        with pytest.raises(ztensor.FormatError) as info:
+            ztensor.Reader(path).close()
+    assert info.value.path == str(path)
 
 
 def test_hdf5_empty_dataset(tmp_path):
@@ -379,6 +399,25 @@ def test_sharded_duplicate_weight_map_key_is_refused(tmp_path):
     (tmp_path / "model.zt.index.json").write_text(
         '{"weight_map":{"a":"model-00001-of-00001.zt","a":"model-00001-of-00001.zt"}}')
     with pytest.raises(ztensor.FormatError):
+        ztensor.open_sharded(tmp_path).close()
+
+
+@pytest.mark.xfail(strict=False, reason="issue 21: sharded._read_index reads a local index "
+                   "with f.read(MAX_INDEX_BYTES + 1): a 256 MiB buffer for a 100-byte index "
+                   "(a bare MemoryError under an address-space limit; 20 ms of shadow "
+                   "memory per open under ASAN, most of fuzz_sharded's time)")
+def test_sharded_index_read_costs_what_the_index_holds(tmp_path):
+    import tracemalloc
+    ztensor.save_sharded({"a": np.ones(3, np.float32)}, tmp_path)
+    tracemalloc.start()
+    try:
+        ztensor.open_sharded(tmp_path).close()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"opening a {len(list(tmp_path.iterdir()))}-file checkpoint " \
+        f"allocated {peak} bytes"
+    with hs.address_space_cap(extra=128 << 20):    # what a small container allows
         ztensor.open_sharded(tmp_path).close()
 
 

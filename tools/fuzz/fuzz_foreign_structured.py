@@ -8,7 +8,8 @@ structure, then drawn mutations rewrite structured fields (pickle opcodes, zip h
 JSON header fields, npy header dicts, GGUF counts/types/offsets, outward HDF5/ONNX
 references).  Raw mode (high bit set): the rest is the file itself, seeded by
 seed_structured.py with the real writers' output (not HDF5: libhdf5 is not ours to
-harden against arbitrary bytes).  Each file is opened with Reader and open_any; a
+harden against arbitrary bytes, so no input of another kind that starts with HDF5's
+signature is opened either).  Each file is opened with Reader and open_any; a
 result or a ZTensorError, every tensor read fully within the input's byte budget, no
 byte of the secret files beside the case directory."""
 import atheris
@@ -34,6 +35,8 @@ def test_one_input(data: bytes):
         case = hs.Case(kind, EXTENSION[kind], files={EXTENSION[kind]: data[1:]})
     else:
         case = hs.GENERATORS[kind](hs.ProviderDraw(atheris.FuzzedDataProvider(data[1:])), CTX)
+    if hostile.hdf5_by_accident(case):
+        return
     directory = CTX.fresh_case_dir()
     path = case.write(directory)
     hostile.doors(case, path, directory, LIMITS)
