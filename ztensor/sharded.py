@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 import numpy as np
 
 from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
+from ztensor.foreign.names import json_loads_unique
 from ztensor.reader import Reader
 from ztensor.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.writer import Writer
@@ -198,7 +199,7 @@ class ShardedReader:
             return
         self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
         try:
-            data = json.loads(_read_index(index))
+            data = json_loads_unique(_read_index(index), index, "index key")
         except ZTensorError:
             raise  # a network failure, a FIFO: already says what and where
         except (OSError, ValueError, RecursionError) as exc:
@@ -241,7 +242,13 @@ class ShardedReader:
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
         if file not in self._readers:
-            reader = Reader(self._shard(file))
+            try:
+                reader = Reader(self._shard(file))
+            except ZTensorError:
+                raise   # says what is wrong, and where
+            except OSError as exc:  # the index names a shard that is not there
+                raise FormatError(f"the index names shard {file!r}, which cannot be opened: "
+                                  f"{exc.strerror or exc}", path=self.path, obj=name) from None
             missing = self._missing(file, reader)
             if missing:
                 reader.close()
@@ -399,13 +406,23 @@ def _read_index(index: str) -> bytes:
     if _is_url(index):
         f = open_url(index)
         with f, network_errors(index):
-            data = f.read(MAX_INDEX_BYTES + 1)
-    else:
-        with open_local_input(index) as f:
-            data = f.read(MAX_INDEX_BYTES + 1)
-    if len(data) > MAX_INDEX_BYTES:
-        raise ValueError(f"larger than {MAX_INDEX_BYTES} bytes")
-    return data
+            return _read_bounded(f, index)
+    with open_local_input(index) as f:
+        return _read_bounded(f, index)
+
+
+def _read_bounded(f, index: str) -> bytes:
+    """At most MAX_INDEX_BYTES from ``f`` in 64 KiB reads: memory follows the bytes
+    the index holds (one read of MAX_INDEX_BYTES would allocate them all at once)."""
+    parts, held = [], 0
+    while True:
+        part = f.read(1 << 16)
+        if not part:
+            return b"".join(parts)
+        held += len(part)
+        if held > MAX_INDEX_BYTES:
+            raise FormatError(f"an index larger than {MAX_INDEX_BYTES} bytes", path=index)
+        parts.append(part)
 
 
 def _size(path: str) -> int:

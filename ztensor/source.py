@@ -163,7 +163,15 @@ class Source:
         self._file = f
         if getattr(f, "fs", None) is not None and self._url is None:
             self._url = self.name  # an fsspec file handed in: its failures are network ones
-        self.size = f.seek(0, os.SEEK_END)
+        try:
+            self.size = f.seek(0, os.SEEK_END)
+        except (ValueError, OSError) as exc:
+            if self._url is None:
+                raise TypeError(f"a file object source must be seekable ({exc})") from None
+            # fsspec hands out a streaming file when a server states no length (or
+            # a length of 0): nothing can be read from it by range
+            raise FormatError("the server gives no length for this URL, so its bytes "
+                              f"cannot be read by range ({exc})", path=self.name) from None
 
     @property
     def copy_on_write(self) -> bool:

@@ -10,6 +10,7 @@ an error.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, Optional
 
 from ztensor.errors import FormatError
@@ -52,6 +53,22 @@ class NameTable:
 
 
 _FREE = object()
+
+
+def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
+    """``json.loads(text)``, refusing a key given twice in any object at any level
+    (``json.loads`` keeps the last silently, so a tensor, its dtype or its shard
+    would be chosen by the order of the text: the safetensors package and Hugging
+    Face's index readers disagree on such files).  Errors other than a repeated key
+    are json's own (ValueError, RecursionError) for the caller to word."""
+    def unique(pairs):
+        found = dict(pairs)
+        if len(found) != len(pairs):
+            keys = NameTable(path, what)
+            for key, _ in pairs:
+                keys.claim(key)
+        return found
+    return json.loads(text, object_pairs_hook=unique)
 
 
 def _show(value: Any) -> str:

@@ -8,7 +8,6 @@ the header (``json`` would keep the last silently).  The file is memory-mapped;
 tensors are views of it."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import struct
@@ -18,7 +17,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
-from ztensor.foreign.names import NameTable
+from ztensor.foreign.names import json_loads_unique
 from ztensor.objects import shape_problem
 from ztensor.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
@@ -49,8 +48,8 @@ def _parse(source, name, limits) -> ForeignFile:
     if 8 + header_len > size:
         raise FormatError("safetensors header runs past the end of the file", path=name)
     try:
-        header = json.loads(bytes(source.view(8, header_len, "header")),
-                            object_pairs_hook=lambda pairs: _unique_keys(pairs, name))
+        header = json_loads_unique(bytes(source.view(8, header_len, "header")), name,
+                                   "header key")
     except FormatError:   # a key given twice (a ValueError too)
         raise
     except (ValueError, UnicodeDecodeError) as exc:
@@ -81,18 +80,6 @@ def _parse(source, name, limits) -> ForeignFile:
         tensor = Tensor({"data": arr}, shape=shape, types={"data": ltype} if ltype else None)
         entries[key] = eager(key, tensor, start + begin)
     return ForeignFile(name, "safetensors", dict(metadata), entries, closer=source.close)
-
-
-def _unique_keys(pairs, path):
-    """A JSON object of the header as a dict, refusing a key given twice at any level
-    (``json.loads`` keeps the last silently: a tensor, or its dtype or offsets, would
-    be chosen by the order of the text)."""
-    found = dict(pairs)
-    if len(found) != len(pairs):
-        keys = NameTable(path, "header key")
-        for key, _ in pairs:
-            keys.claim(key)
-    return found
 
 
 def _entry(path, key, info, data_len, limits):
