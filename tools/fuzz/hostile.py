@@ -21,9 +21,9 @@ def hdf5_by_accident(case):
     return case.kind != "hdf5" and case.files.get(case.main, b"").startswith(HDF5_SIGNATURE)
 
 
-def doors(case, path, directory, limits):
-    """Open ``path`` every way its kind allows; each a result or a ZTensorError, and
-    an input that must be refused is."""
+def doors(case, path, directory, limits, only=None):
+    """Open ``path`` every way its kind allows (or only way number ``only``); each a
+    result or a ZTensorError, and an input that must be refused is."""
     most = hs.budget(directory, limits)
     if case.kind == "sharded":
         ways = [lambda: hs.read_through_sharded(path, most),
@@ -31,6 +31,8 @@ def doors(case, path, directory, limits):
     else:
         ways = [lambda: hs.read_through_reader(path, limits, most),
                 lambda: hs.read_through_open_any(path, most)]
+    if only is not None:
+        ways = [ways[only % len(ways)]]
     for way in ways:
         try:
             way()

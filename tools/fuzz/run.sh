@@ -17,6 +17,7 @@ for t in $targets; do
   case $t in reader|cli) cp -n tests/data/*/*.zt "$corpus"/ 2>/dev/null || true;; esac
   [ "$t" = importers ] && [ ! -e "$corpus/seed-npy" ] && python tools/fuzz/seed_importers.py "$corpus"
   [ "$t" = foreign_structured ] && [ ! -e "$corpus/raw-npy-0" ] && python tools/fuzz/seed_structured.py "$corpus"
+  case $t in sharded|remote) [ -e "$corpus/gen-$t-0" ] || python tools/fuzz/seed_structured.py "$corpus" "$t";; esac
   echo "== fuzz_$t for ${secs}s"
   PYTHONPATH=build/fuzz:tools/fuzz LD_PRELOAD="$asan" \
     ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \

@@ -1,6 +1,11 @@
-"""Seed corpus for fuzz_foreign_structured: per kind, the real writer's files in raw
-mode (first byte: kind index | 0x80) and drawn structure in generated mode (first
-byte: kind index, then choice bytes)."""
+"""Seed corpora for the structure-aware targets:
+``seed_structured.py OUT`` for fuzz_foreign_structured: per kind, the real writer's
+files in raw mode (first byte: kind index | 0x80) and drawn structure in generated
+mode (first byte: kind index, then choice bytes);
+``seed_structured.py OUT sharded`` / ``OUT remote``: choice bytes after the byte that
+picks the door (sharded) or the mode (remote).  Choice bytes matter: libFuzzer starts
+from short inputs, and a draw from an empty input takes the lowest choice each time
+(an honest file), so without seeds the first minutes explore next to nothing."""
 import os
 import random
 import sys
@@ -24,9 +29,16 @@ class Quiet(hs.Draw):
 
 
 out = sys.argv[1]
+target = sys.argv[2] if len(sys.argv) > 2 else "foreign_structured"
 os.makedirs(out, exist_ok=True)
-ctx = hs.Ctx()
 rng = random.Random(0)
+if target in ("sharded", "remote"):
+    modes = 2 if target == "sharded" else 3
+    for seed in range(12):
+        with open(os.path.join(out, f"gen-{target}-{seed}"), "wb") as f:
+            f.write(bytes([seed % modes]) + bytes(rng.randrange(256) for _ in range(512)))
+    sys.exit(0)
+ctx = hs.Ctx()
 for k, kind in enumerate(hs.FOREIGN):
     for seed in range(3):
         try:
