@@ -243,3 +243,21 @@ def test_hostile_safetensors_overlap_is_refused(tmp_path):
     path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(12))
     with pytest.raises(ztensor.FormatError, match="overlaps"):
         ztensor.Reader(path)
+
+
+@pytest.mark.parametrize("arr", [np.asfortranarray(np.arange(12, dtype=">f4").reshape(3, 4)),
+                                 np.arange(5, dtype=np.int16), np.zeros((0, 3)),
+                                 np.array(3.5), np.arange(6, dtype=np.complex64)])
+def test_npy_is_read_from_the_checked_mapping(tmp_path, arr):
+    """.npy elements are a view of the file the Reader checked (no second open by
+    numpy), in either order and any byte order; a file shorter than its header
+    declares is a FormatError naming it."""
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("a", copy=True), arr)
+        assert r.read_numpy("a").shape == arr.shape
+    if arr.nbytes:
+        path.write_bytes(path.read_bytes()[:-1])
+        with pytest.raises(ztensor.FormatError, match="a.npy"):
+            ztensor.Reader(path)

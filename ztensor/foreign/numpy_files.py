@@ -27,6 +27,7 @@ from ztensor.foreign import Entry, ForeignFile, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
+from ztensor.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor import dtypes
 from ztensor.tensor import Tensor
@@ -35,31 +36,38 @@ from ztensor.tensor import Tensor
 # members (NotImplementedError: an unknown compression method; RuntimeError: an
 # encrypted member); tokenize/SyntaxError from the header parser.  Found by
 # tools/fuzz/fuzz_importers.py.
+# numpy reads headers of at most 10,000 bytes (its max_header_size); the magic,
+# version and length come first
+MAX_NPY_HEADER = 1 << 16
 READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.BadZipFile,
                zipfile.LargeZipFile, zlib.error, lzma.LZMAError, struct.error,
                tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
 
 
 def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+    """A ``.npy`` file: its header parsed and checked, then its elements a view of the
+    mapped file (through :class:`~ztensor.source.Source`, so the file opened is the
+    regular file that was checked, and every byte viewed lies inside it)."""
     name = os.fspath(path)
     stem = os.path.splitext(os.path.basename(name))[0]
+    source = Source(name)
     try:
-        with open(name, "rb") as fp:   # the header's checks, before numpy maps it
-            shape, _, dtype = _read_header(fp, name, stem)
-    except OSError as exc:
-        raise FormatError(f"not a readable .npy file: {exc}", path=name) from None
-    _header_spec(name, stem, shape, dtype, limits)
-    try:
-        arr = np.load(name, mmap_mode="r", allow_pickle=False)
-    except READ_ERRORS as exc:
-        raise FormatError(f"not a readable .npy file: {exc}", path=name) from None
-    except MemoryError:
-        raise LimitError("not enough memory to map the array", path=name) from None
-    if not isinstance(arr, np.ndarray):   # np.load opens zip archives whatever the name
-        if hasattr(arr, "close"):
-            arr.close()
-        raise FormatError("not a .npy array (an .npz archive?)", path=name)
-    return ForeignFile(name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))})
+        head = min(source.size, MAX_NPY_HEADER)
+        fp = io.BytesIO(bytes(source.view(0, head, "header")))
+        shape, fortran, dtype = _read_header(fp, name, stem)
+        spec = _header_spec(name, stem, shape, dtype, limits)
+        nbytes = spec.components["data"].length
+        if fp.tell() + nbytes > source.size:
+            raise FormatError(f"the header declares {nbytes} data bytes; the file holds "
+                              f"{source.size - fp.tell()}", path=name, obj=stem)
+        flat = np.frombuffer(source.view(fp.tell(), nbytes, "array", obj=stem), dtype,
+                             math.prod(shape))
+        arr = flat.reshape(shape, order="F" if fortran else "C")
+    except BaseException:
+        source.close()
+        raise
+    return ForeignFile(name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))},
+                       closer=source.close)
 
 
 def open_npz(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:

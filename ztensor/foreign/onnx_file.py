@@ -15,6 +15,7 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
+from ztensor.source import open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
@@ -23,6 +24,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     onnx = optional_import("onnx", "ONNX", name)
     numpy_helper = optional_import("onnx.numpy_helper", "ONNX", name)
+    open_local_input(name).close()  # a regular file (onnx opens the path itself)
     try:
         model = onnx.load(name)
     except MemoryError:

@@ -34,7 +34,7 @@ from typing import Dict, Iterable, Optional
 from ztensor.errors import ChecksumError, FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ZIP_ERRORS
 from ztensor.foreign.names import NameTable
-from ztensor.source import Source
+from ztensor.source import Source, open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 
 # general-purpose flag bits that mean the bytes are not plain: 0 (encrypted, ZipCrypto),
@@ -80,7 +80,9 @@ class ZipArchive:
         self.limits = limits
         self.kind = kind
         try:
-            with zipfile.ZipFile(self.path) as z:
+            # the checked regular file, never a path opened again (a FIFO swapped in
+            # would block)
+            with open_local_input(self.path) as f, zipfile.ZipFile(f) as z:
                 infos = z.infolist()
                 directory = z.start_dir
         except ZIP_ERRORS as exc:
