@@ -11,8 +11,8 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 from ztensor._version import __version__
 from ztensor.edit import remove_tensors, replace_tensor
 from ztensor.errors import (ChecksumError, ClosedError, FormatError, KernelArgumentError,
-                            LimitError, ObjectNotFoundError, SafetensorError, UnsupportedError,
-                            WriteError, ZTensorError)
+                            LimitError, NetworkError, NotAFileError, ObjectNotFoundError,
+                            SafetensorError, UnsupportedError, WriteError, ZTensorError)
 from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
@@ -40,7 +40,7 @@ __all__ = [
     "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
-    "KernelArgumentError", "ClosedError", "SafetensorError", "TensorMetadata", "open",
+    "KernelArgumentError", "ClosedError", "SafetensorError", "NetworkError", "NotAFileError", "TensorMetadata", "open",
     "remove_tensors", "replace_tensor", "serialize", "serialize_file", "deserialize",
     "save_sharded", "open_sharded", "ShardedReader",
 ]

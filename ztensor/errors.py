@@ -10,6 +10,7 @@ where the problem is::
 """
 from __future__ import annotations
 
+import errno as _errno
 import os
 
 __all__ = [
@@ -23,6 +24,13 @@ __all__ = [
     "KernelArgumentError",
     "ClosedError",
     "SafetensorError",
+    "NotAFileError",
+    "NetworkError",
+    "NetworkNotFoundError",
+    "NetworkPermissionError",
+    "NetworkTimeoutError",
+    "NetworkConnectionError",
+    "SliceError",
 ]
 
 
@@ -109,8 +117,52 @@ class WriteError(ZTensorError, OSError):
         self.errno = errno
 
 
+class NotAFileError(FormatError, IsADirectoryError):
+    """A directory given where a tensor file was expected: a FormatError naming the
+    path, and the ``IsADirectoryError`` the builtin ``open`` would have raised."""
+
+    def __init__(self, message: str, **where) -> None:
+        FormatError.__init__(self, message, **where)
+        self.errno, self.strerror, self.filename = _errno.EISDIR, message, self.path
+
+
+class NetworkError(ZTensorError, OSError):
+    """Reading a URL failed: the message says how (connection refused, a status
+    such as ``404 Not Found``, a timeout).  A ZTensorError and an ``OSError``; the
+    subclasses below are also the builtin a caller would catch."""
+
+    def __init__(self, message: str, *, errno=None, **where) -> None:
+        ZTensorError.__init__(self, message, **where)
+        self.errno, self.strerror, self.filename = errno, message, self.path
+
+
+class NetworkNotFoundError(NetworkError, FileNotFoundError):
+    """404 or 410: the URL names nothing."""
+
+
+class NetworkPermissionError(NetworkError, PermissionError):
+    """401 or 403: the server refuses."""
+
+
+class NetworkTimeoutError(NetworkError, TimeoutError):
+    """No connection, or no data, within ``ztensor.source.URL_TIMEOUT`` seconds."""
+
+
+class NetworkConnectionError(NetworkError, ConnectionError):
+    """The connection failed or broke (refused, reset, cut short)."""
+
+
 # safetensors' name for its one error class: ``except SafetensorError`` keeps working
 SafetensorError = ZTensorError
+
+
+class SliceError(SafetensorError, IndexError):
+    """A get_slice index that does not fit the tensor.  Its message is safetensors'
+    own wording (code written against safetensors compares it); ``path`` and ``obj``
+    say where."""
+
+    def _render(self) -> str:
+        return self.message
 
 
 def _short(value) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from ztensor import components, dtypes
-from ztensor.errors import ClosedError, ObjectNotFoundError, SafetensorError, UnsupportedError
+from ztensor.errors import (ClosedError, ObjectNotFoundError, SliceError,
+                            UnsupportedError)
 from ztensor.reader import Reader
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
@@ -306,15 +307,6 @@ def _selection(index: Any, shape, name, path):
         raise _slice_error(f"Error during slicing {_render(items)}: unsupported index "
                            f"{type(item).__name__}", name, path)
     return tuple(out)
-
-
-class SliceError(SafetensorError, IndexError):
-    """A get_slice index that does not fit the tensor.  Its message is safetensors'
-    own wording (code written against safetensors compares it); ``path`` and ``obj``
-    say where."""
-
-    def _render(self) -> str:
-        return self.message
 
 
 def _slice_error(message, name, path):

@@ -30,16 +30,9 @@ import threading
 
 import numpy as np
 
-from ztensor.errors import ClosedError, FormatError, UnsupportedError, ZTensorError
-
-
-class NotAFileError(FormatError, IsADirectoryError):
-    """A directory given where a tensor file was expected: a FormatError naming the
-    path, and the ``IsADirectoryError`` the builtin ``open`` would have raised."""
-
-    def __init__(self, message: str, **where) -> None:
-        FormatError.__init__(self, message, **where)
-        self.errno, self.strerror, self.filename = errno.EISDIR, message, self.path
+from ztensor.errors import (ClosedError, FormatError, NetworkConnectionError, NetworkError,
+                            NetworkNotFoundError, NetworkPermissionError, NetworkTimeoutError,
+                            NotAFileError, UnsupportedError, ZTensorError)
 
 
 def is_url(path) -> bool:
@@ -377,32 +370,6 @@ def _read_exactly(f, offset, length, name, what, where):
 URL_TIMEOUT = 60.0
 # what an error reply's body may cost us: it is never used
 _ERROR_BODY = 64 << 10
-
-
-class NetworkError(ZTensorError, OSError):
-    """Reading a URL failed: the message says how (connection refused, a status
-    such as ``404 Not Found``, a timeout).  A ZTensorError and an ``OSError``; the
-    subclasses below are also the builtin a caller would catch."""
-
-    def __init__(self, message: str, *, errno=None, **where) -> None:
-        ZTensorError.__init__(self, message, **where)
-        self.errno, self.strerror, self.filename = errno, message, self.path
-
-
-class NetworkNotFoundError(NetworkError, FileNotFoundError):
-    """404 or 410: the URL names nothing."""
-
-
-class NetworkPermissionError(NetworkError, PermissionError):
-    """401 or 403: the server refuses."""
-
-
-class NetworkTimeoutError(NetworkError, TimeoutError):
-    """No connection, or no data, within URL_TIMEOUT seconds."""
-
-
-class NetworkConnectionError(NetworkError, ConnectionError):
-    """The connection failed or broke (refused, reset, cut short)."""
 
 
 def open_url(url):
