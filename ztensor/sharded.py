@@ -173,12 +173,15 @@ def find_index(path: PathLike) -> Optional[str]:
             raise FormatError("a sharded checkpoint behind a URL is opened by its index "
                               "(.../model.zt.index.json)", path=path)
         return path
-    if os.path.isfile(path):
+    if not os.path.isdir(path):
         return path if path.endswith(".index.json") else None
     found = sorted(n for n in os.listdir(path) if n.endswith((".zt.index.json",
                                                                ".safetensors.index.json")))
     zt = [n for n in found if n.endswith(".zt.index.json")]
-    pick = (zt or found)[:1]
+    pick = zt or found   # a converted checkpoint keeps its source's index beside ours
+    if len(pick) > 1:
+        raise FormatError(f"more than one index ({', '.join(map(repr, pick[:4]))}): open "
+                          "the one meant by its path", path=path)
     return os.path.join(path, pick[0]) if pick else None
 
 
