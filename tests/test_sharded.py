@@ -106,3 +106,17 @@ def test_the_command_on_a_checkpoint_directory(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 0
     out = capsys.readouterr().out  # one summary over every shard
     assert out.count("OK") == 1 and f"{len(TENSORS)} objects in" in out and "shards" in out
+
+
+def test_a_directory_with_two_indexes_of_one_kind_is_refused(tmp_path):
+    """Which index a directory means must not depend on listing order: two of the
+    kind that would be picked is an error naming them; a .zt index beside a
+    .safetensors one (a converted checkpoint) picks the .zt one."""
+    ztensor.save_sharded({"a": np.ones(3, np.float32)}, tmp_path)
+    index = next(tmp_path.glob("*.zt.index.json"))
+    (tmp_path / "model.safetensors.index.json").write_text(index.read_text())
+    with ztensor.open_sharded(tmp_path) as r:
+        np.testing.assert_array_equal(r["a"], np.ones(3, np.float32))
+    (tmp_path / "other.zt.index.json").write_text(index.read_text())
+    with pytest.raises(ztensor.FormatError, match="more than one index"):
+        ztensor.open_sharded(tmp_path)

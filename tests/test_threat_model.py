@@ -1,0 +1,98 @@
+"""docs/threat-model.md stays true: every function it names as the one keeper of a
+promise exists, and the readers do not go around the gates it names."""
+import ast
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import ztensor
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "threat-model.md"
+PACKAGE = ROOT / "ztensor"
+
+
+def _modules():
+    """Short name (last dotted part, and foreign.x forms) -> module name."""
+    found = {}
+    for info in pkgutil.walk_packages(ztensor.__path__, "ztensor."):
+        if info.name.endswith("_kernels"):
+            continue
+        parts = info.name.split(".")
+        found.setdefault(parts[-1], info.name)
+        found.setdefault(".".join(parts[1:]), info.name)
+    return found
+
+
+def _keepers():
+    """Every `module.name` in the keeper column of the tables under 'Where each
+    promise is kept'."""
+    text = DOC.read_text()
+    section = text.split("## Where each promise is kept", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and not set(cells[1]) <= set("-: "):
+            names.update(re.findall(r"`([A-Za-z_][\w]*(?:\.[\w]+)+)`", cells[1]))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("dotted", _keepers())
+def test_every_named_keeper_exists(dotted):
+    modules = _modules()
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module = modules.get(".".join(parts[:split]))
+        if module is not None:
+            break
+    else:
+        pytest.fail(f"{dotted}: no module of ztensor is named {parts[0]!r}")
+    obj = importlib.import_module(module)
+    for attr in parts[split:]:
+        assert hasattr(obj, attr), f"{dotted}: {module} has no {attr!r}"
+        obj = getattr(obj, attr)
+
+
+def test_the_doc_names_many_keepers():
+    assert len(_keepers()) >= 30
+
+
+# reader modules: what they open comes from the caller, so it goes through the gates
+READERS = ["foreign/__init__.py", "foreign/safetensors_file.py", "foreign/numpy_files.py",
+           "foreign/pytorch.py", "foreign/zip_members.py", "foreign/hdf5_file.py",
+           "foreign/onnx_file.py", "gguf.py", "container_v2.py", "sharded.py", "importers.py",
+           "reader.py", "legacy.py"]
+
+
+def _calls(path):
+    tree = ast.parse((PACKAGE / path).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield node, ast.unparse(node.func)
+
+
+@pytest.mark.parametrize("path", READERS)
+def test_readers_open_inputs_only_through_the_gate(path):
+    """No reader opens a path for reading itself (a FIFO would block it, a
+    directory would be a bare error): source.open_local_input or Source does."""
+    bad = []
+    for node, func in _calls(path):
+        if func in ("open", "io.open", "os.open", "np.load", "numpy.load", "zipfile.ZipFile"):
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
+            writing = isinstance(mode, ast.Constant) and isinstance(mode.value, str) \
+                and any(c in mode.value for c in "wax+")
+            first = node.args[0] if node.args else None
+            from_gate = isinstance(first, ast.Name) and first.id in ("f", "fp", "fh", "raw")
+            if not writing and not from_gate:
+                bad.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert not bad, f"{path} opens an input itself: {bad}"
+
+
+@pytest.mark.parametrize("path", READERS)
+def test_readers_parse_json_without_losing_repeated_keys(path):
+    bad = [f"line {node.lineno}" for node, func in _calls(path) if func == "json.loads"]
+    assert not bad, f"{path} uses json.loads (use foreign.names.json_loads_unique): {bad}"
