@@ -18,9 +18,10 @@ file mapping, or a stride-0 view of one element, holds nothing beyond its buffer
 and bytes read (every distinct element, or the span of memory a view reaches).
 
 Reads run under an address-space cap (what a file merely declares becomes a
-MemoryError, not a swapping machine).  The few tests still marked xfail(strict=False)
-fail on a library bug that is open; the reason says which, and the reproducer below
-names it.  Remove the marker once the fix lands (the property then shrinks again).
+MemoryError, not a swapping machine).  Below the properties, a minimal reproducer of
+each library bug they (or the fuzz targets) found.  A property that fails on a bug
+not fixed yet is marked xfail(strict=False, reason="issue 21: ...") with such a
+reproducer, and unmarked when the fix lands.
 """
 import io
 import json
@@ -29,20 +30,17 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ztensor
 import hostile_strategies as hs
 
 
-def examples(most, shrink=True):
+def examples(most):
     """At most ``most`` examples, fewer when the profile asks for fewer (default
-    100, ci 300, qemu 20).  ``shrink=False`` only for a property still marked
-    xfail: a known failure is not worth seconds of shrinking on every run."""
-    phases = None if shrink else [Phase.explicit, Phase.reuse, Phase.generate]
+    100, ci 300, qemu 20: tests/conftest.py)."""
     return settings(max_examples=min(settings().max_examples, most), deadline=None,
-                    **({"phases": phases} if phases else {}),
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
 
@@ -76,8 +74,8 @@ def through_every_door(ctx, case):
             raise hs.Breach(f"opened although {case.must_refuse}")
 
 
-def property_for(kind, most, shrink=True):
-    @examples(most, shrink)
+def property_for(kind, most):
+    @examples(most)
     @given(data=st.data())
     def check(ctx, data):
         case = data.draw(hs.cases(kind, ctx), label=kind)
@@ -95,10 +93,6 @@ def test_safetensors_files(ctx):
     property_for("safetensors", 300)(ctx)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21: numpy_files._read_header: a .npy header "
-                   "length (4 bytes in a v2/v3 or unknown-minor header) is read before it is "
-                   "held to the file: 4 GiB allocated, a bare MemoryError (see "
-                   "test_npy_header_length_costs_what_the_file_holds)")
 def test_npy_files(ctx):
     property_for("npy", 300)(ctx)
 
@@ -206,8 +200,8 @@ def test_remote_sharded_requests_stay_in_the_folder(ctx, server, data):
 
 
 # ---------------------------------------------------------------- the findings, minimal
-# Each is one input the properties above found, reduced by hand: a bug for the reader
-# named in its reason.  They fail today; remove the marker with the fix.
+# Each is one input the properties above (or a fuzz target) found, reduced by hand: a
+# bug, now fixed, in the reader or source its comment or name says.
 
 def _outcome(fn):
     try:
@@ -226,11 +220,6 @@ def test_npy_boolean_dimension_is_a_format_error(tmp_path):
             [r.read_numpy(n) for n in r.keys()]
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21: numpy_files._read_header reads the header "
-                   "length a v2/v3 header declares (numpy's read_array_header_2_0, for any "
-                   "version but 1.0, minor 44 included) before checking it against the file: "
-                   "a 16-byte file allocates 4 GiB (MemoryError; found by fuzz_importers as a "
-                   "libFuzzer out-of-memory)")
 @pytest.mark.parametrize("version", [b"\x02\x00", b"\x03\x00", b"\x01,"],
                          ids=["2.0", "3.0", "1.44"])
 def test_npy_header_length_costs_what_the_file_holds(tmp_path, version):
