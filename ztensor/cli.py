@@ -261,7 +261,10 @@ def cmd_stats(reader, args, out):
 def _write_table(table, out):
     """Rows of cells, columns padded.  On a terminal too narrow for them, the first
     column (names, the longest as a rule) is shortened with an ellipsis in the middle,
-    down to 12 characters; piped output is never cut."""
+    down to 12 characters; piped output is never cut.  Every cell is made printable
+    here, the one place a table reaches the terminal: any cell may come from the file
+    (a name, a format, a component's ``type``, which is an open set)."""
+    table = [tuple(_printable(cell) for cell in row) for row in table]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     isatty = getattr(out, "isatty", None)
     if isatty is not None and isatty():
