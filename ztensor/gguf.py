@@ -124,11 +124,12 @@ class _Cursor:
         raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
 
 
-def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIMITS
-              ) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
-    """(attributes, iterator of (name, Tensor)) for a GGUF file."""
+def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIMITS, *,
+              mmap: bool = True) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
+    """(attributes, iterator of (name, Tensor)) for a GGUF file; ``mmap=False`` reads
+    it with ``pread`` (arrays are copies) instead of mapping it."""
     name = os.fspath(path)
-    source = Source(name)   # the one home of bounds checks
+    source = Source(name, mmap=mmap)   # the one home of bounds checks
     size = source.size
     data = source.view(0, size, "file")
     cur = _Cursor(data, name)

@@ -102,7 +102,7 @@ class Reader:
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
             self._source = None
             self.path = os.fspath(source)
-            self._foreign = foreign.open_foreign(self.path, kind, self._limits)
+            self._foreign = foreign.open_foreign(self.path, kind, self._limits, mmap=mmap)
             self._manifest = Manifest(None, self._foreign.attributes,
                                       {n: e.spec for n, e in self._foreign.entries.items()})
             self._closed = False

@@ -136,24 +136,29 @@ def sniff(path: str) -> Optional[str]:
     return None
 
 
-def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None) -> ForeignFile:
+def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
+                 mmap: bool = True) -> ForeignFile:
     """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`), within ``limits``
     (:data:`ztensor.DEFAULT_LIMITS` when omitted): every reader applies the same
-    :class:`ztensor.Limits` as a ``.zt`` file gets."""
+    :class:`ztensor.Limits` as a ``.zt`` file gets.
+
+    ``mmap=False`` (``Reader(path, mmap=False)``): no reader maps the file; every read
+    is a ``pread``, so a file truncated while open is a FormatError, never a SIGBUS.
+    This is the one place the option reaches every reader's Source."""
     limits = limits or DEFAULT_LIMITS
     if fmt == "safetensors":
         from ztensor.foreign import safetensors_file
-        return safetensors_file.open_file(path, limits)
+        return safetensors_file.open_file(path, limits, mmap=mmap)
     if fmt in ("npy", "npz"):
         from ztensor.foreign import numpy_files
-        return numpy_files.open_npy(path, limits) if fmt == "npy" \
-            else numpy_files.open_npz(path, limits)
+        return numpy_files.open_npy(path, limits, mmap=mmap) if fmt == "npy" \
+            else numpy_files.open_npz(path, limits, mmap=mmap)
     if fmt == "pickle":
         from ztensor.foreign import pytorch
-        return pytorch.open_file(path, limits)
+        return pytorch.open_file(path, limits, mmap=mmap)
     if fmt == "gguf":
         from ztensor import gguf
-        attributes, tensors = gguf.open_gguf(path, limits=limits)
+        attributes, tensors = gguf.open_gguf(path, limits=limits, mmap=mmap)
         return ForeignFile(path, "gguf", attributes,
                            {name: eager(name, t) for name, t in tensors})
     if fmt == "hdf5":

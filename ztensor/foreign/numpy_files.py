@@ -44,13 +44,13 @@ READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.B
                tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
 
 
-def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
     """A ``.npy`` file: its header parsed and checked, then its elements a view of the
     mapped file (through :class:`~ztensor.source.Source`, so the file opened is the
     regular file that was checked, and every byte viewed lies inside it)."""
     name = os.fspath(path)
     stem = os.path.splitext(os.path.basename(name))[0]
-    source = Source(name)
+    source = Source(name, mmap=mmap)
     try:
         head = min(source.size, MAX_NPY_HEADER)
         fp = io.BytesIO(bytes(source.view(0, head, "header")))
@@ -70,9 +70,9 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
                        closer=source.close)
 
 
-def open_npz(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+def open_npz(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
     name = os.fspath(path)
-    archive = ZipArchive(name, limits, ".npz archive")
+    archive = ZipArchive(name, limits, ".npz archive", mmap=mmap)
     try:
         return _open_npz(name, archive, limits)
     except MemoryError:

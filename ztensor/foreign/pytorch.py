@@ -383,9 +383,9 @@ class RestrictedUnpickler(pickle._Unpickler):   # the Python one: its dispatch i
         return self.context.storage(pid)
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
     name = os.fspath(path)
-    archive = ZipArchive(name, limits, "PyTorch checkpoint")
+    archive = ZipArchive(name, limits, "PyTorch checkpoint", mmap=mmap)
     try:
         return _open(name, archive, limits)
     except ZTensorError as exc:

@@ -26,9 +26,9 @@ from ztensor.tensor import Tensor
 MAX_HEADER = 100 << 20
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
     name = os.fspath(path)
-    source = Source(name)   # the one home of bounds checks: every view below is checked
+    source = Source(name, mmap=mmap)   # the one home of bounds checks: every view below is checked
     try:
         return _parse(source, name, limits)
     except BaseException:

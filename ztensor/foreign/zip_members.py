@@ -75,7 +75,8 @@ class ZipArchive:
     each name to its :class:`Member`, in directory order.
     """
 
-    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, kind: str = "zip archive"):
+    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, kind: str = "zip archive", *,
+                 mmap: bool = True):
         self.path = os.fspath(path)
         self.limits = limits
         self.kind = kind
@@ -88,7 +89,7 @@ class ZipArchive:
         except ZIP_ERRORS as exc:
             raise FormatError(f"not a readable {kind}: {type(exc).__name__}: "
                               f"{str(exc)[:200]}", path=self.path) from None
-        self.source = Source(self.path)
+        self.source = Source(self.path, mmap=mmap)
         try:
             self.members: Dict[str, Member] = {}
             names = NameTable(self.path, "zip member")
