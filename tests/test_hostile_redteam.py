@@ -140,3 +140,31 @@ def test_convert_of_an_index_naming_a_missing_shard_is_a_clean_error(tmp_path):
     with pytest.raises(ztensor.FormatError, match="S1.safetensors"):
         ztensor.convert(folder, tmp_path / "out", force=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_hdf5_file_that_shrinks_while_open_is_an_error_not_zeros(tmp_path):
+    """h5py reads the checked file object through Python calls and pads a short read
+    with zeros: an HDF5 file truncated by another process while open read as wrong
+    values, silently (with mmap=False or not: h5py never maps). Kept by
+    source.ShrinkCheckedFile, the file object h5py is handed."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f["a"] = np.arange(100_000, dtype=np.float32)
+    with ztensor.Reader(path) as r:
+        with open(path, "r+b") as f:
+            f.truncate(4096)
+        with pytest.raises(ztensor.FormatError, match="shrank") as info:
+            r.read_numpy("a")
+        assert info.value.path == str(path)
+
+
+def test_an_hdf5_file_that_grows_while_open_still_reads(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f["a"] = np.arange(1000, dtype=np.float32)
+    with ztensor.Reader(path) as r:
+        with open(path, "ab") as f:
+            f.write(b"\0" * 100_000)
+        np.testing.assert_array_equal(r.read_numpy("a"), np.arange(1000, dtype=np.float32))

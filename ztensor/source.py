@@ -41,6 +41,50 @@ def is_url(path) -> bool:
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
+class ShrinkCheckedFile(io.RawIOBase):
+    """A file from :func:`open_local_input`, for a library that reads it through
+    Python calls (h5py): a read that comes back short of bytes the file held when it
+    was checked raises ``OSError`` ("it shrank while open").  h5py pads a short read
+    with zeros, so a file truncated by another process would otherwise read as wrong
+    values, silently.  Reads past the size at open pass as the OS gives them (a
+    library may probe past the end).  Closing it closes ``raw``."""
+
+    def __init__(self, raw, name):
+        super().__init__()
+        self.raw, self.name = raw, name
+        self.size = os.fstat(raw.fileno()).st_size
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        return self.raw.seek(offset, whence)
+
+    def tell(self):
+        return self.raw.tell()
+
+    def readinto(self, buffer):
+        start = self.raw.tell()
+        n = self.raw.readinto(buffer)
+        want = min(start + len(buffer), self.size)
+        if start + (n or 0) < want:
+            raise OSError(f"the file ends at byte {start + (n or 0)}, before {want} "
+                          "(it shrank while open)")
+        return n
+
+    def fileno(self):
+        return self.raw.fileno()
+
+    def close(self):
+        try:
+            self.raw.close()
+        finally:
+            super().close()
+
+
 def open_local_input(path) -> io.BufferedReader:
     """Open the local file at ``path`` for reading as input: the one gate every
     local reader passes (``Source``, ``foreign.sniff``, ``importers.open_any``, the

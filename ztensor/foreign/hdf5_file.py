@@ -59,8 +59,10 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
     regular-file check is not bound to the descriptor h5py reads."""
     name = os.fspath(path)
     h5py = optional_import("h5py", "HDF5", name)
-    from ztensor.source import open_local_input
-    raw = open_local_input(name)
+    from ztensor.source import ShrinkCheckedFile, open_local_input
+    # h5py pads a short read with zeros: a file that shrinks while open must be an
+    # error, not wrong values
+    raw = ShrinkCheckedFile(open_local_input(name), name)
     try:
         if unsafe_allow_external:
             raw.close()
