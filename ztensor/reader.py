@@ -15,7 +15,8 @@ import numpy as np
 from ztensor import (components, container_v2, dtypes, floatconv, foreign, formats, legacy,
                      logical, spec)
 from ztensor.formats import dense
-from ztensor.errors import ClosedError, LimitError, ObjectNotFoundError, UnsupportedError
+from ztensor.errors import (ClosedError, FormatError, LimitError, NotAFileError,
+                            ObjectNotFoundError, UnsupportedError, ZTensorError)
 from ztensor.footer import read_footer
 from ztensor.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
@@ -60,7 +61,8 @@ class Reader:
     copy_on_write : bool
         Map the file privately: zero-copy views become writable, and writes go to
         private copies of the pages, never to the file (used for torch tensors,
-        which have no read-only flag).
+        which have no read-only flag).  zTensor and safetensors files; readers of
+        other formats that hand out views keep them read-only.
     mmap : bool
         False: read with ``pread`` instead of mapping the file.  Arrays are then
         always copies, and a file truncated by another process while open gives a
@@ -97,12 +99,20 @@ class Reader:
         self._zero_copy = None  # name -> view, for read_numpy's hot path (first use)
         # a local path is opened through source.open_local_input by sniff (and Source):
         # a directory, FIFO or device is refused there, before any reader sees it
-        kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
-            and not is_url(source) else None
+        try:
+            kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
+                and not is_url(source) else None
+        except NotAFileError as exc:
+            if not os.path.isdir(source):
+                raise
+            raise NotAFileError("is a directory, not a tensor file: open a checkpoint "
+                                "directory with ztensor.open_sharded(path)",
+                                path=exc.path) from None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
             self._source = None
             self.path = os.fspath(source)
-            self._foreign = foreign.open_foreign(self.path, kind, self._limits, mmap=mmap)
+            self._foreign = foreign.open_foreign(self.path, kind, self._limits,
+                                                 copy_on_write=copy_on_write, mmap=mmap)
             self._manifest = Manifest(None, self._foreign.attributes,
                                       {n: e.spec for n, e in self._foreign.entries.items()})
             self._closed = False
@@ -123,6 +133,15 @@ class Reader:
             # it came that way and nothing (verify) asks for more per read
             specs = self._manifest._specs
             self._view_of = getattr(specs, "view_of", None) if not self._verify else None
+        except FormatError:
+            # not a zTensor file: a sharded checkpoint's index says so by name
+            is_index = _is_index(self._source, self.path)
+            self._source.close()
+            if is_index:
+                raise FormatError("a sharded checkpoint's index, not a tensor file: open it "
+                                  "with ztensor.open_sharded(path) (ztensor.torch.load_file "
+                                  "and load_model take it too)", path=self.path) from None
+            raise
         except BaseException:
             self._source.close()
             raise
@@ -515,6 +534,24 @@ class Reader:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
         return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"
+
+
+# an index's weight_map comes early: Hugging Face and save_sharded write metadata first
+_INDEX_HEAD = 1 << 16
+
+
+def _is_index(source: Source, path: str) -> bool:
+    """Whether a file that is not a zTensor file is a sharded checkpoint's index: its
+    name ends in ``.index.json``, or it is JSON text (``{`` first) naming a
+    ``weight_map`` in its first 64 KiB.  Only asked once the file failed to open, so
+    a valid file is never read for it; a failure to read is a no."""
+    if os.fspath(path).lower().endswith(".index.json"):
+        return True
+    try:
+        head = bytes(source.view(0, min(_INDEX_HEAD, source.size), "header"))
+    except (ZTensorError, OSError):
+        return False
+    return head.lstrip(b" \t\r\n").startswith(b"{") and b'"weight_map"' in head
 
 
 def open_bytes(data: Any, **kwargs: Any) -> Reader:

@@ -137,10 +137,15 @@ def sniff(path: str) -> Optional[str]:
 
 
 def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
-                 mmap: bool = True) -> ForeignFile:
+                 copy_on_write: bool = False, mmap: bool = True) -> ForeignFile:
     """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`), within ``limits``
     (:data:`ztensor.DEFAULT_LIMITS` when omitted): every reader applies the same
     :class:`ztensor.Limits` as a ``.zt`` file gets.
+
+    ``copy_on_write``: a reader that maps the file maps it privately and writably
+    (``Reader(path, copy_on_write=True)``), so its views can become torch tensors
+    without a copy; writes to them reach private pages, never the file.  Readers
+    that do not map the file ignore it (their arrays are their own).
 
     ``mmap=False`` (``Reader(path, mmap=False)``): no reader maps the file; every read
     is a ``pread``, so a file truncated while open is a FormatError, never a SIGBUS.
@@ -148,7 +153,8 @@ def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
     limits = limits or DEFAULT_LIMITS
     if fmt == "safetensors":
         from ztensor.foreign import safetensors_file
-        return safetensors_file.open_file(path, limits, mmap=mmap)
+        return safetensors_file.open_file(path, limits, copy_on_write=copy_on_write,
+                                          mmap=mmap)
     if fmt in ("npy", "npz"):
         from ztensor.foreign import numpy_files
         return numpy_files.open_npy(path, limits, mmap=mmap) if fmt == "npy" \

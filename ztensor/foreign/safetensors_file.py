@@ -26,9 +26,14 @@ from ztensor.tensor import Tensor
 MAX_HEADER = 100 << 20
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
+def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
+              copy_on_write: bool = False, mmap: bool = True) -> ForeignFile:
+    """``copy_on_write``: map the file privately and writably, so the tensors are
+    writable views (torch has no read-only tensors) whose writes stay in private
+    pages; otherwise the views are read-only."""
     name = os.fspath(path)
-    source = Source(name, mmap=mmap)   # the one home of bounds checks: every view below is checked
+    # the one home of bounds checks: every view below is checked
+    source = Source(name, copy_on_write=copy_on_write, mmap=mmap)
     try:
         return _parse(source, name, limits)
     except BaseException:
