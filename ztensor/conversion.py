@@ -133,7 +133,7 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
     index = sharded.find_index(source)
     with sharded.open_sharded(source) as checkpoint:
         folder, files = checkpoint.folder, checkpoint.shards
-        listed = {name: checkpoint._map[name] for name in checkpoint.keys()}
+        listed = {name: checkpoint.file_of(name) for name in checkpoint.keys()}
         metadata = dict(checkpoint.attributes)
     where = index or source
     outputs = NameTable(where, "output shard")

@@ -138,10 +138,8 @@ def _is_url(path: str) -> bool:
 
 
 def _is_sharded(source: str) -> bool:
-    if _is_url(source):
-        return source.endswith(".index.json")
-    return os.path.isdir(source) or (os.path.isfile(source) and
-                                     source.endswith(".index.json"))
+    from ztensor.sharded import is_checkpoint
+    return is_checkpoint(source)
 
 
 def _shard_of(source: str, name: str) -> str:
@@ -152,7 +150,7 @@ def _shard_of(source: str, name: str) -> str:
     from ztensor.sharded import open_sharded
     with open_sharded(source) as s:
         s.metadata(name)   # ObjectNotFoundError, or the index names a shard without it
-        return s._shard(s._map[name])
+        return s.shard_path(s.file_of(name))
 
 
 # ------------------------------------------------------------------ workers' handles

@@ -245,20 +245,57 @@ class ShardedReader:
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
         if file not in self._readers:
-            try:
-                reader = Reader(self._shard(file))
-            except ZTensorError:
-                raise   # says what is wrong, and where
-            except OSError as exc:  # the index names a shard that is not there
-                raise FormatError(f"the index names shard {file!r}, which cannot be opened: "
-                                  f"{exc.strerror or exc}", path=self.path, obj=name) from None
-            missing = self._missing(file, reader)
-            if missing:
-                reader.close()
-                raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
-                                  "hold it", path=self.path)
-            self._readers[file] = reader
+            self._readers[file] = self._open_checked(file, name)
         return self._readers[file]
+
+    def _open_checked(self, file: str, name: Optional[str] = None, **reader_options: Any
+                      ) -> Reader:
+        """A new Reader of shard ``file``, checked to hold every tensor the index
+        places there: the one place a shard is opened for reading."""
+        try:
+            reader = Reader(self._shard(file), **reader_options)
+        except ZTensorError:
+            raise   # says what is wrong, and where
+        except OSError as exc:  # the index names a shard that is not there
+            raise FormatError(f"the index names shard {file!r}, which cannot be opened: "
+                              f"{exc.strerror or exc}", path=self.path, obj=name) from None
+        missing = self._missing(file, reader)
+        if missing:
+            reader.close()
+            raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
+                              "hold it", path=self.path)
+        return reader
+
+    # shard by shard, for callers that load or convert one shard at a time
+    def files(self) -> List[str]:
+        """The shard files, in the order of their first tensor in the index."""
+        return list(dict.fromkeys(self._map.values()))
+
+    def file_of(self, name: str) -> str:
+        """The shard file the index places ``name`` in (ObjectNotFoundError if none)."""
+        file = self._map.get(name) if isinstance(name, str) else None
+        if file is None:
+            raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
+        return file
+
+    def names_in(self, file: str) -> List[str]:
+        """The tensors the index places in shard ``file``, in index order."""
+        return [n for n, f in self._map.items() if f == file]
+
+    def shard_path(self, file: str) -> str:
+        """The path or URL of shard ``file`` (one the index names)."""
+        if file not in self._map.values():
+            raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
+        return self._shard(file)
+
+    def open_shard(self, file: str, **reader_options: Any) -> Reader:
+        """A new :class:`ztensor.Reader` of shard ``file`` (``reader_options`` as
+        Reader takes them, e.g. ``copy_on_write=True``), checked to hold every tensor
+        the index places there.  The caller closes it: loading shard by shard keeps
+        one shard mapped at a time."""
+        if file not in self._map.values():
+            raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
+        return self._open_checked(file, **reader_options)
 
     # the Reader API
     @property
@@ -435,6 +472,18 @@ def _size(path: str) -> int:
             fs, inner = fsspec.core.url_to_fs(path, **url_options(path))
             return int(fs.size(inner))
     return os.path.getsize(path)
+
+
+def is_checkpoint(path: Any) -> bool:
+    """Whether ``path`` names a sharded checkpoint rather than one file: a local
+    directory, or an index (a path or URL ending in ``.index.json``).  The one rule
+    every caller taking "a file or a checkpoint" uses to choose."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        return False
+    return text.endswith(".index.json") or (not _is_url(text) and os.path.isdir(text))
 
 
 def open_sharded(path: PathLike) -> ShardedReader:
