@@ -49,3 +49,14 @@ def named_as_bytes(internal: str):
         exc.message = exc.message.replace(internal, BYTES)
         exc.args = (exc._render(),)
         raise
+
+
+def compress_option(compress: Any = None, compression: Any = None) -> Any:
+    """The zstd setting of a save function: ``compress=`` (the Writer's spelling) or
+    ``compression=`` (the reference implementation 1.2.3's, kept as an alias);
+    both given is a TypeError, neither is no compression.  The one rule every
+    safetensors-style save function (ztensor.numpy, ztensor.torch) applies."""
+    if compress is not None and compression is not None:
+        raise TypeError("pass compress= or compression= (its alias), not both")
+    chosen = compress if compress is not None else compression
+    return False if chosen is None else chosen

@@ -86,19 +86,24 @@ def _human(n: int) -> str:
 
 
 def cmd_ls(reader, args, out):
+    sharded = reader.format == "sharded"  # a checkpoint: which shard holds each tensor
     rows = []
     for name in reader.keys():
         obj = reader.metadata(name)
         rows.append({"name": name, "format": obj.format, "shape": list(obj.shape),
                      "dtype": _type_label(obj), "encoding": _encoding_label(obj),
                      "stored_bytes": obj.stored_size})
+        if sharded:
+            rows[-1]["shard"] = reader.file_of(name)
     if args.json:
         _dump_json(rows, out)
         return 0
-    table = [("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE")]
+    table = [("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE")
+             + (("SHARD",) if sharded else ())]
     table += [(_printable(r["name"]), _printable(r["format"]),
                "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"], r["encoding"],
-               _human(r["stored_bytes"])) for r in rows]
+               _human(r["stored_bytes"])) + ((_printable(r["shard"]),) if sharded else ())
+              for r in rows]
     _write_table(table, out)
     return 0
 
@@ -191,7 +196,8 @@ def _nbytes(tensor) -> int:
 
 
 def _is_sharded(path):
-    return os.path.isdir(path) or str(path).endswith(".index.json")
+    from ztensor.sharded import is_checkpoint
+    return is_checkpoint(path)
 
 
 def _open_any(path):
@@ -260,10 +266,11 @@ def cmd_stats(reader, args, out):
 
 def _write_table(table, out):
     """Rows of cells, columns padded.  On a terminal too narrow for them, the first
-    column (names, the longest as a rule) is shortened with an ellipsis in the middle,
-    down to 12 characters; piped output is never cut.  Every cell is made printable
-    here, the one place a table reaches the terminal: any cell may come from the file
-    (a name, a format, a component's ``type``, which is an open set)."""
+    column (names, the longest as a rule) is shortened to fit, down to 12 characters,
+    by :func:`shorten_distinct`, so distinct names never print alike; piped output
+    is never cut.  Every cell is made printable here, the one place a table reaches
+    the terminal: any cell may come from the file (a name, a format, a component's
+    ``type``, which is an open set)."""
     table = [tuple(_printable(cell) for cell in row) for row in table]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     isatty = getattr(out, "isatty", None)
@@ -271,17 +278,163 @@ def _write_table(table, out):
         import shutil
         room = shutil.get_terminal_size().columns - sum(widths[1:]) - 2 * (len(widths) - 1)
         if room < widths[0]:
-            widths[0] = max(12, room)
-            table = [(_shorten(row[0], widths[0]),) + tuple(row[1:]) for row in table]
+            names = shorten_distinct([row[0] for row in table[1:]], max(12, room))
+            table = [table[0]] + [(name,) + tuple(row[1:])
+                                  for name, row in zip(names, table[1:])]
+            widths[0] = max(len(row[0]) for row in table)
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
 
 
-def _shorten(text, width):
+ELLIPSIS = "\u2026"
+
+
+def shorten_distinct(texts, width):
+    """``texts`` (names as printed) shortened to at most ``width`` characters each,
+    an ellipsis standing for each hidden stretch, such that texts that differ stay
+    different: the one rule for every table of names (``ls``, ``stats``).
+
+    Each text longer than ``width`` tries, in turn: the middle elided (the plain
+    form); the parts that tell it from its nearest names kept (the first character
+    where it differs from its closest name by prefix, the last where it differs
+    from its closest name by suffix, each with what surrounds it, and its end).  A
+    form is taken only when no other text still choosing has it and none has been
+    given out.  What is left (and a text printed twice: two names that print alike)
+    gets its kept-parts form with a counter, ``#2``, the first that is free.
+    Texts that fit are printed whole."""
+    width = max(width, 4)
+    out = [None] * len(texts)
+    taken = set()
+    seen_whole = set()
+    pending = []
+    for i, text in enumerate(texts):
+        if len(text) <= width and text not in seen_whole:
+            out[i] = text
+            seen_whole.add(text)
+            taken.add(text)
+        else:
+            pending.append(i)
+    if not pending:
+        return out
+    keys = _key_positions(texts)
+    for form in (lambda i: _middle(texts[i], width),
+                 lambda i: _keep(texts[i], width, keys[i])):
+        if not pending:
+            break
+        cands = {i: form(i) for i in pending}
+        counts = {}
+        for c in cands.values():
+            counts[c] = counts.get(c, 0) + 1
+        left = []
+        for i in pending:
+            c = cands[i]
+            if c is not None and counts[c] == 1 and c not in taken:
+                out[i] = c
+                taken.add(c)
+            else:
+                left.append(i)
+        pending = left
+    for i in pending:
+        n = 2
+        while True:
+            mark = f"#{n}"
+            c = _keep(texts[i], max(width - len(mark), 2), keys[i]) + mark
+            if c not in taken:
+                break
+            n += 1
+        out[i] = c
+        taken.add(c)
+    return out
+
+
+def _middle(text, width):
+    """The plain form: the middle elided (None when the text is no longer than
+    ``width``: a text printed twice gets no plain form)."""
     if len(text) <= width:
-        return text
+        return None
     keep = width - 1
-    return text[:keep - keep // 2] + "\u2026" + text[len(text) - keep // 2:]
+    return text[:keep - keep // 2] + ELLIPSIS + text[len(text) - keep // 2:]
+
+
+def _key_positions(texts):
+    """Per text, the positions that tell it from the others: the first character
+    where it differs from its closest text by prefix (its neighbours in sorted
+    order: no other text shares a longer prefix), and the last where it differs
+    from its closest text by suffix (neighbours in order of the reversed texts)."""
+    def closest(order, key):
+        found = [0] * len(texts)
+        for j, i in enumerate(order):
+            best = 0
+            for k in (j - 1, j + 1):
+                if 0 <= k < len(order):
+                    a, b = key(i), key(order[k])
+                    n = 0
+                    limit = min(len(a), len(b))
+                    while n < limit and a[n] == b[n]:
+                        n += 1
+                    best = max(best, n)
+            found[i] = best
+        return found
+    by_prefix = closest(sorted(range(len(texts)), key=lambda i: texts[i]), lambda i: texts[i])
+    by_suffix = closest(sorted(range(len(texts)), key=lambda i: texts[i][::-1]),
+                        lambda i: texts[i][::-1])
+    out = []
+    for i, text in enumerate(texts):
+        last = max(len(text) - 1, 0)
+        out.append((min(by_prefix[i], last), max(min(last - by_suffix[i], last), 0)))
+    return out
+
+
+def _keep(text, width, keys):
+    """``text`` in at most ``width`` characters keeping the ``keys`` positions and as
+    much as fits around them and at its end; each hidden stretch is one ellipsis."""
+    n = len(text)
+    if n <= width:
+        return text
+    shown = [False] * n
+    length = 1  # one hidden stretch: the whole text
+
+    def order():
+        yield from keys
+        # the end (".weight" / ".bias") and the surroundings of each key in turn,
+        # then the start: a name's head is what its neighbours share most often
+        tail = iter(range(n - 1, -1, -1))
+        streams = [tail] + [_outward(k, n) for k in keys]
+        while streams:
+            for stream in list(streams):
+                item = next(stream, None)
+                if item is None:
+                    streams.remove(stream)
+                else:
+                    yield item
+        yield from range(n)
+
+    for i in order():
+        if shown[i]:
+            continue
+        left = i > 0 and not shown[i - 1]
+        right = i < n - 1 and not shown[i + 1]
+        delta = 1 + (1 if left and right else -1 if not left and not right else 0)
+        if length + delta <= width:
+            shown[i] = True
+            length += delta
+    parts, hidden = [], False
+    for i, c in enumerate(text):
+        if shown[i]:
+            parts.append(c)
+            hidden = False
+        elif not hidden:
+            parts.append(ELLIPSIS)
+            hidden = True
+    return "".join(parts)
+
+
+def _outward(k, n):
+    for d in range(1, n):
+        if k + d < n:
+            yield k + d
+        if k - d >= 0:
+            yield k - d
 
 
 def _refuse_overwrite(path, force):

@@ -22,7 +22,7 @@ __all__ = ["save_file", "load_file", "save", "load"]
 
 
 def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[str, str]] = None,
-              *, compression=False, checksum=None) -> None:
+              *, compress=None, checksum=None, compression=None) -> None:
     """Write ``tensors`` (name -> array) to ``filename`` as a zTensor file.
 
     Parameters
@@ -31,10 +31,15 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
     filename : str or os.PathLike
     metadata : dict of str to str, optional
         Kept as file attributes.
-    compression : bool or int
-        zstd for every tensor (True: level 3; an int: that level).
+    compress : bool or int
+        zstd for every tensor (True: level 3; an int: that level), the Writer's
+        spelling.
     checksum : None, "crc32c" or "sha256"
+    compression : bool or int
+        The same as ``compress``, as the reference ztensor 1.2.3 spells it (pass
+        one of the two: both is a TypeError).
     """
+    compression = _save.compress_option(compress, compression)
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
@@ -69,9 +74,11 @@ def load_file(filename, *, copy: bool = False, dequantize: bool = False,
 
 
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,
-         compression=False, checksum=None) -> bytes:
-    """The zTensor file for ``tensors``, as bytes."""
-    return _save.to_bytes(save_file, tensors, metadata, compression=compression,
+         compress=None, checksum=None, compression=None) -> bytes:
+    """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
+    ``checksum`` as for :func:`save_file`)."""
+    return _save.to_bytes(save_file, tensors, metadata,
+                          compress=_save.compress_option(compress, compression),
                           checksum=checksum)
 
 

@@ -153,13 +153,18 @@ def _check_tensors(tensors: Any) -> None:
 
 # ------------------------------------------------------------------ files
 def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
-              metadata: Optional[Dict[str, str]] = None, *, compression: Any = False,
-              checksum: Optional[str] = None) -> None:
+              metadata: Optional[Dict[str, str]] = None, *, compress: Any = None,
+              checksum: Optional[str] = None, compression: Any = None) -> None:
     """Write ``tensors`` (name -> torch.Tensor) as a zTensor file.
+
+    ``compress``: zstd for every tensor (True: level 3; an int: that level), the
+    Writer's spelling; ``compression`` is the same, as the reference ztensor 1.2.3
+    spells it (not both).  ``checksum``: None, ``"crc32c"`` or ``"sha256"``.
 
     Tensors may live on any device and have any strides (they are stored as
     contiguous copies).  Tensors that overlap in memory are refused, as
     safetensors does: use :func:`save_model` for tied weights."""
+    compression = _save.compress_option(compress, compression)
     _check_tensors(tensors)
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
         for name, t in tensors.items():
@@ -174,37 +179,78 @@ def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
               ) -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor for every tensor of a file, on ``device``.
 
+    ``filename`` may also be a sharded checkpoint: its directory or its index
+    (``*.zt.index.json``, ``*.safetensors.index.json``): every tensor the index
+    lists, each shard loaded as one file is.
+
     On the CPU the tensors are zero-copy views of a private (copy-on-write) mapping
-    of the file unless ``copy``: then the plain ones are read in one batch, copied in
-    ``threads`` threads (ztensor/batch.py); elsewhere each tensor goes to the device
-    directly.  Quantized (GPTQ) objects come under GPTQ checkpoint names, or
-    dequantized with ``dequantize=True`` (see :func:`ztensor.numpy.load_file`)."""
+    of the file (zTensor and safetensors files) unless ``copy``: then the plain ones
+    are read in one batch, copied in ``threads`` threads (ztensor/batch.py);
+    elsewhere each tensor goes to the device directly.  Writing to a view changes
+    that tensor only, never the file.  Quantized (GPTQ) objects come under GPTQ
+    checkpoint names, or dequantized with ``dequantize=True`` (see
+    :func:`ztensor.numpy.load_file`)."""
+    from ztensor import sharded
+    if sharded.is_checkpoint(filename):
+        out: Dict[str, torch.Tensor] = {}
+        for _, part in _shard_by_shard(filename, device, copy, dequantize, threads):
+            out.update(part)
+        return out
+    with Reader(filename, copy_on_write=True) as r:
+        return _load_reader(r, device, copy, dequantize, threads)
+
+
+def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
+                    threads: Optional[int]):
+    """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
+    :func:`load_file` loads one file, restricted to the tensors the index places
+    there.  A checkpoint name given by two shards is refused (a GPTQ object's
+    ``x.qweight`` in one, a plain ``x.qweight`` in another)."""
+    from ztensor.foreign.names import NameTable
+    from ztensor.sharded import open_sharded
+    with open_sharded(checkpoint) as ckpt:
+        taken = NameTable(ckpt.path, "tensor")
+        for file in ckpt.files():
+            with ckpt.open_shard(file, copy_on_write=True) as r:
+                part = _load_reader(r, device, copy, dequantize, threads,
+                                    set(ckpt.names_in(file)))
+            for key in part:
+                taken.claim(key, f"{key} in {file}")
+            yield file, part
+            del part  # a suspended generator must not keep this shard mapped
+
+
+def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
+                 threads: Optional[int], only: Optional[Set[str]] = None
+                 ) -> Dict[str, torch.Tensor]:
+    """load_file's work on one open Reader (``only``: these objects, else all)."""
     from ztensor import checkpoint
     out = {}
     on_cpu = is_cpu(device)
-    with Reader(filename, copy_on_write=True) as r:
-        entries = checkpoint.entries(r, dequantize)
-        owned = {}
-        if copy and on_cpu:
-            plain = [name for name, role in entries.values()
-                     if role is None and r._format_of(name) == "dense"]
-            owned = r.read_numpy(plain, copy=True, threads=threads)
-        elif not on_cpu:  # one staging buffer, sized once for the largest object
-            staging = staging_for(device)
-            staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()),
-                                default=0))
-        for key, (name, role) in entries.items():
-            arr = owned.get(name) if role is None else None
-            if arr is not None and arr.dtype.kind in "biuf" and arr.dtype.isnative:
-                out[key] = torch.from_numpy(arr)  # an owned array: shared, not copied
-            elif role is None and r._format_of(name) == "dense":
-                out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
-            else:
-                arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
-                                       else None)
-                out[key] = numpy_to_torch_plain(arr, device, sync=False)
-        if not on_cpu:
-            staging.sync()  # every tensor complete, as after tensor.to(device)
+    entries = checkpoint.entries(r, dequantize)
+    if only is not None:
+        entries = {key: entry for key, entry in entries.items() if entry[0] in only}
+    owned = {}
+    if copy and on_cpu:
+        plain = [name for name, role in entries.values()
+                 if role is None and r._format_of(name) == "dense"]
+        owned = r.read_numpy(plain, copy=True, threads=threads)
+    elif not on_cpu:  # one staging buffer, sized once for the largest object
+        staging = staging_for(device)
+        staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()),
+                            default=0))
+    for key, (name, role) in entries.items():
+        arr = owned.get(name) if role is None else None
+        if arr is not None and arr.dtype.kind in "biuf" and arr.dtype.isnative:
+            out[key] = torch.from_numpy(arr)  # an owned array: shared, not copied
+        elif role is None and r._format_of(name) == "dense":
+            out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
+        else:
+            arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
+                                   else None)
+            out[key] = numpy_to_torch_plain(arr, device, sync=False)
+    if not on_cpu:
+        staging.sync()  # every tensor complete, as after tensor.to(device)
     return out
 
 
@@ -215,9 +261,12 @@ def _stored_bytes(reader, name):
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
-         compression: Any = False, checksum: Optional[str] = None) -> bytes:
-    """The zTensor file for ``tensors``, as bytes."""
-    return _save.to_bytes(save_file, tensors, metadata, compression=compression,
+         compress: Any = None, checksum: Optional[str] = None,
+         compression: Any = None) -> bytes:
+    """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
+    ``checksum`` as for :func:`save_file`)."""
+    return _save.to_bytes(save_file, tensors, metadata,
+                          compress=_save.compress_option(compress, compression),
                           checksum=checksum)
 
 
@@ -229,12 +278,16 @@ def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
 
 # ------------------------------------------------------------------ models
 def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[str, str]] = None,
-               force_contiguous: bool = False, *, max_shard_size: Any = None) -> None:
+               force_contiguous: bool = False, *, max_shard_size: Any = None,
+               compress: Any = None, checksum: Optional[str] = None,
+               compression: Any = None) -> None:
     """Save a model's state dict, keeping one copy of tied weights (the others are
     named in the metadata, ``dropped name -> kept name``, as safetensors does).
 
     With ``max_shard_size`` (or when ``filename`` is a directory) the model is saved
-    as a sharded checkpoint in that directory (:func:`ztensor.save_sharded`)."""
+    as a sharded checkpoint in that directory (:func:`ztensor.save_sharded`).
+    ``compress``/``compression`` and ``checksum`` as for :func:`save_file`."""
+    compress = _save.compress_option(compress, compression)
     state_dict = model.state_dict()
     for kept, dropped in _remove_duplicate_names(state_dict).items():
         for name in dropped:
@@ -247,9 +300,9 @@ def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[st
         from ztensor.sharded import save_sharded
         _check_tensors(state_dict)
         save_sharded(state_dict, filename, max_shard_size=max_shard_size or "5GB",
-                     metadata=metadata)
+                     metadata=metadata, compress=compress, checksum=checksum)
         return
-    save_file(state_dict, filename, metadata)
+    save_file(state_dict, filename, metadata, compress=compress, checksum=checksum)
 
 
 def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
@@ -258,18 +311,31 @@ def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
     ``model``; tied weights dropped at save time are not reported missing.
 
     Returns (missing, unexpected) names; with ``strict``, either being non-empty
-    is a RuntimeError.  ``filename`` may be a sharded checkpoint's directory or index."""
-    if os.path.isdir(os.fspath(filename)) or os.fspath(filename).endswith(".index.json"):
-        from ztensor.sharded import open_sharded
-        with open_sharded(filename) as shards:
-            state_dict = {n: shards.read_torch(n, copy=True, device=device) for n in shards}
+    is a RuntimeError.  ``filename`` may be a sharded checkpoint's directory or index:
+    it is loaded shard by shard, each shard's zero-copy views copied into the model
+    and released before the next shard is mapped, so memory peaks at the model plus
+    one shard, never two copies of the model."""
+    from ztensor import sharded
+    if sharded.is_checkpoint(filename):
+        names: Set[str] = set()
+        missing, unexpected = None, []
+        for _, part in _shard_by_shard(filename, device, False, False, None):
+            names.update(part)
+            result = model.load_state_dict(part, strict=False)
+            del part  # the shard's mapping goes with its last view
+            # missing overall: what no shard gave; unexpected: what any shard gave
+            missing = set(result.missing_keys) if missing is None \
+                else missing & set(result.missing_keys)
+            unexpected += result.unexpected_keys
+        missing = set(model.state_dict()) if missing is None else missing
     else:
         state_dict = load_file(filename, device=device)
+        names = set(state_dict)
+        missing_list, unexpected = model.load_state_dict(state_dict, strict=False)
+        del state_dict
+        missing, unexpected = set(missing_list), list(unexpected)
     model_state = model.state_dict()
-    to_remove = _remove_duplicate_names(model_state, preferred_names=state_dict.keys())
-    missing_list, unexpected = model.load_state_dict(state_dict, strict=False)
-    missing = set(missing_list)
-    unexpected = list(unexpected)
+    to_remove = _remove_duplicate_names(model_state, preferred_names=names)
     for group in to_remove.values():
         for name in group:
             if name in missing:
