@@ -168,3 +168,23 @@ def test_an_hdf5_file_that_grows_while_open_still_reads(tmp_path):
         with open(path, "ab") as f:
             f.write(b"\0" * 100_000)
         np.testing.assert_array_equal(r.read_numpy("a"), np.arange(1000, dtype=np.float32))
+
+
+def test_no_terminal_escape_from_a_file_name_reaches_the_terminal(tmp_path):
+    """A file name is input too (a downloaded checkpoint folder, a shell glob):
+    ``verify`` and error lines showed it escaped, but ``info``, ``convert`` and
+    ``dequantize`` printed it raw. Kept by cli._printable, applied by cmd_info and
+    cli._report (every summary line)."""
+    src = tmp_path / "x\x1b]0;pwned\x07\x9b2J.zt"
+    with ztensor.Writer(src) as w:
+        w.write_numpy("a", np.zeros(3, np.float32))
+    runs = [["info", str(src)],
+            ["convert", str(src), str(tmp_path / "o\x1b[31m.safetensors")],
+            ["dequantize", str(src), str(tmp_path / "d\x1b[31m.zt")]]
+    for command in runs:
+        res = subprocess.run([sys.executable, "-m", "ztensor", *command],
+                             capture_output=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        text = (res.stdout + res.stderr).decode()
+        assert "pwned" in text or "o\\x1b" in text
+        assert not any(c in text for c in "\x1b\x07\x9b"), (command, text)

@@ -124,7 +124,7 @@ def cmd_info(reader, args, out):
     if args.json:
         _dump_json(info, out)
         return 0
-    out.write(f"file:        {info['file']}\n")
+    out.write(f"file:        {_printable(info['file'])}\n")  # a name is input too
     out.write(f"format:      {info['format']}\n")
     if info["version"] is not None:
         out.write(f"version:     {info['version']}\n")
@@ -588,7 +588,8 @@ def _report(args, out, summary):
     if args.json:
         _dump_json(summary, out)
     elif not args.quiet:
-        out.write(", ".join(f"{k}: {v}" for k, v in summary.items()) + "\n")
+        # paths are input too (a downloaded folder, a glob): never a raw escape
+        out.write(", ".join(f"{k}: {_printable(v)}" for k, v in summary.items()) + "\n")
 
 
 def _compress_level(text):
