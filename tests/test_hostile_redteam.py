@@ -188,3 +188,14 @@ def test_no_terminal_escape_from_a_file_name_reaches_the_terminal(tmp_path):
         text = (res.stdout + res.stderr).decode()
         assert "pwned" in text or "o\\x1b" in text
         assert not any(c in text for c in "\x1b\x07\x9b"), (command, text)
+
+
+def test_an_npy_file_is_held_to_max_objects_like_every_format(tmp_path):
+    """``Limits(max_objects=0)`` refused every format's tensors but a ``.npy`` file's
+    one array. Kept by numpy_files.open_npy (an .npy holds exactly one object)."""
+    path = tmp_path / "m.npy"
+    np.save(path, np.arange(3))
+    with pytest.raises(ztensor.LimitError, match="max_objects"):
+        ztensor.Reader(path, limits=ztensor.Limits(max_objects=0))
+    with ztensor.Reader(path, limits=ztensor.Limits(max_objects=1)) as r:
+        assert r.read_numpy("m").tolist() == [0, 1, 2]

@@ -50,6 +50,8 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> For
     regular file that was checked, and every byte viewed lies inside it)."""
     name = os.fspath(path)
     stem = os.path.splitext(os.path.basename(name))[0]
+    if limits.max_objects < 1:  # one array: the same object limit as every format
+        raise LimitError(f"1 array, above max_objects {limits.max_objects}", path=name)
     source = Source(name, mmap=mmap)
     try:
         head = min(source.size, MAX_NPY_HEADER)
