@@ -129,13 +129,11 @@ def test_open_sharded_drops_no_tensor_a_shard_holds(tmp_path, weight_map):
                 r.read_numpy(name)
 
 
-@pytest.mark.xfail(strict=True, reason="conversion._plan_checkpoint opens each shard with "
-                   "a plain Reader, not through the sharded reader's one shard opener "
-                   "(which turns a missing shard into a FormatError naming the index); "
-                   "conversion.py and sharded.py are mid-edit by another engineer")
 def test_convert_of_an_index_naming_a_missing_shard_is_a_clean_error(tmp_path):
     """open_sharded refuses an index naming a shard that is not there with a
-    FormatError; convert of the same directory let a bare FileNotFoundError out."""
+    FormatError; convert of the same directory let a bare FileNotFoundError out.
+    Kept by sharded.ShardedReader.open_shard, which conversion._plan_checkpoint now
+    opens every shard through."""
     folder = _checkpoint(tmp_path, {"a": "S1.safetensors", "b": "s1.safetensors"})
     with pytest.raises(ztensor.FormatError, match="S1.safetensors"):
         ztensor.convert(folder, tmp_path / "out", force=True)

@@ -128,7 +128,6 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
     so the index written lists exactly what the shards written hold."""
     from ztensor import sharded
     from ztensor.foreign.names import NameTable
-    from ztensor.reader import Reader
 
     index = sharded.find_index(source)
     with sharded.open_sharded(source) as checkpoint:
@@ -141,7 +140,9 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
     shards, weight_map = [], {}
     for file in files:
         out = outputs.claim(_stem(file) + ".zt", file)
-        with Reader(os.path.join(folder, file)) as reader:
+        # the sharded reader's one shard opener: a missing shard is a FormatError
+        # naming the index, as open_sharded gives (a bare Reader let OSError out)
+        with checkpoint.open_shard(file) as reader:
             names = reader.keys()
         for name in names:
             tensors.claim(name, file)
