@@ -306,7 +306,7 @@ def test_a_tensor_in_two_shards_is_refused(tmp_path):
                                 str(ck / "a.safetensors"))
     safetensors_numpy.save_file({"y": np.zeros(1, np.float32)}, str(ck / "b.safetensors"))
     write_index(ck, {"x": "a.safetensors", "y": "b.safetensors"})
-    with pytest.raises(ztensor.FormatError, match="'a.safetensors' and 'b.safetensors'"):
+    with pytest.raises(ztensor.FormatError, match="a.safetensors.*b.safetensors"):
         ztensor.convert(ck, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -110,11 +110,6 @@ def _checkpoint(tmp_path, weight_map):
     return tmp_path
 
 
-@pytest.mark.xfail(strict=True, reason="sharded.ShardedReader._open_checked checks only "
-                   "that a shard holds what the index places there (_missing), not that "
-                   "it holds nothing else; refusing extra tensors is a policy change for "
-                   "real checkpoints (transformers loads every tensor of a shard), left "
-                   "to the sharded reader's owner")
 @pytest.mark.parametrize("weight_map", [
     {"a": "s1.safetensors"},                              # s1's 'b' is in no index entry
     {"a": "s2.safetensors", "b": "s1.safetensors"},       # s1 holds another 'a'
@@ -122,7 +117,9 @@ def _checkpoint(tmp_path, weight_map):
 def test_open_sharded_drops_no_tensor_a_shard_holds(tmp_path, weight_map):
     """Nothing is dropped silently: open_sharded gave one tensor where the shards
     hold two ('b' unlisted, or an 'a' of other values in s1), while convert on the
-    same directory writes both or refuses naming both shards."""
+    same directory writes both or refuses naming both shards. Kept by
+    sharded.ShardedReader._open_checked: a shard holds exactly what the index places
+    there."""
     folder = _checkpoint(tmp_path, weight_map)
     with pytest.raises(ztensor.FormatError, match="s1.safetensors"):
         with ztensor.open_sharded(folder) as r:

@@ -142,7 +142,7 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
         out = outputs.claim(_stem(file) + ".zt", file)
         # the sharded reader's one shard opener: a missing shard is a FormatError
         # naming the index, as open_sharded gives (a bare Reader let OSError out)
-        with checkpoint.open_shard(file) as reader:
+        with checkpoint.open_shard(file, unlisted_ok=True) as reader:
             names = reader.keys()
         for name in names:
             tensors.claim(name, file)

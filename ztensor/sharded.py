@@ -248,10 +248,10 @@ class ShardedReader:
             self._readers[file] = self._open_checked(file, name)
         return self._readers[file]
 
-    def _open_checked(self, file: str, name: Optional[str] = None, **reader_options: Any
-                      ) -> Reader:
-        """A new Reader of shard ``file``, checked to hold every tensor the index
-        places there: the one place a shard is opened for reading."""
+    def _open_checked(self, file: str, name: Optional[str] = None, *,
+                      unlisted_ok: bool = False, **reader_options: Any) -> Reader:
+        """A new Reader of shard ``file``, checked to hold exactly the tensors the
+        index places there: the one place a shard is opened for reading."""
         try:
             reader = Reader(self._shard(file), **reader_options)
         except ZTensorError:
@@ -264,6 +264,16 @@ class ShardedReader:
             reader.close()
             raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
                               "hold it", path=self.path)
+        # a tensor the index places nowhere, or in another shard, would be dropped
+        # without a word: the index and its shards disagree
+        extra = next((n for n in reader.keys() if self._map.get(n) != file
+                      and not (unlisted_ok and n not in self._map)), None)
+        if extra is not None:
+            reader.close()
+            elsewhere = self._map.get(extra)
+            raise FormatError(f"shard {file} holds {extra!r}, which the index "
+                              + (f"places in {elsewhere}" if elsewhere else "does not list"),
+                              path=self.path, obj=extra)
         return reader
 
     # shard by shard, for callers that load or convert one shard at a time
@@ -288,14 +298,17 @@ class ShardedReader:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._shard(file)
 
-    def open_shard(self, file: str, **reader_options: Any) -> Reader:
+    def open_shard(self, file: str, *, unlisted_ok: bool = False,
+                   **reader_options: Any) -> Reader:
         """A new :class:`ztensor.Reader` of shard ``file`` (``reader_options`` as
         Reader takes them, e.g. ``copy_on_write=True``), checked to hold every tensor
-        the index places there.  The caller closes it: loading shard by shard keeps
-        one shard mapped at a time."""
+        the index places there and none it places in another shard; with
+        ``unlisted_ok`` it may hold tensors the index does not list at all (a
+        conversion keeps them and lists them).  The caller closes it: loading shard by
+        shard keeps one shard mapped at a time."""
         if file not in self._map.values():
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
-        return self._open_checked(file, **reader_options)
+        return self._open_checked(file, unlisted_ok=unlisted_ok, **reader_options)
 
     # the Reader API
     @property
