@@ -78,10 +78,16 @@ class Model(torch.nn.Module):
         return {self._names[k]: v for k, v in self.params.items()}
 
     def load_state_dict(self, sd, strict=True, assign=False):
+        missing = []
         with torch.no_grad():
             for k, p in self.params.items():
-                p.copy_(sd[self._names[k]])
-        return torch.nn.modules.module._IncompatibleKeys([], [])
+                if self._names[k] in sd:
+                    p.copy_(sd[self._names[k]])
+                else:
+                    missing.append(self._names[k])
+        known = set(self._names.values())
+        return torch.nn.modules.module._IncompatibleKeys(
+            missing, [k for k in sd if k not in known])
 
 
 def touch(tensors) -> int:

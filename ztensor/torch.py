@@ -239,10 +239,19 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
         staging = staging_for(device)
         staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()),
                             default=0))
+    views = on_cpu and not copy
     for key, (name, role) in entries.items():
         arr = owned.get(name) if role is None else None
-        if arr is not None and arr.dtype.kind in "biuf" and arr.dtype.isnative:
-            out[key] = torch.from_numpy(arr)  # an owned array: shared, not copied
+        if arr is None and views and role is None and r._format_of(name) == "dense" \
+                and r.metadata(name).components["data"].type is None:
+            # a plain dense object: read_numpy's view of the private (copy-on-write)
+            # mapping through its hot path; a read-only view (a foreign file mapped
+            # read-only) or a big-endian host's little-endian view goes the general way
+            arr = r.read_numpy(name)
+            if not (arr.flags.writeable and arr.dtype.isnative):
+                arr = None
+        if arr is not None and arr.dtype.kind in "biufc" and arr.dtype.isnative:
+            out[key] = torch.from_numpy(arr)  # writable: shared, not copied
         elif role is None and r._format_of(name) == "dense":
             out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
         else:
