@@ -36,7 +36,11 @@ from ztensor.foreign import sniff
 
 # ---------------------------------------------------------------- HDF5
 
-h5py = pytest.importorskip("h5py")
+try:
+    import h5py
+except ImportError:  # the other sections still run (the clean-wheel job has no h5py)
+    h5py = None
+needs_h5py = pytest.mark.skipif(h5py is None, reason="h5py is not installed")
 
 
 @pytest.fixture
@@ -48,6 +52,7 @@ def secret(tmp_path):
     return path
 
 
+@needs_h5py
 @pytest.mark.parametrize("where", ["absolute", "relative"])
 def test_hdf5_external_storage_is_refused(secret, where):
     model = secret.parent / "model" / "m.h5"
@@ -74,6 +79,7 @@ def test_hdf5_external_storage_is_refused(secret, where):
         os.chdir(cwd)
 
 
+@needs_h5py
 def test_hdf5_virtual_dataset_is_refused(secret):
     other = secret.parent / "other.h5"
     with h5py.File(other, "w") as f:
@@ -88,6 +94,7 @@ def test_hdf5_virtual_dataset_is_refused(secret):
     assert exc.value.obj == "v" and str(other) in str(exc.value)
 
 
+@needs_h5py
 def test_hdf5_links_out_of_the_file_are_not_followed(secret):
     other = secret.parent / "other.h5"
     with h5py.File(other, "w") as f:
@@ -102,6 +109,7 @@ def test_hdf5_links_out_of_the_file_are_not_followed(secret):
         np.testing.assert_array_equal(r["ok"], np.arange(3.0))
 
 
+@needs_h5py
 def test_hdf5_names_that_collide_are_refused(tmp_path):
     path = tmp_path / "n.h5"
     with h5py.File(path, "w") as f:
@@ -112,6 +120,7 @@ def test_hdf5_names_that_collide_are_refused(tmp_path):
     assert "/a/b" in str(exc.value) and "/a.b" in str(exc.value)
 
 
+@needs_h5py
 def test_hdf5_an_empty_dataset_is_not_a_tensor(tmp_path):
     path = tmp_path / "e.h5"
     with h5py.File(path, "w") as f:
@@ -121,6 +130,7 @@ def test_hdf5_an_empty_dataset_is_not_a_tensor(tmp_path):
         assert r.keys() == ["ok"]
 
 
+@needs_h5py
 def test_hdf5_limits_apply(tmp_path):
     path = tmp_path / "l.h5"
     with h5py.File(path, "w") as f:
@@ -136,6 +146,7 @@ def test_hdf5_limits_apply(tmp_path):
         assert len(r) == 5
 
 
+@needs_h5py
 def test_hdf5_a_declared_size_the_file_does_not_hold_is_refused(tmp_path):
     path = tmp_path / "huge.h5"
     with h5py.File(path, "w") as f:   # 128 GiB declared, no chunk ever written
@@ -153,6 +164,7 @@ def test_hdf5_a_declared_size_the_file_does_not_hold_is_refused(tmp_path):
     assert exc.value.obj == "big_chunk"
 
 
+@needs_h5py
 def test_hdf5_honest_compression_and_fill_values_still_read(tmp_path):
     path = tmp_path / "ok.h5"
     data = np.zeros(1 << 24, np.uint8)
@@ -169,6 +181,7 @@ def test_hdf5_honest_compression_and_fill_values_still_read(tmp_path):
         assert (part[:10] == 2.0).all() and (part[10:] == 1.5).all()
 
 
+@needs_h5py
 def test_hdf5_reader_is_handed_the_checked_file(tmp_path):
     fifo = tmp_path / "x.h5"
     os.mkfifo(fifo)

@@ -172,9 +172,9 @@ def _values(reader, name, max_elements):
         of = "magnitude" if comp.type in ("complex64", "complex128") else "values"
         return np.asarray(reader.read(name).components["data"]), comp.dtype, comp.type, of
     if meta.format in ("sparse_csr", "sparse_coo"):
+        values = reader.read(name).components["values"]  # the read checks its layout first
         comp = meta.components["values"]
-        return (np.asarray(reader.read(name).components["values"]), comp.dtype, comp.type,
-                "stored values")
+        return np.asarray(values), comp.dtype, comp.type, "stored values"
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
