@@ -58,6 +58,7 @@ def quantized_file(path, **attributes):
 
 # ------------------------------------------------------------------ 1. bytes entry points
 def test_deserialize_of_non_dense_objects_is_a_clean_error(tmp_path):
+    pytest.importorskip("scipy")
     import scipy.sparse
     q = ztensor.quantize(np.ones((8, 64), np.float32), group_size=32)
     blocks = ztensor.Tensor({"blocks": np.zeros(34, np.uint8)}, shape=(32,), format="gguf_blocks",
@@ -83,6 +84,7 @@ def test_serialize_of_an_impossible_shape_is_a_format_error():
 
 
 def test_errors_from_bytes_name_the_bytes_never_a_temp_file(tmp_path):
+    pytest.importorskip("safetensors")
     from safetensors.numpy import save
     good = save({"w": np.arange(4, dtype=np.float32)})
     n = struct.unpack("<Q", good[:8])[0]

@@ -172,9 +172,14 @@ def _values(reader, name, max_elements):
         of = "magnitude" if comp.type in ("complex64", "complex128") else "values"
         return np.asarray(reader.read(name).components["data"]), comp.dtype, comp.type, of
     if meta.format in ("sparse_csr", "sparse_coo"):
-        values = reader.read(name).components["values"]  # the read checks its layout first
-        comp = meta.components["values"]
-        return np.asarray(values), comp.dtype, comp.type, "stored values"
+        tensor = reader.read(name)   # the read checks its layout first
+        # a v0.1 sparse object is one blob in the manifest: its values' storage type
+        # comes from the read, whose types name any logical type
+        comp = meta.components.get("values")
+        return (np.asarray(tensor.components["values"]),
+                comp.dtype if comp is not None else None,
+                comp.type if comp is not None else tensor.types.get("values"),
+                "stored values")
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
