@@ -115,4 +115,8 @@ def test_memory_stays_at_a_chunk(tmp_path, monkeypatch):
         whole_peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert whole_peak > 2 * peak  # the measure can tell: a whole-tensor write costs more
+    # the measure can tell: a whole-tensor write holds more than the chunked one, by
+    # more than the writer's 4 MiB staging buffer (which the fallback's bytearray puts
+    # in the traced peak; on big-endian hosts the whole write is swapped in 4 MiB
+    # pieces too, so it is the smallest margin there: 13.1 MB against 6.8 MB)
+    assert whole_peak > peak + (4 << 20), (peak, whole_peak)
