@@ -233,17 +233,24 @@ class Reader:
             bf16/FP8 objects come back as ml_dtypes arrays, or decoded to float32
             when ml_dtypes is not installed; complex types as numpy complex.
         """
-        if not copy and dtype is None and type(name) is str:
-            # the hot call (a zero-copy view per tensor): a slice of the mapping typed
-            # once per dtype (numpy slices in half the time it takes to make an array
-            # over a buffer), found through the manifest's own name -> row index; the
-            # slice keeps the mapping alive, so a racing close never tears it
+        if dtype is None and type(name) is str:
+            # the hot calls (a zero-copy view per tensor, or an owned copy of one): a
+            # slice of the mapping typed once per dtype (numpy slices in half the time
+            # it takes to make an array over a buffer), found through the manifest's
+            # own name -> row index; the slice keeps the mapping alive, so a racing
+            # close never tears it
             view_of = self._zero_copy
             if view_of is None:
                 view_of = self._zero_copy_views()
             view = view_of(name)
             if view is not None:
-                return view
+                if not copy:
+                    return view
+                try:
+                    return components.copy_array(view)
+                except MemoryError:
+                    raise LimitError("not enough memory for this read", path=self.path,
+                                     obj=name) from None
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
     def _zero_copy_views(self):
