@@ -26,6 +26,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
+from ztensor import atomic
 from ztensor.errors import FormatError, ZTensorError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -188,7 +189,7 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress):
                                path=os.path.join(plan.folder, file))
         count += written
     if plan.indexed or len(plan.shards) > 1:
-        sharded._write_json_atomically(index_path, {
+        atomic.write_json_atomically(index_path, {
             "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
             "weight_map": plan.weight_map})
     if progress is not None:

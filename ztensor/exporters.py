@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from ztensor import dtypes
+from ztensor import atomic, dtypes
 from ztensor.errors import UnsupportedError, WriteError
 from ztensor.foreign.names import NameTable
 
@@ -62,27 +62,8 @@ def writer_for(kind: str) -> Callable:
 def _atomic(path: str, write: Callable[[Any], None], *, by_name: bool = False) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``,
-    renamed into place once complete."""
-    from ztensor.writer import _create_temp, _final_target
-    target = _final_target(path)
-    fd, tmp = _create_temp(target)
-    try:
-        if by_name:
-            os.close(fd)
-            write(tmp)
-        else:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
-            raise WriteError(f"cannot write the file: {exc.strerror or exc}", path=path,
-                             errno=exc.errno) from exc
-        raise
+    renamed into place once complete (ztensor/atomic.py)."""
+    atomic.replace_atomically(path, write, by_name=by_name)
 
 
 def _utf8(text: str, what: str, path, obj=None) -> bytes:

@@ -112,8 +112,8 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
 
 
 def _write_json_atomically(path: str, value: Any) -> None:
-    from ztensor.writer import _create_temp
-    fd, tmp = _create_temp(path)
+    from ztensor.atomic import create_temp
+    fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=2, sort_keys=True)

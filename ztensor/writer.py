@@ -10,15 +10,13 @@ from __future__ import annotations
 import builtins
 import math
 import os
-import secrets
-import stat
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 import numpy as np
 
 from ztensor import attributes as attrs
-from ztensor import components, floatconv, dtypes, kernels, spec
+from ztensor import atomic, components, floatconv, dtypes, kernels, spec
 from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
 from ztensor.footer import encode_footer
 from ztensor.manifest import Checker, gc_paused, encode_manifest
@@ -502,47 +500,10 @@ def _encode_as(arr, type_name, saturate=False):
                      f"not {type_name!r}")
 
 
-def _final_target(path):
-    """The file the rename replaces: a symlink's target (so the link stays a link
-    to the new file), else ``path`` itself."""
-    return os.path.realpath(path) if os.path.islink(path) else path
-
-
-def _create_temp(path):
-    """A new hidden file beside ``path``.  When ``path`` exists, the new file gets
-    its permission bits (re-saving a 0600 file keeps it 0600); otherwise the
-    umask's.  The name fits the folder's name limit however long ``path``'s is."""
-    folder, base = os.path.split(os.path.abspath(path))
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-             | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = None
-    try:
-        name_max = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):
-        name_max = 255
-    for _ in range(100):
-        suffix = f".{secrets.token_hex(6)}.tmp"
-        stem = "." + base
-        if len(os.fsencode(stem + suffix)) > name_max:
-            stem = ".zt"  # a long name: keep the temporary one short instead
-        tmp = os.path.join(folder, stem + suffix)
-        try:
-            fd = os.open(tmp, flags, 0o666)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise WriteError(f"cannot create a file in {folder!r}: {exc.strerror}",
-                             path=path, errno=exc.errno) from exc
-        if mode is not None:
-            try:
-                os.fchmod(fd, mode)
-            except (OSError, AttributeError):
-                pass  # a filesystem without modes: the umask's are what it has
-        return fd, tmp
-    raise WriteError("cannot find a free temporary name", path=path)
+# the atomic-write helpers live in ztensor/atomic.py; these old private names stay
+# as aliases while other modules move over (removed once nothing uses them)
+_final_target = atomic.final_target
+_create_temp = atomic.create_temp
 
 
 def _zstd_level(compress, path):

@@ -1,0 +1,110 @@
+"""Atomic file replacement: a file is written beside its final name and renamed into
+place once complete, so the final name only ever holds a whole file (the old one, or
+the new one).
+
+The one home of the rule, used by the Writer (``.zt`` files), the exporters
+(``.safetensors``, ``.npz``, ``.gguf``: :func:`replace_atomically`) and the sharded
+checkpoint writers and converter (``*.index.json``: :func:`write_json_atomically`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+from typing import Any, Callable
+
+from ztensor.errors import WriteError
+
+
+def final_target(path):
+    """The file the rename replaces: a symlink's target (so the link stays a link
+    to the new file), else ``path`` itself."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def create_temp(path):
+    """A new hidden file beside ``path``, as ``(fd, temporary path)``.  When ``path``
+    exists, the new file gets its permission bits (re-saving a 0600 file keeps it
+    0600); otherwise the umask's.  The name fits the folder's name limit however
+    long ``path``'s is."""
+    folder, base = os.path.split(os.path.abspath(path))
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = None
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    for _ in range(100):
+        suffix = f".{secrets.token_hex(6)}.tmp"
+        stem = "." + base
+        if len(os.fsencode(stem + suffix)) > name_max:
+            stem = ".zt"  # a long name: keep the temporary one short instead
+        tmp = os.path.join(folder, stem + suffix)
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"cannot create a file in {folder!r}: {exc.strerror}",
+                             path=path, errno=exc.errno) from exc
+        if mode is not None:
+            try:
+                os.fchmod(fd, mode)
+            except (OSError, AttributeError):
+                pass  # a filesystem without modes: the umask's are what it has
+        return fd, tmp
+    raise WriteError("cannot find a free temporary name", path=path)
+
+
+def replace_atomically(path: str, write: Callable[[Any], None], *,
+                       by_name: bool = False) -> None:
+    """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
+    writers that open the file themselves) into a temporary file beside ``path``'s
+    final target, renamed into place once complete.  On any failure the temporary
+    file is removed and ``path`` is untouched; an OSError becomes a WriteError
+    naming ``path``."""
+    target = final_target(path)
+    fd, tmp = create_temp(target)
+    try:
+        if by_name:
+            os.close(fd)
+            write(tmp)
+        else:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError(f"cannot write the file: {exc.strerror or exc}", path=path,
+                             errno=exc.errno) from exc
+        raise
+
+
+def write_json_atomically(path: str, value: Any) -> None:
+    """``value`` as indented JSON with sorted keys (a sharded checkpoint's index),
+    written beside ``path`` and renamed over it; on failure the temporary file is
+    removed and the error raised as it came."""
+    fd, tmp = create_temp(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+__all__ = ["final_target", "create_temp", "replace_atomically", "write_json_atomically"]
