@@ -141,5 +141,5 @@ def assemble(spec, blob: np.ndarray, **where):
         recs = blob.view(record)
         comps = {"values": np.ascontiguousarray(recs["value"]),
                  "coords": np.ascontiguousarray(recs["coords"].T).reshape(-1)}
-    sparse.validate(sparse._Parts(LAYOUTS[layout], spec.shape, comps), **where)
+    sparse.validate(sparse.Parts(LAYOUTS[layout], spec.shape, comps), **where)
     return comps

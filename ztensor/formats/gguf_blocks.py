@@ -93,7 +93,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
     """The float values of a ``gguf_blocks`` object, in its shape: float32, or float16
     / bfloat16 (converted from the exact float32 values)."""
     from ztensor import batch
-    from ztensor.formats.quantized import _output_type
+    from ztensor.formats.quantized import output_type
 
     check_attributes(obj.shape, obj.attributes)  # UnsupportedError for unknown types
     gtype, elements, nbytes, blocks = validate(obj.shape, obj.attributes, obj.components)
@@ -109,7 +109,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
                              out[lo * elements:hi * elements].view(np.uint8))
     batch.each(run, range(parts), parts)
     out = out.reshape(obj.shape)
-    code, out_dtype = _output_type(dtype)
+    code, out_dtype = output_type(dtype)
     if code == kernels.F32:
         return out
     if code == kernels.F16:

@@ -242,7 +242,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
     if isinstance(obj, Tensor) and obj.format == "gguf_blocks":  # GGUF's own blocks
         from ztensor.formats import gguf_blocks
         return gguf_blocks.dequantize(obj, dtype=dtype, threads=threads)
-    out_type, out_dtype = _output_type(dtype)
+    out_type, out_dtype = output_type(dtype)
     if isinstance(obj, Tensor):
         inputs = _from_tensor(obj)
     else:
@@ -271,7 +271,11 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
     return out
 
 
-def _output_type(dtype):
+def output_type(dtype):
+    """(kernel output code, numpy dtype) for a dequantization's ``dtype``: float32,
+    float16 or bfloat16 (a name, a numpy or ml_dtypes dtype, or torch's).  The one
+    rule for what dequantizing may output, shared by quantized_group and gguf_blocks
+    (formats/gguf_blocks.py); UnsupportedError for anything else."""
     from ztensor import dtypes
 
     if type(dtype).__module__ == "torch":  # torch.float16 and friends: by their names

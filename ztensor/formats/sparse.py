@@ -43,11 +43,14 @@ def prepare(fmt, shape, prepared, **where):
                                   component=role, **where)
             arr, storage = arr.astype("<u8"), "u64"
         out.append((role, arr, storage, ltype))
-    validate(_Parts(fmt, shape, {role: arr for role, arr, _, _ in out}), **where)
+    validate(Parts(fmt, shape, {role: arr for role, arr, _, _ in out}), **where)
     return out
 
 
-class _Parts:
+class Parts:
+    """What :func:`validate` checks: a sparse object's format, shape and components
+    (role -> array), for callers holding arrays rather than a Tensor (:func:`prepare`
+    on the write side, the read side here, and legacy.py for v0.1 sparse blobs)."""
     __slots__ = ("format", "shape", "components")
 
     def __init__(self, fmt, shape, components):
@@ -114,7 +117,7 @@ def _validate_coo(t, nnz, where):
 
 def assemble(spec, arrays, **where):
     """Read side: the components, checked."""
-    validate(_Parts(spec.format, spec.shape, arrays), obj=spec.name, **where)
+    validate(Parts(spec.format, spec.shape, arrays), obj=spec.name, **where)
     return arrays
 
 
