@@ -116,7 +116,7 @@ def test_read_into_many_in_threads(path):
 
 def test_plain_views_agree_with_view_plan(path):
     with ztensor.Reader(path) as r:
-        specs = r._manifest._specs
+        specs = r.internals.specs
         if not isinstance(specs, manifest_table.TableSpecs):
             pytest.skip("the numpy fallback reads manifests the general way")
         rows = np.arange(len(specs))

@@ -514,7 +514,7 @@ def test_a_batch_view_table_takes_only_plain_rows(tmp_path):
         w.write_numpy("plain", np.arange(6, dtype=np.uint8).reshape(2, 3))
         w.write_numpy("packed", np.arange(64, dtype=np.float32), compress=True)
     with ztensor.Reader(str(path)) as r:
-        specs = r._manifest._specs
+        specs = r.internals.specs
         buf = np.zeros(128, np.uint8)
         plain, packed = specs.index["plain"], specs.index["packed"]
         table = specs.view_table(buf, np.array([plain]), np.array([64], np.uint64))

@@ -43,20 +43,21 @@ def read_owned(reader, names, threads=None):
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     plans, out = {}, {}
-    if not reader._verify and reader._foreign is None:
-        specs = reader._manifest._specs
-        if isinstance(specs, TableSpecs) and reader._source.mapped:
-            out = _copy_columns(reader, specs, names, threads)
+    internals = reader.internals  # the Reader's source and manifest (reader.py)
+    source, specs = internals.source, internals.specs
+    if not internals.verify and internals.foreign is None:
+        if isinstance(specs, TableSpecs) and source.mapped:
+            out = _copy_columns(source, specs, names, threads)
         else:
-            plans = _plan(reader, names)
+            plans = _plan(reader, specs, names)
     if plans:
-        out = (_copy_planned(reader, plans, threads) if reader._source.mapped
-               else _fetch_planned(reader, plans, threads))
+        out = (_copy_planned(source, plans, threads) if source.mapped
+               else _fetch_planned(source, plans, threads))
     return {name: out[name] if name in out else reader.read_numpy(name, copy=True)
             for name in names}
 
 
-def _copy_columns(reader, specs, names, threads):
+def _copy_columns(source, specs, names, threads):
     """_plan and _copy_planned over the manifest's columns (a mapped file whose
     manifest came as tables): no Python work per small object but its view, made by
     a kernels.ViewTable over the shared allocation."""
@@ -84,13 +85,12 @@ def _copy_columns(reader, specs, names, threads):
             out[name] = dst.view(dt).reshape(shape)
             jobs.extend(_pieces(dst, offset, n))
     jobs.extend(_split(shared, (offsets[small], at[small], lengths[small]), threads))
-    _run(reader._source.all_bytes(), jobs, threads)
+    _run(source.all_bytes(), jobs, threads)
     return out
 
 
-def _plan(reader, names):
+def _plan(reader, specs, names):
     """name -> ((storage dtype, count, offset), shape) for the plain raw objects."""
-    specs = reader._manifest._specs
     if isinstance(specs, TableSpecs):  # over columns: no spec built per object
         found = [n for n in dict.fromkeys(names) if n in specs.index]
         rows = np.fromiter((specs.index[n] for n in found), np.int64, len(found))
@@ -111,8 +111,8 @@ def _plan(reader, names):
     return plans
 
 
-def _copy_planned(reader, plans, threads):
-    src = reader._source.all_bytes()
+def _copy_planned(source, plans, threads):
+    src = source.all_bytes()
     names = list(plans)
     nbytes = [count * storage.itemsize for (storage, count, _), _ in plans.values()]
     offsets = [offset for (_, _, offset), _ in plans.values()]
@@ -139,10 +139,10 @@ def _copy_planned(reader, plans, threads):
     return out
 
 
-def _fetch_planned(reader, plans, threads):
+def _fetch_planned(source, plans, threads):
     """Unmapped sources (a URL, a file object, mmap=False): every range in one
     coalesced, concurrent fetch (Source.read_ranges), then into owned arrays."""
-    source, out = reader._source, {}
+    out = {}
     # a large tensor is one request of its own, read straight into its array (no copy
     # to spare); the small ones are coalesced, their requests concurrent
     small = [n for n, ((storage, count, _), _) in plans.items()

@@ -25,8 +25,9 @@ GPTQ_ROLES = ("qweight", "qzeros", "scales", "g_idx")
 def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optional[str]]]:
     """checkpoint name -> (object name, GPTQ role or None), in file order."""
     out: Dict[str, Tuple[str, Optional[str]]] = {}
+    format_of = reader.internals.format_of  # no spec built per object (reader.py)
     for name in reader.keys():
-        fmt = reader._format_of(name)
+        fmt = format_of(name)
         if fmt == "dense" or (fmt == "quantized_group" and dequantize):
             out[name] = (name, None)
         elif fmt == "quantized_group":

@@ -59,9 +59,9 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
     with safe_open(source, framework="np") as f:
         piece = f.get_slice(name)   # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
-        meta = f._reader.metadata(name)
+        meta = f.reader.metadata(name)
         dtype = _dtype_of(meta)
-        _require_readable(f._reader, meta)
+        _require_readable(f.reader, meta)
     if not shape:
         return da.from_delayed(_delayed_scalar(source, name, dtype), shape=(), dtype=dtype)
     chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
@@ -122,7 +122,7 @@ def _require_readable(reader, meta):
     not know."""
     from ztensor import components
     from ztensor.errors import UnsupportedError
-    if reader._foreign is not None:
+    if reader.internals.foreign is not None:  # other formats: read by their own rules
         return
     comp = meta.components["data"]
     where = {"path": reader.path, "obj": meta.name, "component": "data"}
@@ -259,7 +259,7 @@ def _read(source, tensor, shape, dtype, select):
     key, handle = _HANDLES.acquire(source)
     try:
         piece = handle.get_slice(tensor)
-        now = handle._reader.metadata(tensor)
+        now = handle.reader.metadata(tensor)
         if tuple(piece.get_shape()) != tuple(shape) or _dtype_of(now) != dtype:
             from ztensor.errors import ClosedError
             raise ClosedError(f"the object is now {_dtype_of(now)}{list(piece.get_shape())}; "

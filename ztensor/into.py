@@ -44,17 +44,18 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
                          f"does not hold {key} elements (expected {elements}"
                          + (f" or {bits}" if bits is not None else "") + ")")
     flat = target.reshape(-1) if target.flags.c_contiguous else None
-    zt = getattr(reader, "_foreign", None) is None
+    internals = reader.internals  # the Reader's source, verify and limits (reader.py)
+    zt = internals.foreign is None
     if (zt and comp.encoding == "zstd" and flat is not None and target.dtype.isnative
             and comp.byteorder == "<"):
         # decoded straight into dst, through the function every read path uses: it
         # refuses what may not be decoded, checks the digest over the bytes it
         # covers (stored for v1, decoded for v2) and the size the stream yields
-        reader._require_open()
+        internals.require_open()
         raw = flat.view(np.uint8)
         where = {"path": reader.path, "obj": name, "component": "data"}
-        components.read_component(reader._source, comp, verify=reader._verify,
-                                  limits=reader._limits, out=raw, **where)
+        components.read_component(internals.source, comp, verify=internals.verify,
+                                  limits=internals.limits, out=raw, **where)
         # the element rules (a v2 bool byte is 0 or 1), as on every other path
         logical.as_elements(raw.view(components.storage_dtype(comp)), comp.dtype, comp.type,
                             **where)

@@ -50,35 +50,38 @@ class Manifest:
         The file's version string (``"0.1.0"`` for legacy files).
     attributes : dict
         File-level attributes.
+    specs : dict or manifest_table.TableSpecs
+        name -> ObjectSpec, in manifest order.  The Reader reads through it directly
+        (and hands it to batch.py in ReaderInternals): the tables' own ``get``,
+        ``view_table`` and columns, without a call through this class.
     """
 
     def __init__(self, version, attributes, specs):
         self.version = version
         self.attributes = attributes
-        # name -> ObjectSpec in manifest order: a dict, or manifest_table.TableSpecs
-        self._specs = specs
+        self.specs = specs
 
     def names(self):
-        return list(self._specs)
+        return list(self.specs)
 
     def __contains__(self, name):
-        return name in self._specs
+        return name in self.specs
 
     def __len__(self):
-        return len(self._specs)
+        return len(self.specs)
 
     def get(self, name):
         """The ObjectSpec of ``name``, or None.  (Reader.metadata, the hot call, asks
-        ``_specs.get`` directly: a dict's, or the tables' own.)"""
-        return self._specs.get(name)
+        ``specs.get`` directly: a dict's, or the tables' own.)"""
+        return self.specs.get(name)
 
     def format_of(self, name):
         """The ``format`` of object ``name`` (without building its spec when the
         manifest came through the tables), or None."""
-        of = getattr(self._specs, "format_of", None)
+        of = getattr(self.specs, "format_of", None)
         if of is not None:
             return of(name)
-        found = self._specs.get(name)
+        found = self.specs.get(name)
         return None if found is None else found.format
 
 

@@ -63,8 +63,9 @@ def load_file(filename, *, copy: bool = False, dequantize: bool = False,
     with Reader(filename) as r:
         entries = checkpoint.entries(r, dequantize)
         if copy:  # the plain objects in one batch (ztensor/batch.py)
+            format_of = r.internals.format_of  # no spec built per object (reader.py)
             plain = [name for name, role in entries.values()
-                     if role is None and r._format_of(name) == "dense"]
+                     if role is None and format_of(name) == "dense"]
             owned = r.read_numpy(plain, copy=True, threads=threads)
         else:
             owned = {}

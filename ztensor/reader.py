@@ -5,6 +5,7 @@ touched; reading an object touches only that object's bytes.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import warnings
@@ -41,6 +42,41 @@ def _memory_is_a_limit(method):
 def _no_view(name):
     """read_numpy's hot path when no object is a plain view (Reader._zero_copy_views)."""
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaderInternals:
+    """An open Reader's state, for the modules of this package that read through
+    their own paths: ``Reader.internals`` gives it (house rule: no module reaches
+    into another's private names, docs/architecture.md).  Not public API.
+
+    Who uses what, and why: ``batch.py`` plans many objects over ``specs`` (the
+    manifest's columns) and copies from ``source``; ``into.py`` decodes a component
+    from ``source`` straight into the caller's memory; ``safe.py`` reads slices
+    (rows of ``source``, frames of a seekable zstd stream, ``component``);
+    ``dask.py`` and the others ask ``foreign`` whether the file is another format;
+    ``checkpoint.py``, ``numpy.py`` and ``torch.py`` ask ``format_of`` without
+    building a spec.  ``verify``, ``limits`` and ``require_open`` are the Reader's
+    own, so these paths check digests, limits and a close as its reads do.
+    """
+
+    #: the file's bytes (ztensor.source.Source); None for other formats
+    source: Optional[Source]
+    #: name -> ObjectSpec in manifest order: a dict, or manifest_table.TableSpecs
+    specs: Any
+    #: check each component's digest whenever it is read
+    verify: bool
+    limits: spec.Limits
+    #: the reader of another format (ztensor/foreign); None for zTensor files
+    foreign: Any
+    #: () -> None; ClosedError once the Reader is closed
+    require_open: Callable[[], None]
+    #: (spec, component spec, copy) -> the component's stored elements, read as
+    #: Reader.read reads them (open check, limits, digest when ``verify``)
+    component: Callable[..., np.ndarray]
+    #: name -> the object's format, without building its spec where the manifest can;
+    #: ObjectNotFoundError for an unknown name
+    format_of: Callable[[str], str]
 
 
 class Reader:
@@ -131,7 +167,7 @@ class Reader:
             self._manifest = decode_manifest(raw, footer, path=self.path, limits=self._limits)
             # plain views straight from the manifest's tables (manifest_table.py), when
             # it came that way and nothing (verify) asks for more per read
-            specs = self._manifest._specs
+            specs = self._manifest.specs
             self._view_of = getattr(specs, "view_of", None) if not self._verify else None
         except FormatError:
             # not a zTensor file: a sharded checkpoint's index says so by name
@@ -185,10 +221,20 @@ class Reader:
     def metadata(self, name: str) -> ObjectSpec:
         """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
         dtype, type, attributes and every component's fields."""
-        found = self._manifest._specs.get(name) if isinstance(name, str) else None
+        found = self._manifest.specs.get(name) if isinstance(name, str) else None
         if found is None:
             raise ObjectNotFoundError("no such object", path=self.path, obj=name)
         return found
+
+    @property
+    def internals(self) -> ReaderInternals:
+        """This Reader's state for ztensor's own modules (:class:`ReaderInternals`);
+        not public API.  Made anew on each access: it holds the Reader's methods, so
+        a cached one would tie the Reader into a reference cycle, and an unclosed
+        Reader must be released as soon as it is dropped."""
+        return ReaderInternals(self._source, self._manifest.specs, self._verify, self._limits,
+                               self._foreign, self._require_open, self._component,
+                               self._format_of)
 
     def _format_of(self, name: str) -> str:
         """metadata(name).format, without building the spec where the manifest can."""
@@ -263,7 +309,7 @@ class Reader:
         # ClosedError after a close
         base = self._map_base() if self._view_of is not None else None
         if base is not None:
-            view_of = self._manifest._specs.view_table(base).view
+            view_of = self._manifest.specs.view_table(base).view
             self._require_open()  # a close while the table was made: not published
         self._zero_copy = view_of
         return view_of

@@ -48,11 +48,21 @@ class safe_open:  # noqa: N801 - the name safetensors users know
             # safetensors' words, which name the path
             raise FileNotFoundError(f"No such file or directory: {os.fspath(filename)}") \
                 from None
+        # what the slices read through: the Reader's source, verify, limits (reader.py)
+        self._internals = self._reader.internals
+
+    @property
+    def reader(self) -> Reader:
+        """The :class:`ztensor.Reader` under this handle (ztensor's own addition, not
+        safetensors': ztensor.dask reads objects' specs through it)."""
+        return self._reader
 
     def _open_reader(self) -> Reader:
-        if self._reader._closed:  # safetensors: the handle is unusable after `with`
+        try:
+            self._internals.require_open()
+        except ClosedError:  # safetensors: the handle is unusable after `with`
             raise ClosedError("the file was closed (safe_open is used after its with block)",
-                              path=self._reader.path)
+                              path=self._reader.path) from None
         return self._reader
 
     def _entries(self):
@@ -105,7 +115,8 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
         the bytes of other rows are never touched)."""
         self._open_reader()
-        return _Slice(self, name)
+        return _Slice(name, self._reader, self._internals, framework=self._framework,
+                      device=self._device, decoded=self._decoded, tables=self._tables)
 
     def close(self) -> None:
         self._decoded.clear()
@@ -121,13 +132,23 @@ class safe_open:  # noqa: N801 - the name safetensors users know
 
 
 class _Slice:
-    def __init__(self, owner, name):
-        self._owner = owner
+    """safe_open.get_slice's handle.  It is given what it reads with explicitly: the
+    Reader and its internals, the framework and device to return, and the handle's
+    caches (``decoded``: zstd components decoded once per handle; ``tables``: their
+    seek tables), shared by every slice of one safe_open."""
+
+    def __init__(self, name, reader, internals, *, framework, device, decoded, tables):
         self._name = name
-        self._meta = owner._reader.metadata(name)
+        self._reader = reader
+        self._internals = internals
+        self._framework = framework
+        self._device = device
+        self._decoded = decoded
+        self._tables = tables
+        self._meta = reader.metadata(name)
         if self._meta.format != "dense":
             raise UnsupportedError(f"get_slice reads dense objects, this one is "
-                                   f"{self._meta.format!r}", path=owner._reader.path, obj=name)
+                                   f"{self._meta.format!r}", path=reader.path, obj=name)
 
     def get_shape(self) -> List[int]:
         return list(self._meta.shape)
@@ -138,15 +159,15 @@ class _Slice:
 
     def __getitem__(self, index: Any) -> Any:
         shape = self._meta.shape
-        selection = _selection(index, shape, self._name, self._owner._reader.path)
+        selection = _selection(index, shape, self._name, self._reader.path)
         part = self._rows_only(selection)
         if part is None:
             part = self._frames_only(selection)
         if part is None:
             part = self._selected(selection)
-        if self._owner._framework == "pt":
+        if self._framework == "pt":
             from ztensor.torch_bridge import numpy_to_torch
-            return numpy_to_torch(part, self._meta, self._owner._device)
+            return numpy_to_torch(part, self._meta, self._device)
         return part
 
 
@@ -156,15 +177,15 @@ class _Slice:
         without ml_dtypes decode only the selected elements."""
         from ztensor import logical
 
-        reader = self._owner._reader
-        if reader._foreign is not None:  # other formats: their own reading
+        reader = self._reader
+        if self._internals.foreign is not None:  # other formats: their own reading
             return np.array(reader.read_numpy(self._name)[selection])
         comp = self._meta.components["data"]
-        stored = self._owner._decoded.get(self._name)
+        stored = self._decoded.get(self._name)
         if stored is None:
-            stored = reader._component(self._meta, comp, False)
+            stored = self._internals.component(self._meta, comp, False)
             if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
-                self._owner._decoded[self._name] = stored
+                self._decoded[self._name] = stored
         where = {"path": reader.path, "obj": self._name, "component": "data"}
         elements = logical.as_elements(stored, comp.dtype, comp.type,
                                        **where).reshape(self._meta.shape)
@@ -177,19 +198,19 @@ class _Slice:
         read, another format, a selection not led by an integer or a slice)."""
         from ztensor import logical, seekable
 
-        reader = self._owner._reader
+        reader, internals = self._reader, self._internals
         shape, comp = self._meta.shape, self._meta.components.get("data")
-        if (reader._foreign is not None or reader._verify or not shape or not shape[0]
+        if (internals.foreign is not None or internals.verify or not shape or not shape[0]
                 or not selection or comp is None or comp.encoding != "zstd"
-                or self._name in self._owner._decoded
+                or self._name in self._decoded
                 or not isinstance(selection[0], (int, slice))):
             return None
         where = {"path": reader.path, "obj": self._name, "component": "data"}
         components.require_readable(comp, **where)  # as every read: shards, v2 types
-        tables = self._owner._tables
+        tables = self._tables
         if self._name not in tables:
             tables[self._name] = seekable.read_seek_table(
-                reader._source, comp, path=reader.path, obj=self._name, component="data")
+                internals.source, comp, path=reader.path, obj=self._name, component="data")
         table = tables[self._name]
         if table is None:
             return None
@@ -197,8 +218,8 @@ class _Slice:
         if end == start:
             return None
         row_bytes = comp.uncompressed_length // shape[0]
-        data, at = seekable.decode_range(reader._source, comp, table, start * row_bytes,
-                                         end * row_bytes, reader._limits, path=reader.path,
+        data, at = seekable.decode_range(internals.source, comp, table, start * row_bytes,
+                                         end * row_bytes, internals.limits, path=reader.path,
                                          obj=self._name, component="data")
         stored = np.frombuffer(data, components.storage_dtype(comp), (end - start) * row_bytes
                                // components.storage_dtype(comp).itemsize, at)
@@ -214,8 +235,7 @@ class _Slice:
         the rows; compressed or converted data)."""
         from ztensor.formats import dense
 
-        reader = self._owner._reader
-        source = getattr(reader, "_source", None)
+        source = self._internals.source
         shape = self._meta.shape
         if source is None or source.mapped or not shape or not selection:
             return None

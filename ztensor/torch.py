@@ -231,9 +231,10 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
     if only is not None:
         entries = {key: entry for key, entry in entries.items() if entry[0] in only}
     owned = {}
+    format_of = r.internals.format_of  # no spec built per object (reader.py)
     if copy and on_cpu:
         plain = [name for name, role in entries.values()
-                 if role is None and r._format_of(name) == "dense"]
+                 if role is None and format_of(name) == "dense"]
         owned = r.read_numpy(plain, copy=True, threads=threads)
     elif not on_cpu:  # one staging buffer, sized once for the largest object
         staging = staging_for(device)
@@ -242,7 +243,7 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
     views = on_cpu and not copy
     for key, (name, role) in entries.items():
         arr = owned.get(name) if role is None else None
-        if arr is None and views and role is None and r._format_of(name) == "dense" \
+        if arr is None and views and role is None and format_of(name) == "dense" \
                 and r.metadata(name).components["data"].type is None:
             # a plain dense object: read_numpy's view of the private (copy-on-write)
             # mapping through its hot path; a read-only view (a foreign file mapped
@@ -252,7 +253,7 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
                 arr = None
         if arr is not None and arr.dtype.kind in "biufc" and arr.dtype.isnative:
             out[key] = torch.from_numpy(arr)  # writable: shared, not copied
-        elif role is None and r._format_of(name) == "dense":
+        elif role is None and format_of(name) == "dense":
             out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
         else:
             arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
