@@ -34,7 +34,7 @@ class TensorStream:
         with a torn tensor is never renamed into place.
     """
 
-    def __init__(self, writer, name, shape, dtype, sink, finish):
+    def __init__(self, writer, name, shape, dtype, sink, finish, *, guard, abandon):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
@@ -43,6 +43,11 @@ class TensorStream:
         self._writer = writer
         self._sink = sink
         self._finish = finish  # records the object in the writer
+        # the writer's own steps, given explicitly (writer.py): guard(fn, *args) runs a
+        # step that writes bytes, abandoning the file if it fails; abandon() drops a
+        # file whose tensor is torn
+        self._guard = guard
+        self._abandon = abandon
         self._open = True
 
     def write(self, chunk: Any) -> None:
@@ -54,7 +59,7 @@ class TensorStream:
             raise FormatError(f"chunk of {data.size} bytes would overrun the tensor: "
                               f"{self.written} of {self.nbytes} bytes written",
                               path=self._writer.path, obj=self.name)
-        self._writer._guard(self._sink.write, data)
+        self._guard(self._sink.write, data)
         self.written += data.size
 
     def _bytes_of(self, chunk):
@@ -77,11 +82,10 @@ class TensorStream:
             return
         self._open = False
         if self.written != self.nbytes:
-            self._writer.abort()
-            self._writer._state = "failed"
+            self._abandon()
             raise FormatError(f"stream closed after {self.written} of {self.nbytes} bytes: "
                               "the writer is abandoned", path=self._writer.path, obj=self.name)
-        self._finish(self._writer._guard(self._sink.finish))
+        self._finish(self._guard(self._sink.finish))
 
     def __enter__(self) -> "TensorStream":
         return self
@@ -91,8 +95,7 @@ class TensorStream:
             self.close()
         elif self._open:  # the caller's error: the tensor is incomplete
             self._open = False
-            self._writer.abort()
-            self._writer._state = "failed"
+            self._abandon()
         return False
 
 

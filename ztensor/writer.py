@@ -220,7 +220,8 @@ class Writer:
             self._objects[name] = ObjectSpec(name, shape, "dense", attributes,
                                              {"data": comp})
 
-        return TensorStream(self, name, shape, dtype, sink, finish)
+        return TensorStream(self, name, shape, dtype, sink, finish, guard=self._guard,
+                            abandon=self._abandon)
 
     def copy_from(self, reader: Any, name: str, *, as_name: Optional[str] = None) -> None:
         """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)
@@ -442,6 +443,13 @@ class Writer:
             self.abort()
             self._state = "failed"
             raise
+
+    def _abandon(self):
+        """Drop the file after a failure that leaves it torn (a stream closed short,
+        or left by an error): :meth:`abort`, and the writer reports itself failed.
+        Handed to TensorStream (streaming.py), as is :meth:`_guard`."""
+        self.abort()
+        self._state = "failed"
 
     def _require_open(self):
         if self._state != "open":
