@@ -16,6 +16,7 @@ import numpy as np
 
 from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError
 from ztensor.reader import Reader
+from ztensor.tensor import Tensor
 from ztensor.writer import Writer
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -78,8 +79,9 @@ def replace_tensor(path: PathLike, name: str, data: Any, *, compress: Any = None
                     continue
                 types = {"data": comp.type} if comp.type else (
                     {"data": "bf16"} if comp.dtype == "bf16" else {})
-                new._write_object(name, "dense", tuple(meta.shape), {"data": arr}, types,
-                                  dict(meta.attributes), compress, checksum)
+                new.write(name, Tensor({"data": arr}, shape=tuple(meta.shape), types=types,
+                                       attributes=dict(meta.attributes)),
+                          compress=compress, checksum=checksum)
 
 
 def _require_zt(reader):
