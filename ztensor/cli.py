@@ -4,7 +4,9 @@
 ``ztensor info FILE``             version, attributes, counts and total sizes
 ``ztensor verify FILE``           structure, every object decoded, every digest checked
 ``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz / .gguf; a checkpoint
-                                 directory or index -> a directory of .zt shards + index
+                                 directory or index -> one such file (merged), or a directory
+                                 of .zt (``--format safetensors``: HF) shards + index + the
+                                 checkpoint's other files
 ``ztensor dequantize IN OUT``     quantized_group objects -> dense, others copied
 ``ztensor diff A B``              objects added, removed, changed; value differences
 ``ztensor stats FILE [NAME...]``  min/max/mean/std, NaN/Inf counts and a histogram per tensor
@@ -447,7 +449,7 @@ def cmd_convert(args, out):
 
     progress = Progress(0, args.quiet)
     count = convert(args.input, args.output, compress=args.compress, checksum=args.checksum,
-                    force=args.force, progress=progress.update)
+                    force=args.force, progress=progress.update, format=args.format)
     progress.finish()
     _report(args, out, {"input": args.input, "output": args.output, "objects": count})
     return 0
@@ -636,6 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--level", type=_compress_level, default=None, metavar="LEVEL",
                            help="the zstd level for --compress (also --compress=LEVEL)")
             p.add_argument("--checksum", choices=["crc32c", "sha256"])
+            p.add_argument("--format", choices=["zt", "safetensors"], default=None,
+                           help="the shard format of a checkpoint converted into a "
+                           "directory (default zt; safetensors: Hugging Face's names and "
+                           "index); a file output's name says its format")
         if name in ("stats", "diff"):
             p.add_argument("--max-elements", type=_count, default=DEFAULT_MAX_ELEMENTS,
                            metavar="N", help="refuse a tensor with more than N distinct "

@@ -1,16 +1,28 @@
 """``ztensor.convert``: one tensor file to another, or a sharded checkpoint directory
-to a directory of ``.zt`` shards, one tensor at a time.
+to a directory of shards or to one file, one tensor at a time.
 
 * A file in any format ``Reader`` reads becomes the format the output's name says:
   ``.zt`` (v1.2), ``.safetensors``, ``.npz`` or ``.gguf`` (ztensor/exporters.py).
 * A checkpoint directory or index (``model.safetensors.index.json``, Hugging Face's
-  layout, or ``.zt.index.json``) becomes an output directory: each shard converted on
-  its own (same stem, ``.zt``), then ``model.zt.index.json`` written last, atomically,
-  so a crash never leaves an index naming a shard that is not complete.  Everything
-  is checked first (``_plan_checkpoint``): two shards that would have one output
-  name, a tensor in two shards, an index naming a tensor its shard lacks, or an
-  output that would replace an input are refused before anything is written, and
-  the index lists exactly the tensors of the shards written.
+  layout, ``pytorch_model.bin.index.json`` or ``.zt.index.json``) becomes:
+
+  - one file, when the output's name says a format (``out.zt``, ``out.safetensors``,
+    ``out.npz``, ``out.gguf``): every shard's tensors merged (``_merge_checkpoint``);
+  - else an output directory: each shard converted on its own, then the index
+    written last, atomically, so a crash never leaves an index naming a shard that
+    is not complete.  ``format="zt"`` (the default) keeps each shard's stem
+    (``.zt``) and writes ``model.zt.index.json``; ``format="safetensors"`` writes
+    Hugging Face's names (``model.safetensors`` alone, or ``model-00001-of-0000N
+    .safetensors`` and ``model.safetensors.index.json``), which transformers loads.
+    Every other regular file of the checkpoint folder (config, tokenizer, README)
+    is copied byte for byte (``_plan_copies`` says which, and why not).
+
+  Everything is checked first (``_plan_checkpoint``, ``_check_shards_fit``,
+  ``_plan_copies``): two shards that would have one output name, a tensor in two
+  shards, an index naming a tensor its shard lacks, an output that would replace an
+  input, a tensor or attribute the output format cannot hold, a file to copy that
+  is not a regular file or links outside the folder are refused before anything is
+  written, and the index lists exactly the tensors of the shards written.
 
 Inputs are memory-mapped where their format allows, and tensors larger than
 ``STREAM_CHUNK`` are written through ``Writer.stream`` a chunk at a time (compressed
@@ -22,12 +34,15 @@ input bytes.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Union
+import shutil
+import stat
+import warnings
+from typing import Callable, List, NamedTuple, Optional, Union
 
 import numpy as np
 
 from ztensor import atomic
-from ztensor.errors import FormatError, ZTensorError
+from ztensor.errors import FormatError, UnsupportedError, ZTensorError
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]
@@ -35,16 +50,25 @@ Progress = Optional[Callable[[int, int], None]]
 # a conversion holds one chunk of a huge tensor, compressed or byte-swapped, at a time
 STREAM_CHUNK = 16 << 20
 INDEX_NAME = "model.zt.index.json"
+# shard format of a checkpoint converted into a directory -> the index it gets
+SHARD_FORMATS = {"zt": INDEX_NAME, "safetensors": "model.safetensors.index.json"}
 
 
 def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = False,
             checksum: Optional[str] = None, force: bool = False,
-            progress: Progress = None) -> int:
+            progress: Progress = None, format: Optional[str] = None) -> int:
     """Convert ``input`` to ``output`` (see the module doc); returns the number of
-    tensors written.  An existing output is refused unless ``force``."""
+    tensors written.  An existing output is refused unless ``force``.  ``format``
+    (``"zt"`` or ``"safetensors"``) is the shard format of a checkpoint converted
+    into a directory; for a file output it may only repeat what the name says."""
     source, target = os.fspath(input), os.fspath(output)
+    if format is not None and format not in SHARD_FORMATS:
+        raise UnsupportedError(f"format {format!r}: a checkpoint directory is written as "
+                               f"{' or '.join(SHARD_FORMATS)} shards", path=target)
     if os.path.isdir(source) or source.endswith(".index.json"):
-        return _convert_checkpoint(source, target, compress, checksum, force, progress)
+        return _convert_checkpoint(source, target, compress, checksum, force, progress,
+                                   format)
+    _format_agrees(target, format)
     if os.path.exists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
     from ztensor.source import open_local_input
@@ -70,13 +94,20 @@ class _Counter:
 def _convert_file(source, target, compress, checksum, counter):
     from ztensor import exporters, importers
     from ztensor.reader import Reader
-    from ztensor.writer import Writer
 
     kind = exporters.format_for(target)  # the output's name says its format
     if kind != "zt":
         with Reader(source) as reader:
             return exporters.writer_for(kind)(reader, target, progress=counter.add)
     attributes, tensors = importers.open_any(source)
+    return _write_zt(target, attributes, tensors, compress, checksum, counter)
+
+
+def _write_zt(target, attributes, tensors, compress, checksum, counter):
+    """``tensors`` ((name, Tensor) pairs) into one ``.zt`` file, a large dense one
+    streamed (``_write_streamed``); returns how many were written."""
+    from ztensor.writer import Writer
+
     count = 0
     with Writer(target, attributes=attributes) as writer:
         for name, tensor in tensors:
@@ -112,21 +143,44 @@ def _write_streamed(writer, name, tensor, data, compress, checksum):
 
 class _CheckpointPlan:
     """What converting a checkpoint will write, worked out and checked before any
-    file is touched: ``shards`` as (input file, output file, tensor names) and the
-    output index's ``weight_map`` (every tensor of every output shard, once)."""
+    file is touched: ``shards`` as (input file, output file, tensor names), the
+    output index's ``weight_map`` (every tensor of every output shard, once), the
+    input ``index`` (None for a folder of one file) and each input shard's file
+    ``attributes``."""
 
-    def __init__(self, folder, shards, weight_map, metadata, indexed):
+    def __init__(self, folder, shards, weight_map, metadata, indexed, index=None,
+                 attributes=None):
         self.folder, self.shards = folder, shards
         self.weight_map, self.metadata, self.indexed = weight_map, metadata, indexed
+        self.index, self.attributes = index, attributes or {}
 
 
-def _plan_checkpoint(source, target) -> _CheckpointPlan:
+def _shard_names(files, fmt):
+    """Input shard file -> output file name.  A ``.zt`` shard keeps its input's
+    stem; a safetensors shard gets Hugging Face's name, the one transformers'
+    ``from_pretrained`` looks for: ``model.safetensors`` when alone, else
+    ``model-00001-of-0000N.safetensors`` in the input's shard order.  ``fmt`` None
+    (a merge into one file): the input names, which never collide."""
+    if fmt is None:
+        return {file: file for file in files}
+    if fmt == "zt":
+        return {file: _stem(file) + ".zt" for file in files}
+    if len(files) == 1:
+        return {files[0]: "model.safetensors"}
+    return {file: f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+            for i, file in enumerate(files)}
+
+
+def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
     """The one place a checkpoint conversion's names are checked: each input shard
     gets its own output file (two inputs with one stem, ``part.safetensors`` and
     ``part.zt``, are refused, naming both), no tensor is in two shards, every tensor
-    the input index names is in the shard it names, and no output replaces an input.
-    Each shard is opened (its manifest or header read, no data) to learn its names,
-    so the index written lists exactly what the shards written hold."""
+    the input index names is in the shard it names, and no output replaces an input
+    (nor is the output directory the checkpoint's own folder).  Each shard is opened
+    (its manifest or header read, no data) to learn its names and attributes, so
+    the index written lists exactly what the shards written hold.  ``fmt``: the
+    output shards' format (``"zt"``, ``"safetensors"``), or None when the whole
+    checkpoint is merged into the one file ``target``."""
     from ztensor import sharded
     from ztensor.foreign.names import NameTable
 
@@ -138,13 +192,15 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
     where = index or source
     outputs = NameTable(where, "output shard")
     tensors = NameTable(where, "tensor")
-    shards, weight_map = [], {}
+    out_names = _shard_names(files, fmt)
+    shards, weight_map, attributes = [], {}, {}
     for file in files:
-        out = outputs.claim(_stem(file) + ".zt", file)
+        out = outputs.claim(out_names[file], file)
         # the sharded reader's one shard opener: a missing shard is a FormatError
         # naming the index, as open_sharded gives (a bare Reader let OSError out)
         with checkpoint.open_shard(file, unlisted_ok=True) as reader:
             names = reader.keys()
+            attributes[file] = dict(reader.attributes)
         for name in names:
             tensors.claim(name, file)
             weight_map[name] = out
@@ -156,23 +212,53 @@ def _plan_checkpoint(source, target) -> _CheckpointPlan:
     inputs = {os.path.realpath(os.path.join(folder, f)) for f in files}
     if index is not None:
         inputs.add(os.path.realpath(index))
-    for out in [os.path.join(target, o) for _, o, _ in shards] + [
-            os.path.join(target, INDEX_NAME)]:
+    written = [target] if fmt is None else [os.path.join(target, o) for _, o, _ in shards] + [
+        os.path.join(target, SHARD_FORMATS[fmt])]
+    for out in written:
         if os.path.realpath(out) in inputs:
             raise FormatError("converting would replace this input file; convert into "
                               "another directory", path=out)
-    return _CheckpointPlan(folder, shards, weight_map, metadata, index is not None)
+    # nor is the output directory the input folder: the files copied would be the
+    # inputs themselves, and the outputs would sit among the inputs they came from
+    if fmt is not None and os.path.realpath(target) == os.path.realpath(folder or "."):
+        raise FormatError("is the checkpoint's own folder: convert into another directory",
+                          path=target)
+    return _CheckpointPlan(folder, shards, weight_map, metadata, index is not None, index,
+                           attributes)
 
 
-def _convert_checkpoint(source, target, compress, checksum, force, progress):
-    from ztensor import sharded
+def _is_file_target(target) -> bool:
+    """Whether a checkpoint converts into the one file ``target`` (its name says a
+    format, ``out.safetensors``) rather than into a directory (any other name, an
+    existing directory, or a name ending in a separator: ``out.zt/``)."""
+    from ztensor import exporters
+    return (not os.path.isdir(target)
+            and os.path.splitext(target)[1].lower() in exporters.FORMATS)
 
+
+def _format_agrees(target, fmt):
+    """A file output's format is the one its name says; ``format`` may only repeat it."""
+    if fmt is not None:
+        from ztensor import exporters
+        kind = exporters.format_for(target)
+        if kind != fmt:
+            raise UnsupportedError(f"format {fmt!r} asked for, but the output's name says "
+                                   f"{kind}", path=target)
+
+
+def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt=None):
+    if _is_file_target(target):
+        _format_agrees(target, fmt)
+        return _merge_checkpoint(source, target, compress, checksum, force, progress)
     if os.path.exists(target) and not os.path.isdir(target):
         raise ZTensorError("a checkpoint converts into a directory, not a file", path=target)
-    plan = _plan_checkpoint(source, target)
-    index_path = os.path.join(target, INDEX_NAME)
+    fmt = fmt or "zt"
+    plan = _plan_checkpoint(source, target, fmt)
+    _check_shards_fit(plan, fmt)
+    copies = _plan_copies(plan)
+    index_path = os.path.join(target, SHARD_FORMATS[fmt])
     existing = [p for p in [index_path] + [os.path.join(target, o) for _, o, _ in plan.shards]
-                if os.path.exists(p)]
+                + [os.path.join(target, c.name) for c in copies] if os.path.lexists(p)]
     if existing and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
     os.makedirs(target, exist_ok=True)
@@ -188,13 +274,227 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress):
             raise ZTensorError(f"{written} tensors written where {len(names)} were found",
                                path=os.path.join(plan.folder, file))
         count += written
-    if plan.indexed or len(plan.shards) > 1:
+    for copy in copies:
+        _copy_file(copy, plan.folder, target)
+    # Hugging Face writes no index for one safetensors shard (model.safetensors is
+    # loaded by name); a .zt checkpoint keeps an index whenever its input had one
+    if len(plan.shards) > 1 or (plan.indexed and fmt == "zt"):
         atomic.write_json_atomically(index_path, {
             "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
             "weight_map": plan.weight_map})
     if progress is not None:
         progress(counter.total, counter.total)
     return count
+
+
+def _check_shards_fit(plan, fmt):
+    """Every input shard checked against the output format before any shard is
+    written (``exporters.plan_safetensors``: dense tensors of a safetensors dtype,
+    string metadata), so a refusal leaves no directory of some shards.  A ``.zt``
+    shard holds everything a Reader gives: nothing to check."""
+    if fmt == "zt":
+        return
+    from ztensor import exporters
+    from ztensor.reader import Reader
+    for file, _, _ in plan.shards:
+        with Reader(os.path.join(plan.folder, file)) as reader:
+            exporters.plan_safetensors(reader)
+
+
+# ------------------------------------------------------------------ one file
+def _merge_checkpoint(source, target, compress, checksum, force, progress):
+    """Every tensor of every shard into the one file ``target``, of the format its
+    name says, one tensor at a time (each exporter streams tensor by tensor; a
+    ``.zt`` streams large tensors in chunks), one shard open at a time.  The shards'
+    file attributes become the file's (a key two shards give different values is
+    refused); the index's metadata (``total_size``) describes the split and is not
+    kept.  Everything the format cannot hold is refused before the file is
+    created."""
+    from ztensor import exporters, sharded
+
+    kind = exporters.format_for(target)
+    if os.path.lexists(target) and not force:
+        raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
+    plan = _plan_checkpoint(source, target, None)
+    where = plan.index or source
+    attributes = _merged_attributes(plan, where)
+    counter = _Counter(progress, sum(os.path.getsize(os.path.join(plan.folder, f))
+                                     for f, _, _ in plan.shards))
+    with sharded.open_sharded(source) as checkpoint:
+        merged = _MergedReader(checkpoint, plan, attributes, where)
+        try:
+            if kind == "zt":
+                count = _write_zt(target, attributes, merged.tensors(), compress, checksum,
+                                  counter)
+            else:
+                count = exporters.writer_for(kind)(merged, target, progress=counter.add)
+        finally:
+            merged.close()
+    if progress is not None:
+        progress(counter.total, counter.total)
+    return count
+
+
+def _merged_attributes(plan, where):
+    """The file attributes of every shard, as one map; a key two shards give
+    different values has no one value and is refused, naming both shards."""
+    merged, origin = {}, {}
+    for file, _, _ in plan.shards:
+        for key, value in plan.attributes.get(file, {}).items():
+            if key in merged and not (merged[key] == value or repr(merged[key]) == repr(value)):
+                raise UnsupportedError(f"attribute {key!r} differs between shards "
+                                       f"{origin[key]} and {file}: one file holds one value",
+                                       path=where)
+            merged.setdefault(key, value)
+            origin.setdefault(key, file)
+    return merged
+
+
+class _MergedReader:
+    """The part of the Reader API the exporters use (``path``, ``attributes``,
+    ``keys``, ``metadata``, ``read``) over every shard of a planned checkpoint, in
+    the plan's order, so one shard is open at a time."""
+
+    def __init__(self, checkpoint, plan, attributes, path):
+        self.path, self.attributes = path, attributes
+        self._checkpoint = checkpoint
+        self._names = [name for _, _, names in plan.shards for name in names]
+        self._file_of = {name: file for file, _, names in plan.shards for name in names}
+        self._file, self._reader = None, None
+
+    def keys(self):
+        return list(self._names)
+
+    def _shard(self, name):
+        file = self._file_of[name]
+        if file != self._file:
+            self.close()
+            self._reader = self._checkpoint.open_shard(file, unlisted_ok=True)
+            self._file = file
+        return self._reader
+
+    def metadata(self, name):
+        return self._shard(name).metadata(name)
+
+    def read(self, name):
+        return self._shard(name).read(name)
+
+    def tensors(self):
+        for name in self._names:
+            yield name, self.read(name)
+
+    def close(self):
+        if self._reader is not None:
+            self._reader.close()
+        self._file, self._reader = None, None
+
+
+# ------------------------------------------------------------------ files copied
+# a file with one of these suffixes holds weights (this checkpoint's in another
+# format, or another model's): copied it would be a second, unconverted copy
+WEIGHT_SUFFIXES = (".safetensors", ".zt", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".hdf5",
+                   ".msgpack", ".gguf", ".onnx", ".onnx_data", ".npz", ".npy", ".ot",
+                   ".tflite", ".pkl", ".pickle")
+
+
+class _Copy(NamedTuple):
+    name: str       # in the input folder and in the output directory
+    source: str     # the path opened: the file itself, or a contained link's target
+
+
+def _plan_copies(plan) -> List[_Copy]:
+    """The files of the checkpoint's folder that are not weights, copied byte for
+    byte into the output directory so that it is a complete checkpoint (config,
+    generation config, tokenizer and vocabulary files, chat templates, README).
+
+    Not copied: every shard this conversion reads and every ``*.index.json`` (the
+    index written replaces them); a file with a weight suffix (``WEIGHT_SUFFIXES``:
+    another format's copy of the weights, ``pytorch_model.bin`` beside
+    ``model.safetensors``); subfolders (another model, ``original/``, ``onnx/``, a
+    ``.git``: only the folder's own files make the checkpoint).  Those skipped are
+    named in one warning.
+
+    Refused, before anything is written (FormatError naming the entry): an entry
+    that is not a regular file or a folder (a FIFO, socket or device, which a copy
+    could block on or read without end), a broken link, and a link whose target
+    lies outside the folder: a copy is the link target's bytes, unchecked, so a
+    hostile ``config.json -> /etc/passwd`` would carry that file into the output.
+    One exception, Hugging Face's cache layout: in ``<repo>/snapshots/<rev>/``
+    every file links to ``<repo>/blobs/``, which counts as inside."""
+    folder = plan.folder or "."
+    real = os.path.realpath(folder)
+    roots = [real]
+    if os.path.basename(os.path.dirname(real)) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(os.path.dirname(real)), "blobs"))
+    read = {file for file, _, _ in plan.shards}
+    copies, skipped, subfolders = [], [], []
+    with os.scandir(folder) as entries:
+        listing = sorted(entries, key=lambda e: e.name)
+    for entry in listing:
+        name, path = entry.name, os.path.join(folder, entry.name)
+        if name in read or name.endswith(".index.json"):
+            continue
+        if name.lower().endswith(WEIGHT_SUFFIXES):
+            skipped.append(name)
+            continue
+        target = path
+        if entry.is_symlink():
+            target = os.path.realpath(path)
+            if not any(_inside(target, root) for root in roots):
+                raise FormatError("is a link to a file outside the checkpoint folder; its "
+                                  "content is not copied (put the file itself there if it "
+                                  "is meant)", path=path)
+        try:
+            mode = os.stat(target).st_mode
+        except OSError as exc:
+            raise FormatError(f"cannot be copied: {exc.strerror or exc}", path=path) from None
+        if stat.S_ISDIR(mode):
+            subfolders.append(name)
+        elif not stat.S_ISREG(mode):
+            raise FormatError("not a regular file (a FIFO, socket or device): only regular "
+                              "files are copied into a converted checkpoint", path=path)
+        else:
+            copies.append(_Copy(name, target))
+    if skipped or subfolders:
+        parts = []
+        if skipped:
+            parts.append("weights this conversion does not read: " + _listed(skipped))
+        if subfolders:
+            parts.append("subfolders: " + _listed(subfolders))
+        warnings.warn(f"{folder}: not copied ({'; '.join(parts)})", stacklevel=4)
+    return copies
+
+
+def _inside(path, root) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # another drive
+        return False
+
+
+def _listed(names, most=5) -> str:
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _copy_file(copy, folder, target):
+    """``copy`` into ``target``, atomically (a temporary file renamed into place).
+    The planned path is opened without following a link (a file swapped for a link
+    after the plan is refused) and without blocking, and checked again on the open
+    descriptor: a regular file, or FormatError."""
+    label = os.path.join(folder, copy.name)
+    flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(copy.source, flags)
+    except OSError as exc:
+        raise FormatError(f"cannot be copied: {exc.strerror or exc}", path=label) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FormatError("not a regular file: only regular files are copied into a "
+                              "converted checkpoint", path=label)
+        atomic.replace_atomically(os.path.join(target, copy.name),
+                                  lambda out: shutil.copyfileobj(f, out, 1 << 20))
 
 
 def _stem(file):

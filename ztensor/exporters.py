@@ -161,7 +161,8 @@ def write_safetensors(reader, path: str, progress=None) -> int:
         f.write(plan.header)
         for name in plan.names:
             arr = _stored_elements(reader, name)
-            f.write(arr.tobytes() if arr.size else b"")
+            if arr.size:  # the array's own bytes: tobytes() would hold a second copy
+                f.write(memoryview(arr).cast("B"))
             if progress:
                 progress(arr.nbytes)
     _atomic(path, write)
