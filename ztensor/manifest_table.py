@@ -243,7 +243,7 @@ def _check_objects(specs, itemsize, checker):
     if dense.any():
         # formats/dense.py's check_entry over columns: the shape's bytes fit in memory,
         # a 'data' component holds exactly shape x element size bytes (decoded)
-        rows = specs._data_rows()[dense]
+        rows = specs.data_component_rows()[dense]
         if (rows < 0).any() or not objects[EXTENT_OK, dense].all():
             raise _Slow
         expected = objects[NUMEL, dense] * itemsize[rows]  # < 2**63: extent_ok bounds it
@@ -374,7 +374,7 @@ class TableSpecs:
         (see plain_views), else -1."""
         if self._plain is None:
             objects, comps = self.objects, self.comps
-            data_of = self._data_rows()
+            data_of = self.data_component_rows()
             safe = np.maximum(data_of, 0)
             plain = ((objects[FORMAT] == DENSE) & (data_of >= 0)
                      & (comps[ENCODING, safe] == ENCODINGS.index("raw"))
@@ -437,9 +437,7 @@ class TableSpecs:
             path = checker.path if checker is not None else None
             attributes = _attributes(self.raw, o[ATTRS_OFF], o[ATTRS_LEN], "attributes",
                                      path, self.names[row])
-        spec_ = self.built[row] = TableObjectSpec(self, row)
-        if attributes:
-            spec_._attributes = attributes
+        spec_ = self.built[row] = TableObjectSpec(self, row, attributes)
         return spec_
 
     def shape_list(self):
@@ -467,13 +465,13 @@ class TableSpecs:
     def _data_codes(self):
         """Per object: the (dtype, type) code of its data component when dense (an
         index into _PAIRS), else -1 (whose entry is None)."""
-        data_of = self._data_rows()
+        data_of = self.data_component_rows()
         safe = np.maximum(data_of, 0)
         codes = _pair_codes(self.comps[DTYPE, safe], self.comps[TYPE, safe])
         dense = (data_of >= 0) & (self.objects[FORMAT] == DENSE)
         return np.where(dense, codes, -1).tolist()
 
-    def _data_rows(self):
+    def data_component_rows(self):
         """Per object: the row of its 'data' component, or -1."""
         data_of = np.full(self.objects.shape[1], -1, np.int64)
         data_rows = np.flatnonzero(self.comps[ROLE] == ROLES.index("data"))
@@ -517,8 +515,10 @@ class TableObjectSpec(ObjectSpec):
     _attributes = None  # None: the object has none (decoded at open if any)
     plan = None
 
-    def __init__(self, specs, row):
+    def __init__(self, specs, row, attributes=None):
         self._specs, self._row = specs, row
+        if attributes:  # decoded by TableSpecs.build; none: the class default
+            self._attributes = attributes
 
     name = property(lambda self: self._specs.names[self._row])
     shape = property(lambda self: self._specs.shapes[self._row])
