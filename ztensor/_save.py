@@ -44,10 +44,7 @@ def named_as_bytes(internal: str):
     try:
         yield
     except ZTensorError as exc:
-        if exc.path is not None and os.fspath(exc.path) == internal:
-            exc.path = BYTES
-        exc.message = exc.message.replace(internal, BYTES)
-        exc.args = (exc._render(),)
+        exc.replace_path(internal, BYTES)
         raise
 
 

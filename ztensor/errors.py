@@ -71,6 +71,15 @@ class ZTensorError(Exception):
     def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
         return self._render()
 
+    def replace_path(self, internal: str, shown: str) -> None:
+        """Name the file ``shown`` wherever this error names ``internal`` (its
+        ``path`` and its message), and render it again.  For errors raised through
+        a temporary file the caller never saw (``_save.named_as_bytes``)."""
+        if self.path is not None and os.fspath(self.path) == internal:
+            self.path = shown
+        self.message = self.message.replace(internal, shown)
+        self.args = (self._render(),)
+
 
 class FormatError(ZTensorError, ValueError, RuntimeError):
     """The file (or an object handed to the writer) breaks the zTensor format.

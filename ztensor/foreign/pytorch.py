@@ -343,11 +343,17 @@ def _refuser(name):
     return refuse
 
 
+# the stdlib's pure-Python unpickler, the one private name this package takes from
+# outside it (docs/architecture.md, house rule 2): restricting the opcodes needs its
+# dispatch table (opcode -> handler); the C unpickler has none to replace
+_PythonUnpickler = pickle._Unpickler
+
+
 def _dispatch():
     """The unpickler's instruction table: every opcode not named here is refused
     (INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, NEXT_BUFFER, READONLY_BUFFER, and any byte
     that is no opcode)."""
-    base = pickle._Unpickler.dispatch
+    base = _PythonUnpickler.dispatch
     codes = {name: code for code, name in _OPCODE_NAMES.items()}
     table = {code: _refuser(_OPCODE_NAMES.get(code, f"unknown opcode {code:#04x}"))
              for code in range(256)}
@@ -358,7 +364,7 @@ def _dispatch():
     return table
 
 
-class RestrictedUnpickler(pickle._Unpickler):   # the Python one: its dispatch is a table
+class RestrictedUnpickler(_PythonUnpickler):   # the Python one: its dispatch is a table
     """An unpickler that can build tensors, dicts and plain values, and nothing else
     (see the module doc)."""
 
