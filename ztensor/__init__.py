@@ -17,7 +17,7 @@ from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.reader import Reader
-from ztensor.safe import safe_open
+from ztensor.safe import _safe_open_handle, safe_open  # noqa: F401 - safetensors' names
 from ztensor.serialize import deserialize, serialize, serialize_file
 from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits

@@ -1,11 +1,41 @@
-"""What the safetensors-style save functions share (ztensor.numpy, ztensor.torch):
-their ``metadata`` rule and saving to bytes."""
+"""What the save functions share (ztensor.numpy, ztensor.torch, ztensor.serialize,
+ztensor.save_sharded, convert): the one order tensors are written in, the
+``metadata`` rule and saving to bytes."""
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+
+def name_key(name: Any) -> Tuple[int, bytes]:
+    """The sort key of the canonical order: a name's UTF-8 bytes, which order names
+    as Unicode code points do (and as the manifest orders its ``objects`` map, so
+    data offsets rise in manifest order).  A key that is not a string sorts last, in
+    its given place among such keys (the sort is stable), and the Writer then refuses
+    it with its own error; ``surrogatepass`` lets a lone surrogate reach that error
+    too instead of failing here."""
+    if isinstance(name, str):
+        return (0, name.encode("utf-8", "surrogatepass"))
+    return (1, b"")
+
+
+def canonical_order(mapping: Mapping[Any, Any]) -> List[Tuple[Any, Any]]:
+    """The (name, value) pairs of ``mapping`` in the one order every save function
+    writes tensors in: by name, in Unicode code point order (docs/format-decisions.md,
+    "Canonical order").  So the same tensors give the same bytes whatever order the
+    dict was built in: content hashes, dedup stores and reproducible builds get one
+    answer.  (safetensors sorts by dtype alignment first because its data is packed
+    without padding; every zTensor blob starts at a multiple of 64, so the name alone
+    decides here.)  The streaming ``Writer`` keeps call order: this is for the
+    functions that are given a whole mapping."""
+    return sorted(mapping.items(), key=lambda item: name_key(item[0]))
+
+
+def canonical_names(names: Iterable[Any]) -> List[Any]:
+    """``names`` in the canonical order (:func:`canonical_order` for a bare list)."""
+    return sorted(names, key=name_key)
 
 
 def str_metadata(metadata: Optional[Dict[str, str]]) -> Optional[Dict[str, str]]:

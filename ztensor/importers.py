@@ -4,14 +4,16 @@
 holds one tensor at a time (and raw inputs are memory-mapped, not read whole).  The
 formats themselves live in ``ztensor/foreign/`` (one module each, shared with
 ``Reader``); ``.zt`` files of any version come through the Reader (v0.1 and v1.1
-come out as v1.2).
+come out as v1.2).  Tensors come in the canonical order (``_save.canonical_order``,
+by name), not the input's, so a conversion gives the same ``.zt`` bytes for the
+same tensors however the input file ordered them.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Dict, Iterator, Tuple, Union
 
-from ztensor import foreign
+from ztensor import _save, foreign
 from ztensor.errors import FormatError
 from ztensor.source import open_local_input
 from ztensor.tensor import Tensor
@@ -35,7 +37,7 @@ def open_any(path: PathLike) -> Opened:
 
     def tensors():
         try:
-            for key, entry in opened.entries.items():
+            for key, entry in _save.canonical_order(opened.entries):
                 yield key, entry.load()
         finally:
             opened.close()
@@ -49,6 +51,6 @@ def open_zt(path: PathLike) -> Opened:
 
     def tensors():
         with reader:
-            for key in reader.keys():
+            for key in _save.canonical_names(reader.keys()):
                 yield key, reader.read(key)
     return dict(reader.attributes), tensors()

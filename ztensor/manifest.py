@@ -423,4 +423,17 @@ def _encode_component(c: ComponentSpec) -> dict:
 
 
 def _sorted_map(mapping) -> dict:
-    return {k: mapping[k] for k in sorted(mapping, key=lambda k: str(k).encode("utf-8"))}
+    """An attributes map with its keys, and those of every map nested in its values,
+    sorted by UTF-8 bytes: the same attributes give the same bytes whatever order
+    their dicts were built in (docs/format-decisions.md, "Canonical order").  The
+    depth is bounded: attributes.check_map refused deeper nesting before this."""
+    return {k: _canonical_value(mapping[k])
+            for k in sorted(mapping, key=lambda k: str(k).encode("utf-8"))}
+
+
+def _canonical_value(value):
+    if isinstance(value, dict):
+        return _sorted_map(value)
+    if type(value) in (list, tuple):  # exact: older cbor2's CBORSimpleValue is a namedtuple
+        return [_canonical_value(v) for v in value]
+    return value

@@ -43,7 +43,7 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
-        for name, array in tensors.items():
+        for name, array in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             if not isinstance(array, np.ndarray):
                 raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received "
                                  f"{type(array)}")

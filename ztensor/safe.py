@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from ztensor import components, dtypes
+from ztensor import _save, components, dtypes
+from ztensor.attributes import show
 from ztensor.errors import (ClosedError, ObjectNotFoundError, SliceError,
                             UnsupportedError)
 from ztensor.reader import Reader
@@ -72,10 +73,13 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return self._checkpoint
 
     def keys(self) -> List[str]:
-        """Tensor names, in file order (quantized objects under their GPTQ checkpoint
-        names, or their own with ``dequantize=True``: see ztensor/checkpoint.py)."""
+        """Tensor names, sorted (by code point: the canonical order, which is also
+        how safetensors' ``keys()`` sorts, whatever order a file's header lists
+        them in); :meth:`offset_keys` gives the order of their bytes.  Quantized
+        objects come under their GPTQ checkpoint names, or their own with
+        ``dequantize=True`` (see ztensor/checkpoint.py)."""
         self._open_reader()
-        return list(self._entries())
+        return _save.canonical_names(self._entries())
 
     def offset_keys(self) -> List[str]:
         """Object names in the order of their bytes in the file."""
@@ -129,6 +133,76 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class _safe_open_handle(safe_open):  # noqa: N801 - safetensors' name
+    """:class:`safe_open` for an open file handle, as safetensors'
+    ``_safe_open_handle(f, framework, device)``: ``f`` is a file object with a
+    descriptor and a name, as ``open(path, "rb")`` or ``open(path, "r")`` (text mode
+    too) returns.  Everything after opening is :class:`safe_open`'s, for zTensor and
+    every other format it reads (``.safetensors`` included).
+
+    Like safetensors, the file is opened again by ``f.name``: ``f``'s mode and
+    position are neither used nor changed, and closing ``f`` later does not affect
+    this object.  Unlike safetensors, the name is first proven to still be ``f``'s
+    file (same device and inode as ``f.fileno()``), so a file renamed, replaced
+    or deleted since ``f`` was opened, or a relative name after a ``chdir``, is
+    refused (UnsupportedError) rather than silently reading another file.
+
+    Errors: a handle without a descriptor or a name (``io.BytesIO``, a socket
+    wrapper, a file made from a bare descriptor) is an UnsupportedError (where
+    safetensors raises AttributeError: every ztensor error is a ZTensorError); a
+    closed handle is a ClosedError.  A zTensor file in a file-like object opens
+    with ``ztensor.Reader(f)``; zTensor or safetensors bytes with ``ztensor.numpy.load(data)``.
+    """
+
+    def __init__(self, f: Any, framework: str = "np", device: str = "cpu", *,
+                 dequantize: bool = False) -> None:
+        super().__init__(handle_path(f), framework, device, dequantize=dequantize)
+
+
+def handle_path(f: Any) -> str:
+    """The path of the file open in handle ``f``, proven to be that file (see
+    :class:`_safe_open_handle`).  Whatever ``f``'s attributes raise becomes the
+    UnsupportedError saying what is missing."""
+    what = type(f).__name__
+    hint = "a zTensor file in a file-like object opens with ztensor.Reader(f)"
+    fileno = _attribute(f, "fileno")
+    if not callable(fileno):
+        raise UnsupportedError(f"_safe_open_handle takes an open file (with fileno() and a "
+                               f"name, as open() returns), not a {what}: {hint}")
+    if _attribute(f, "closed") is True:
+        raise ClosedError(f"the {what} handle is closed")
+    try:
+        fd = fileno()
+    except Exception as exc:  # io.UnsupportedOperation (BytesIO), or whatever f raises
+        raise UnsupportedError(f"the {what} handle has no file descriptor "
+                               f"({type(exc).__name__}): {hint}") from None
+    try:
+        name = _attribute(f, "name")
+        name = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
+    except Exception:  # a PathLike whose __fspath__ fails, or returns no path
+        name = None
+    if type(fd) is not int or fd < 0 or not name:
+        raise UnsupportedError(f"the {what} handle has no file name (descriptor {show(fd)}, "
+                               f"name {show(_attribute(f, 'name'))}): _safe_open_handle "
+                               "opens the file by its name, as safetensors does")
+    try:
+        held, named = os.fstat(fd), os.stat(name)
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        held = named = None
+    if named is None or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+        raise UnsupportedError("this name no longer leads to the handle's file (renamed, "
+                               "replaced or deleted since it was opened, or a relative name "
+                               "after a change of directory)", path=name)
+    return name
+
+
+def _attribute(f: Any, attr: str) -> Any:
+    try:
+        return getattr(f, attr, None)
+    except Exception:  # a property that raises: the handle has no usable one
+        return None
 
 
 class _Slice:

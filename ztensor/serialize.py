@@ -38,7 +38,7 @@ def _arrays(tensor_dict: Any):
     first: any bad value is a FormatError naming the tensor, never numpy's error."""
     if not isinstance(tensor_dict, dict):
         raise SafetensorError(f"expected a dict of tensors, got {type(tensor_dict).__name__}")
-    for name, info in tensor_dict.items():
+    for name, info in _save.canonical_order(tensor_dict):  # one order: same tensors, same bytes
         if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
             raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", obj=name)
         dtype_name = info["dtype"]

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
+from ztensor import _save
 from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
 from ztensor.foreign.names import json_loads_unique
 from ztensor.reader import Reader
@@ -67,6 +68,8 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
                  progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
     """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
     ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
+    Tensors are taken in name order (``_save.canonical_order``), so the same
+    tensors give the same shards and bytes whatever the dict's order.
 
     ``metadata`` (str -> str) goes into every shard's attributes; ``progress`` is
     called with (bytes done, bytes total) after each tensor.  Returns the shard
@@ -78,7 +81,8 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
     os.makedirs(folder, exist_ok=True)
     plan: List[List[str]] = [[]]
     used = 0
-    for name, value in tensors.items():
+    # the one order (_save.canonical_order): the same tensors give the same shards
+    for name, value in _save.canonical_order(tensors):
         size = _nbytes(value)
         if plan[-1] and used + size > limit:
             plan.append([])

@@ -167,7 +167,7 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
     compression = _save.compress_option(compress, compression)
     _check_tensors(tensors)
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
-        for name, t in tensors.items():
+        for name, t in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             arr, type_name = to_numpy_for_writing(t, name)
             w.write(name, Tensor({"data": arr}, shape=tuple(t.shape),
                                  types={"data": type_name} if type_name else None),

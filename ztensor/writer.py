@@ -62,6 +62,13 @@ class Writer:
     >>> with ztensor.Writer("model.zt", attributes={"framework": "numpy"}) as w:
     ...     w.write_numpy("embed.weight", np.zeros((4, 8), np.float32))
     ...     w.write_numpy("head.bias", np.ones(8, np.float16), compress=True)
+
+    Objects' bytes go into the file in call order (the manifest lists them by
+    name either way): the streaming Writer keeps the order it is given.  The
+    functions that take a whole mapping (``ztensor.numpy.save_file``,
+    ``ztensor.torch.save_file``, ``serialize``, ``save_sharded``, ``convert``) write
+    in the one canonical order instead, by name (``_save.canonical_order``,
+    docs/format-decisions.md), so their bytes do not depend on the dict's order.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *,
