@@ -181,7 +181,7 @@ def test_frames_that_lie_about_their_size_are_refused(tmp_path, small_frames):
 def test_whole_reads_decode_frames_in_parallel(tmp_path, small_frames, threads, monkeypatch):
     arr = rows_tensor(rows=1000)  # 4 MB: 63 frames of 64 KiB
     write(tmp_path / "p.zt", a=arr)
-    monkeypatch.setattr(seekable.os, "cpu_count", lambda: threads)
+    monkeypatch.setattr(seekable.kernels, "cpu_threads", lambda: threads)
     with ztensor.Reader(tmp_path / "p.zt") as r:
         np.testing.assert_array_equal(r.read_numpy("a"), arr)
         out = np.empty_like(arr)

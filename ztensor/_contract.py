@@ -6,11 +6,20 @@ Both backends call these (``_kernels.pyx`` before it takes pointers,
 arithmetic is Python's: sizes multiply without wrapping, so no product of huge
 arguments can pass a check by overflowing to a small number, as ``size_t`` would.
 """
+from ztensor import dtypes
 from ztensor.errors import KernelArgumentError
 
-FLOAT_WIDTHS = (4, 2, 2)          # zt_float_type: f32, f16, bf16
-FP8_KIND_COUNT = 4                 # f8_e4m3fn, f8_e5m2, f8_e4m3fnuz, f8_e5m2fnuz
-ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+# ---- the numbers csrc/'s headers define, as Python uses them: their one Python home.
+# Both backends take them from here (kernels.py re-exports them); the compiled
+# extension exports the headers' own values and tests/test_c_constants.py asserts
+# each equal, so the numpy fallback cannot drift from C.
+F32, F16, BF16 = 0, 1, 2           # zt_float_type (floatconv.h)
+FLOAT_WIDTHS = (4, 2, 2)          # bytes of each zt_float_type, by code
+FP8_KINDS = dtypes.FP8_TYPES       # zt_fp8_kind (floatconv.h): a kind's code is its index
+FP8_KIND_COUNT = len(FP8_KINDS)
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18  # quant.h: zero_type beyond floats
+FAMILY_V0, FAMILY_V1 = 0, 1        # footer.h: zt_footer.family
+BLOB_EXTENT = 2 << 20              # blobwrite.h ZT_BW_EXTENT: the blob writer's write unit
 BITS = (2, 3, 4, 8)
 
 
@@ -89,9 +98,11 @@ def manifest_encode(names_size, name_len, plain, rank, dims, dtype, offset, leng
     return name_len, plain, rank, dims, dtype, offset, length, pre_len, cap
 
 
-# ggml type id -> (elements, bytes) per block: the types csrc/ggml_blocks.c decodes
-GGML_BLOCKS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-               10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210)}
+# the ggml types csrc/ggml_blocks.c decodes, and their (elements, bytes) per block from
+# the one ggml type table (dtypes.GGML_TYPES); the C side's sizes are checked equal
+GGML_DECODED = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+GGML_BLOCKS = {gtype: (per, nbytes) for gtype, (name, per, nbytes, _) in dtypes.GGML_TYPES.items()
+               if name in GGML_DECODED}
 
 
 def ggml_dequant(ggml_type: int, n_blocks_bytes: int, n_out_bytes: int) -> int:
@@ -106,7 +117,7 @@ def ggml_dequant(ggml_type: int, n_blocks_bytes: int, n_out_bytes: int) -> int:
 
 
 def float_type(kernel: str, code: int, allow_bf16: bool = True) -> int:
-    if code not in (0, 1, 2) or (code == 2 and not allow_bf16):
+    if code not in (F32, F16, BF16) or (code == BF16 and not allow_bf16):
         fail(kernel, f"unknown float type code {code}")
     return FLOAT_WIDTHS[code]
 

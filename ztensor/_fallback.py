@@ -1,7 +1,12 @@
-"""numpy implementations of every kernel in csrc/.
+"""numpy implementations of the kernels in csrc/, except the manifest's.
 
 Used when the compiled extension is missing or ``ZTENSOR_PUREPYTHON=1``, and by
-the tests as an oracle for the C code.  Same signatures, same errors.
+the tests as an oracle for the C code.  Same signatures, same errors.  Not here:
+``manifest_scan``, ``decode_spans``, ``manifest_encode`` and ``ViewTable`` (the
+manifest's fast paths): without them ``kernels.py`` leaves those names unset, and
+the manifest is read and written the general way (cbor2 + ``manifest.Checker``).
+The kernels' numbers (float and FP8 codes, zero types, footer families, ggml block
+sizes) come from ``_contract.py``, their one Python home.
 """
 from __future__ import annotations
 
@@ -10,35 +15,36 @@ import os
 
 import numpy as np
 
-from ztensor import _contract, _status, errors
+from ztensor import _contract, _status, errors, spec
 
 # ------------------------------------------------------------------- footer
-_V1 = b"ZTEN1000"
-_V0 = b"ZTEN0001"
+# header magic -> (family, the version row with its tail size); v1.1 and v1.2 share both
+_FAMILIES = {spec.MAGIC_V1: (_contract.FAMILY_V1, spec.VERSIONS["1.2"]),
+             spec.MAGIC_V0: (_contract.FAMILY_V0, spec.VERSIONS["0.1"])}
 
 
 def footer_parse(head, tail, file_size, max_manifest, path=None):
     """Return (family, manifest_offset, manifest_size); see csrc/footer.c."""
     head, tail = bytes(head), bytes(tail)
     what = "reading the footer"
-    if file_size < 8 or len(head) < 8:
+    magic_size = spec.MAGIC_SIZE
+    if file_size < magic_size or len(head) < magic_size:
         _status.raise_for_status(_status.TRUNCATED, what, path)
-    if head[:8] == _V1:
-        family, tail_size = 1, 16
-    elif head[:8] == _V0:
-        family, tail_size = 0, 8
-    else:
+    found = _FAMILIES.get(head[:magic_size])
+    if found is None:
         _status.raise_for_status(_status.BAD_MAGIC, what, path)
-    if file_size < 8 + tail_size or len(tail) < tail_size:
+    family, info = found
+    tail_size = info.tail_size
+    if file_size < magic_size + tail_size or len(tail) < tail_size:
         _status.raise_for_status(_status.TRUNCATED, what, path)
     t = tail[len(tail) - tail_size:]
-    if family == 1 and t[8:16] != _V1:
+    if family == _contract.FAMILY_V1 and t[8:] != info.magic:  # v1 ends with its magic
         _status.raise_for_status(_status.BAD_FOOTER_MAGIC, what, path)
     size = int.from_bytes(t[:8], "little")
     what = _status.footer_context(size, file_size, max_manifest)
     if size > max_manifest:
         _status.raise_for_status(_status.MANIFEST_TOO_LARGE, what, path)
-    if size > file_size - 8 - tail_size:
+    if size > file_size - magic_size - tail_size:
         _status.raise_for_status(_status.MANIFEST_OUT_OF_BOUNDS, what, path)
     return family, file_size - tail_size - size, size
 
@@ -200,7 +206,7 @@ def crc32c_hardware():
 
 
 # ------------------------------------------------------------------- blob writer
-EXTENT = 2 << 20  # csrc/blobwrite.h ZT_BW_EXTENT
+EXTENT = _contract.BLOB_EXTENT  # csrc/blobwrite.h ZT_BW_EXTENT
 class BlobWriter:
     """Python twin of csrc/blobwrite.c: stage small writes, pad with zeros, and end
     every write(2) but the last on an extent boundary (the C file says why)."""
@@ -279,8 +285,8 @@ class BlobWriter:
 
 # ------------------------------------------------------------------- fp8 / bf16 / f16
 # codes shared with csrc/floatconv.h
-F32, F16, BF16 = 0, 1, 2
-FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
+F32, F16, BF16 = _contract.F32, _contract.F16, _contract.BF16
+FP8_KINDS = _contract.FP8_KINDS
 _FLOAT_NP = {F32: np.dtype(np.float32), F16: np.dtype(np.float16)}
 
 # name: (exponent bits, mantissa bits, bias, no infinities, fnuz, max finite code, NaN code)
@@ -396,7 +402,8 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------- group dequantization
-ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
+                                             _contract.ZERO_PACKED_V2)
 
 
 def stream_codes(words, bits):

@@ -19,6 +19,10 @@ cdef extern from "zt_status.h":
         ZT_E_GROUP_INDEX
 
 cdef extern from "footer.h":
+    enum: ZT_MAGIC_LEN
+    enum: ZT_TAIL_LEN
+    enum: ZT_FAMILY_V0
+    enum: ZT_FAMILY_V1
     ctypedef struct zt_footer:
         int family
         uint64_t manifest_offset
@@ -38,6 +42,7 @@ cdef extern from "crc32c.h":
     int zt_crc32c_hardware()
 
 cdef extern from "blobwrite.h":
+    enum: ZT_BW_EXTENT
     ctypedef struct zt_blobwriter:
         int fd
         uint64_t pos
@@ -50,6 +55,15 @@ cdef extern from "blobwrite.h":
     void zt_bw_free(zt_blobwriter *bw)
 
 cdef extern from "floatconv.h":
+    ctypedef enum zt_fp8_kind:
+        ZT_FP8_E4M3FN
+        ZT_FP8_E5M2
+        ZT_FP8_E4M3FNUZ
+        ZT_FP8_E5M2FNUZ
+    ctypedef enum zt_float_type:
+        ZT_F32
+        ZT_F16
+        ZT_BF16
     void zt_floatconv_init()
     zt_status zt_fp8_decode(const uint8_t *src, void *dst, size_t n, int kind, int dst_type) nogil
     zt_status zt_fp8_encode(const void *src, uint8_t *dst, size_t n, int kind, int src_type) nogil
@@ -57,6 +71,9 @@ cdef extern from "floatconv.h":
     void zt_bf16_encode(const float *src, uint16_t *dst, size_t n) nogil
 
 cdef extern from "quant.h":
+    enum: ZT_ZERO_NONE
+    enum: ZT_ZERO_PACKED_V1
+    enum: ZT_ZERO_PACKED_V2
     ctypedef struct zt_dequant_args:
         const uint8_t *qweight
         const uint8_t *scales
@@ -104,6 +121,16 @@ cdef extern from "manifest_scan.h":
         size_t nobjects, ncomponents, ndims
     int ZT_MF_OBJECT_FIELDS
     int ZT_MF_COMPONENT_FIELDS
+    uint64_t ZT_MF_NONE
+    # one table row as the scanner fills it: field f is column f of the tables
+    ctypedef struct zt_mf_object:
+        uint64_t name_off, name_len, format, attrs_off, attrs_len, dims_start, rank
+        uint64_t comps_start, ncomps, numel, extent_ok
+    ctypedef struct zt_mf_component:
+        uint64_t role_off, role_len, role, dtype
+        uint64_t type_ "type"
+        uint64_t offset, length, encoding, ulen, digest_off, digest_len
+        uint64_t object_ "object"
     zt_status zt_manifest_scan(const uint8_t *buf, size_t len, const zt_mf_config *config,
                                uint64_t *objects, size_t cap_objects,
                                uint64_t *components, size_t cap_components,

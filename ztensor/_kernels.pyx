@@ -1,8 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Thin wrappers over csrc/: take buffers, release the GIL, call C, map the status.
 
-Nothing here decides anything about the file format; callers in ztensor/*.py check
-sizes, offsets and types before a pointer reaches C.
+The wrappers check buffer sizes and arguments (the shared contract, _contract.py)
+and callers in ztensor/*.py check offsets and types before a pointer reaches C.
+Format decisions are made in C, not here: csrc/footer.c reads the magics and the
+footer, csrc/manifest_scan.c decides which manifests take the fast path (and
+ViewTable below serves read_numpy's plain views from its tables: a fast path
+that may only decline, held to formats/dense.py by differential tests).
+:data:`HEADER_CONSTANTS` exports the headers' numbers for the test that checks
+the Python copies (tests/test_c_constants.py).
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -25,6 +31,62 @@ STATUS_CODES = {
     "CBOR_DEPTH": ZT_E_CBOR_DEPTH, "CBOR_KEY": ZT_E_CBOR_KEY,
     "GROUP_INDEX": ZT_E_GROUP_INDEX,
 }
+
+
+
+cdef dict _columns(const char *row, dict fields):
+    # name -> address of that field: its column is its index among the row's uint64s
+    return {name: (<size_t>address - <size_t>row) // sizeof(uint64_t)
+            for name, address in fields.items()}
+
+
+cdef dict _table_columns():
+    cdef zt_mf_object o
+    cdef zt_mf_component c
+    objects = _columns(<const char *>&o, {
+        "NAME_OFF": <size_t>&o.name_off, "NAME_LEN": <size_t>&o.name_len,
+        "FORMAT": <size_t>&o.format, "ATTRS_OFF": <size_t>&o.attrs_off,
+        "ATTRS_LEN": <size_t>&o.attrs_len, "DIMS_START": <size_t>&o.dims_start,
+        "RANK": <size_t>&o.rank, "COMPS_START": <size_t>&o.comps_start,
+        "NCOMPS": <size_t>&o.ncomps, "NUMEL": <size_t>&o.numel,
+        "EXTENT_OK": <size_t>&o.extent_ok})
+    components = _columns(<const char *>&c, {
+        "ROLE_OFF": <size_t>&c.role_off, "ROLE_LEN": <size_t>&c.role_len,
+        "ROLE": <size_t>&c.role, "DTYPE": <size_t>&c.dtype, "TYPE": <size_t>&c.type_,
+        "OFFSET": <size_t>&c.offset, "LENGTH": <size_t>&c.length,
+        "ENCODING": <size_t>&c.encoding, "ULEN": <size_t>&c.ulen,
+        "DIGEST_OFF": <size_t>&c.digest_off, "DIGEST_LEN": <size_t>&c.digest_len,
+        "OBJECT": <size_t>&c.object_})
+    return {"object_columns": objects, "component_columns": components,
+            "object_row_bytes": sizeof(zt_mf_object),
+            "component_row_bytes": sizeof(zt_mf_component)}
+
+
+cdef dict _ggml_blocks():
+    cdef int t
+    return {t: (zt_ggml_block_elements(t), zt_ggml_block_bytes(t)) for t in range(256)
+            if zt_ggml_block_elements(t)}
+
+
+# csrc/'s other numbers, as the headers define them, for the test that checks the
+# Python homes (_contract.py, manifest_table.py) against them
+HEADER_CONSTANTS = {
+    "float_types": {"F32": ZT_F32, "F16": ZT_F16, "BF16": ZT_BF16},
+    "fp8_kinds": {"f8_e4m3fn": ZT_FP8_E4M3FN, "f8_e5m2": ZT_FP8_E5M2,
+                  "f8_e4m3fnuz": ZT_FP8_E4M3FNUZ, "f8_e5m2fnuz": ZT_FP8_E5M2FNUZ},
+    "zero_types": {"ZERO_NONE": ZT_ZERO_NONE, "ZERO_PACKED_V1": ZT_ZERO_PACKED_V1,
+                   "ZERO_PACKED_V2": ZT_ZERO_PACKED_V2},
+    "families": {"FAMILY_V0": ZT_FAMILY_V0, "FAMILY_V1": ZT_FAMILY_V1},
+    "magic_len": ZT_MAGIC_LEN,
+    "tail_len": ZT_TAIL_LEN,
+    "blob_extent": ZT_BW_EXTENT,
+    "object_fields": ZT_MF_OBJECT_FIELDS,
+    "component_fields": ZT_MF_COMPONENT_FIELDS,
+    "mf_none": ZT_MF_NONE,
+    "ggml_blocks": _ggml_blocks(),
+    **_table_columns(),
+}
+
 
 cdef int _raise_for_status(zt_status status, str what, path=None) except -1:
     # the status -> exception table lives in _status.py, shared with _fallback.py

@@ -14,7 +14,6 @@ swaps, ``verify=True``) takes the per-object path.
 from __future__ import annotations
 
 import itertools
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,10 +30,8 @@ _ALIGN = 64
 
 
 def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """The CPUs this process may use (kernels.cpu_threads, the one definition)."""
+    return kernels.cpu_threads()
 
 
 def read_owned(reader, names, threads=None):

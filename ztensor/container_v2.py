@@ -58,24 +58,30 @@ from ztensor import dtypes, kernels, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
-MAGIC = b"\x89ZT2\r\n\x1a\n"
+MAGIC = spec.MAGIC_V2
 FOOTER = 40
 VERSION = "2.0"             # what Reader.version reports for these files
 ALIGN = 4096
 MAX_MANIFEST = 1 << 30
 MAX_DEPTH = 32              # item nesting below the root
-MAX_RANK = 64               # the spec's; Limits.max_rank may lower it
+MAX_RANK = spec.MAX_RANK    # the spec's; Limits.max_rank may lower it
 MAX_NAME = 1024
-STORAGE_WIDTH = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
-                 "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1}
-# registered logical types: required storage, size of n elements in bytes
-LOGICAL = {"bool": ("u8", lambda n: n), "f8_e4m3fn": ("u8", lambda n: n),
-           "f8_e5m2": ("u8", lambda n: n), "f8_e4m3fnuz": ("u8", lambda n: n),
-           "f8_e5m2fnuz": ("u8", lambda n: n), "f8_e8m0": ("u8", lambda n: n),
-           "f4_e2m1": ("u8", lambda n: -(-n // 2)), "complex64": ("f32", lambda n: 8 * n),
-           "complex128": ("f64", lambda n: 16 * n)}
-DECODED_TYPES = {None, "bool", "f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz",
-                 "complex64", "complex128"}
+# v2's storage dtypes: v1's (dtypes.STORAGE) but bool, which v2 makes a logical type
+STORAGE_WIDTH = {name: st.itemsize for name, st in dtypes.STORAGE.items() if name != "bool"}
+
+
+def _widths(per: int):
+    return lambda n: per * n
+
+
+# registered logical types: required storage, size of n elements in bytes; v1's
+# (dtypes.LOGICAL: FP8, complex) and three of v2's own
+LOGICAL = {**{name: (lt.storage, _widths(lt.ratio * dtypes.STORAGE[lt.storage].itemsize))
+              for name, lt in dtypes.LOGICAL.items()},
+           "bool": ("u8", _widths(1)), "f8_e8m0": ("u8", _widths(1)),
+           "f4_e2m1": ("u8", lambda n: -(-n // 2))}
+# the logical types read as values (the rest come back as their storage)
+DECODED_TYPES = {None, "bool", *dtypes.LOGICAL}
 ENCODINGS = {"zt.zstd-seekable/1": "zstd"}
 _SHARD = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\Z")
 _DIGEST = re.compile(r"(xxh3:[0-9a-f]{16}|sha256:[0-9a-f]{64})\Z")

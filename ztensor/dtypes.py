@@ -21,20 +21,66 @@ HOST_IS_LITTLE = sys.byteorder == "little"
 
 
 @dataclass(frozen=True)
+class DType:
+    """One row of :data:`ROWS`: a spec type and every other name it goes by."""
+
+    spec: str             # the spec's name: a storage dtype ("f32") or a logical type
+    storage: str          # the storage dtype that holds it (itself for storage rows)
+    numpy: str            # little-endian numpy dtype of one element (bf16/FP8: its bits)
+    bits: bool = False    # numpy holds only the bits (bf16, FP8): the spec name says more
+    ml_dtypes: str = ""   # ml_dtypes' name, when the element's numpy dtype lives there
+    torch: str = ""       # torch's name (torch.<name>)
+    safetensors: str = ""  # safetensors' name, reported by safe_open's get_dtype()
+    safetensors_file: bool = True  # ztensor reads and writes it in .safetensors files
+    # (not C128, which safetensors lacks, nor the FNUZ names, which newer safetensors
+    # releases write: refused on read and on export today)
+    reference: str = ""   # the reference implementation's name (= v0.1's dtype name)
+    gguf: int = -1        # GGUF's ggml type id, for the types GGUF stores plainly
+
+
+# THE dtype table: every other mapping in this module (and the torch, safetensors,
+# GGUF, v0.1 and reference name tables elsewhere) is derived from it.  Row order is
+# the manifest scanner's vocabulary order (storage rows, then logical rows): do not
+# reorder.  The four FP8 rows are in csrc/floatconv.h's zt_fp8_kind order.
+ROWS = (
+    DType("f64", "f64", "<f8", torch="float64", safetensors="F64", reference="float64", gguf=28),
+    DType("f32", "f32", "<f4", torch="float32", safetensors="F32", reference="float32", gguf=0),
+    DType("f16", "f16", "<f2", torch="float16", safetensors="F16", reference="float16", gguf=1),
+    DType("bf16", "bf16", "<u2", bits=True, ml_dtypes="bfloat16", torch="bfloat16",
+          safetensors="BF16", reference="bfloat16", gguf=30),
+    DType("i64", "i64", "<i8", torch="int64", safetensors="I64", reference="int64", gguf=27),
+    DType("i32", "i32", "<i4", torch="int32", safetensors="I32", reference="int32", gguf=26),
+    DType("i16", "i16", "<i2", torch="int16", safetensors="I16", reference="int16", gguf=25),
+    DType("i8", "i8", "i1", torch="int8", safetensors="I8", reference="int8", gguf=24),
+    DType("u64", "u64", "<u8", torch="uint64", safetensors="U64", reference="uint64"),
+    DType("u32", "u32", "<u4", torch="uint32", safetensors="U32", reference="uint32"),
+    DType("u16", "u16", "<u2", torch="uint16", safetensors="U16", reference="uint16"),
+    DType("u8", "u8", "u1", torch="uint8", safetensors="U8", reference="uint8"),
+    DType("bool", "bool", "?", torch="bool", safetensors="BOOL", reference="bool"),
+    DType("f8_e4m3fn", "u8", "u1", bits=True, ml_dtypes="float8_e4m3fn",
+          torch="float8_e4m3fn", safetensors="F8_E4M3"),
+    DType("f8_e5m2", "u8", "u1", bits=True, ml_dtypes="float8_e5m2", torch="float8_e5m2",
+          safetensors="F8_E5M2"),
+    DType("f8_e4m3fnuz", "u8", "u1", bits=True, ml_dtypes="float8_e4m3fnuz",
+          torch="float8_e4m3fnuz", safetensors="F8_E4M3FNUZ", safetensors_file=False),
+    DType("f8_e5m2fnuz", "u8", "u1", bits=True, ml_dtypes="float8_e5m2fnuz",
+          torch="float8_e5m2fnuz", safetensors="F8_E5M2FNUZ", safetensors_file=False),
+    DType("complex64", "f32", "<c8", torch="complex64", safetensors="C64"),
+    DType("complex128", "f64", "<c16", torch="complex128", safetensors="C128",
+          safetensors_file=False),
+)
+BY_SPEC = {row.spec: row for row in ROWS}
+
+
+@dataclass(frozen=True)
 class StorageType:
     name: str        # spec name, e.g. "f32"
     numpy: np.dtype  # little-endian numpy dtype of the stored elements
     itemsize: int
 
 
-_STORAGE_NUMPY = {
-    "f64": "<f8", "f32": "<f4", "f16": "<f2", "bf16": "<u2",  # bf16: raw bits
-    "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "i1",
-    "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "u1",
-    "bool": "?",
-}
-STORAGE = {name: StorageType(name, np.dtype(code), np.dtype(code).itemsize)
-           for name, code in _STORAGE_NUMPY.items()}
+STORAGE = {row.spec: StorageType(row.spec, np.dtype(row.numpy), np.dtype(row.numpy).itemsize)
+           for row in ROWS if row.storage == row.spec}
 
 
 @dataclass(frozen=True)
@@ -45,15 +91,11 @@ class LogicalType:
     ml_name: str = ""  # ml_dtypes attribute, if the numpy dtype lives there
 
 
-FP8_TYPES = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
-LOGICAL = {
-    "f8_e4m3fn": LogicalType("f8_e4m3fn", "u8", 1, "float8_e4m3fn"),
-    "f8_e5m2": LogicalType("f8_e5m2", "u8", 1, "float8_e5m2"),
-    "f8_e4m3fnuz": LogicalType("f8_e4m3fnuz", "u8", 1, "float8_e4m3fnuz"),
-    "f8_e5m2fnuz": LogicalType("f8_e5m2fnuz", "u8", 1, "float8_e5m2fnuz"),
-    "complex64": LogicalType("complex64", "f32", 2),
-    "complex128": LogicalType("complex128", "f64", 2),
-}
+LOGICAL = {row.spec: LogicalType(row.spec, row.storage,
+                                 np.dtype(row.numpy).itemsize // STORAGE[row.storage].itemsize,
+                                 row.ml_dtypes)
+           for row in ROWS if row.storage != row.spec}
+FP8_TYPES = tuple(name for name in LOGICAL if name.startswith("f8_"))
 
 # v1.1 listed these as storage dtypes; they are lifted to (storage, type).
 V11_DTYPE_ALIASES = {
@@ -65,12 +107,56 @@ V11_DTYPE_ALIASES = {
 # v1.1 also used the short name for a logical type; read it as e4m3fn (conventions.md).
 TYPE_ALIASES = {"f8_e4m3": "f8_e4m3fn"}
 
-# v0.1 dtype names.
-V01_DTYPES = {
-    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
-    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
-    "uint64": "u64", "uint32": "u32", "uint16": "u16", "uint8": "u8", "bool": "bool",
+# The names the reference implementation (PyPI ztensor 1.2.3) reports as an object's
+# dtype, which code written against it compares with: numpy's names, bf16 as
+# "bfloat16" (ml_dtypes').  ObjectSpec.dtype uses them; the spec's own names ("f32")
+# stay in ObjectSpec.storage_dtype and in every ComponentSpec.dtype (docs/migrating.md).
+REFERENCE_NAMES = {row.spec: row.reference for row in ROWS if row.reference}
+# v0.1 dtype names: the same names, read the other way.
+V01_DTYPES = {row.reference: row.spec for row in ROWS if row.reference}
+
+# spec type (bf16 or FP8) -> ml_dtypes' name for it
+ML_NAMES = {row.spec: row.ml_dtypes for row in ROWS if row.ml_dtypes}
+# spec type (bf16 or FP8) -> the numpy dtype (native order) whose memory holds its bits
+BITS_DTYPES = {row.spec: np.dtype(row.numpy).newbyteorder("=") for row in ROWS if row.bits}
+
+
+def _foreign_kind(row: DType):
+    """(numpy little-endian dtype code, spec type or None): how the other formats'
+    readers hold an element: bf16 and FP8 as their bits with the spec type beside
+    them, everything else as numpy's own dtype (complex as complex)."""
+    return row.numpy, (row.spec if row.bits else None)
+
+
+# torch's dtype names (without "torch.") -> (numpy storage, logical type)
+TORCH_KINDS = {row.torch: _foreign_kind(row) for row in ROWS if row.torch}
+
+# safetensors' dtype names <-> zTensor (numpy little-endian storage, logical type);
+# the one table for reading .safetensors, writing them, and safe_open's get_dtype().
+SAFETENSORS_STORAGE = {row.safetensors: _foreign_kind(row) for row in ROWS
+                       if row.safetensors and row.safetensors_file}
+# spec dtype (or logical type) -> safetensors' name
+SAFETENSORS_NAMES = {row.spec: row.safetensors for row in ROWS if row.safetensors}
+
+# spec type -> numpy dtype code of the types GGUF stores plainly (bf16 as its bits)
+GGUF_NUMPY = {row.spec: row.numpy for row in ROWS if row.gguf >= 0}
+# ggml type id -> (name, elements per block, bytes per block, numpy dtype or None):
+# the plain types from ROWS (GGUF names them as safetensors does), the quantized
+# block types below.  gguf.py reads with it, container_v2 maps v2's names to ids,
+# and _contract.GGML_BLOCKS is the part of it csrc/ggml_blocks.c decodes.
+_GGML_QUANTIZED = {
+    2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    29: ("IQ1_M", 256, 56),
 }
+GGML_TYPES = dict(sorted(
+    [(row.gguf, (row.safetensors, 1, np.dtype(row.numpy).itemsize, row.numpy))
+     for row in ROWS if row.gguf >= 0]
+    + [(i, (name, per, nbytes, None)) for i, (name, per, nbytes) in _GGML_QUANTIZED.items()]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,16 +190,15 @@ def logical_known(storage: str, type_name) -> bool:
 
 
 # ------------------------------------------------------------------- writing side
-_NUMPY_KIND_TO_STORAGE = {
-    ("f", 8): "f64", ("f", 4): "f32", ("f", 2): "f16",
-    ("i", 8): "i64", ("i", 4): "i32", ("i", 2): "i16", ("i", 1): "i8",
-    ("u", 8): "u64", ("u", 4): "u32", ("u", 2): "u16", ("u", 1): "u8",
-    ("b", 1): "bool",
-}
-_COMPLEX = {8: ("f32", "complex64"), 16: ("f64", "complex128")}
-_ML_NAMES = {"bfloat16": ("bf16", None), "float8_e4m3fn": ("u8", "f8_e4m3fn"),
-             "float8_e5m2": ("u8", "f8_e5m2"), "float8_e4m3fnuz": ("u8", "f8_e4m3fnuz"),
-             "float8_e5m2fnuz": ("u8", "f8_e5m2fnuz")}
+# (numpy kind, itemsize) -> storage dtype, for the types numpy holds itself
+_NUMPY_KIND_TO_STORAGE = {(np.dtype(row.numpy).kind, np.dtype(row.numpy).itemsize): row.spec
+                          for row in ROWS if row.storage == row.spec and not row.bits}
+# complex itemsize -> (storage, logical type)
+_COMPLEX = {np.dtype(row.numpy).itemsize: (row.storage, row.spec) for row in ROWS
+            if np.dtype(row.numpy).kind == "c"}
+# ml_dtypes' name -> (storage, logical type or None)
+_ML_NAMES = {row.ml_dtypes: (row.storage, None if row.storage == row.spec else row.spec)
+             for row in ROWS if row.ml_dtypes}
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,32 +231,3 @@ def swap_width(dtype: np.dtype) -> int:
     if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
         return 0
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
-
-
-# The names the reference implementation (PyPI ztensor 1.2.3) reports as an object's
-# dtype, which code written against it compares with: numpy's names, bf16 as
-# "bfloat16" (ml_dtypes').  ObjectSpec.dtype uses them; the spec's own names ("f32")
-# stay in ObjectSpec.storage_dtype and in every ComponentSpec.dtype (docs/migrating.md).
-REFERENCE_NAMES = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
-    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
-    "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8", "bool": "bool",
-}
-
-
-# safetensors' dtype names <-> zTensor (numpy little-endian storage, logical type);
-# the one table for reading .safetensors, writing them, and safe_open's get_dtype().
-SAFETENSORS_STORAGE = {
-    "F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<u2", "bf16"),
-    "I64": ("<i8", None), "I32": ("<i4", None), "I16": ("<i2", None), "I8": ("i1", None),
-    "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
-    "BOOL": ("?", None), "F8_E4M3": ("u1", "f8_e4m3fn"), "F8_E5M2": ("u1", "f8_e5m2"),
-    "C64": ("<c8", None),
-}
-# spec dtype (or logical type) -> safetensors' name
-SAFETENSORS_NAMES = {
-    "f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "i64": "I64", "i32": "I32",
-    "i16": "I16", "i8": "I8", "u64": "U64", "u32": "U32", "u16": "U16", "u8": "U8",
-    "bool": "BOOL", "f8_e4m3fn": "F8_E4M3", "f8_e5m2": "F8_E5M2", "complex64": "C64",
-    "complex128": "C128", "f8_e4m3fnuz": "F8_E4M3FNUZ", "f8_e5m2fnuz": "F8_E5M2FNUZ",
-}

@@ -247,9 +247,9 @@ def _short(value) -> str:
 
 
 # ------------------------------------------------------------------ GGUF (via gguf-py)
-# spec types GGUF holds, and ggml type names for them (bf16 is written as its bits)
-_GGUF_DENSE = {"f32": "f4", "f16": "f2", "f64": "f8", "bf16": "u2", "i8": "i1", "i16": "i2",
-               "i32": "i4", "i64": "i8"}
+# spec types GGUF holds, and the native numpy dtype gguf-py writes each from (bf16 as
+# its bits): the dtype table's rows with a ggml type id
+_GGUF_DENSE = {name: code.lstrip("<") for name, code in dtypes.GGUF_NUMPY.items()}
 # GGUF value type id -> the integers it holds ([low, high)), for the integer types
 _GGUF_INT_RANGES = {0: (0, 1 << 8), 1: (-(1 << 7), 1 << 7), 2: (0, 1 << 16),
                     3: (-(1 << 15), 1 << 15), 4: (0, 1 << 32), 5: (-(1 << 31), 1 << 31),

@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterator, Tuple, Union
 
 import numpy as np
 
+from ztensor import dtypes, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.names import NameTable
 from ztensor.objects import shape_problem
@@ -44,19 +45,9 @@ from ztensor.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
-# ggml type id -> (name, elements per block, bytes per block, numpy dtype or None)
-GGML_TYPES = {
-    0: ("F32", 1, 4, "<f4"), 1: ("F16", 1, 2, "<f2"), 2: ("Q4_0", 32, 18, None),
-    3: ("Q4_1", 32, 20, None), 6: ("Q5_0", 32, 22, None), 7: ("Q5_1", 32, 24, None),
-    8: ("Q8_0", 32, 34, None), 9: ("Q8_1", 32, 40, None), 10: ("Q2_K", 256, 84, None),
-    11: ("Q3_K", 256, 110, None), 12: ("Q4_K", 256, 144, None), 13: ("Q5_K", 256, 176, None),
-    14: ("Q6_K", 256, 210, None), 15: ("Q8_K", 256, 292, None), 16: ("IQ2_XXS", 256, 66, None),
-    17: ("IQ2_XS", 256, 74, None), 18: ("IQ3_XXS", 256, 98, None), 19: ("IQ1_S", 256, 50, None),
-    20: ("IQ4_NL", 32, 18, None), 21: ("IQ3_S", 256, 110, None), 22: ("IQ2_S", 256, 82, None),
-    23: ("IQ4_XS", 256, 136, None), 24: ("I8", 1, 1, "i1"), 25: ("I16", 1, 2, "<i2"),
-    26: ("I32", 1, 4, "<i4"), 27: ("I64", 1, 8, "<i8"), 28: ("F64", 1, 8, "<f8"),
-    29: ("IQ1_M", 256, 56, None), 30: ("BF16", 1, 2, "<u2"),
-}
+# ggml type id -> (name, elements per block, bytes per block, numpy dtype or None):
+# the one table, in dtypes.py (its plain types are rows of the dtype table)
+GGML_TYPES = dtypes.GGML_TYPES
 # key/value types: id -> struct format of one scalar (strings and arrays apart)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}
@@ -133,7 +124,7 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
     size = source.size
     data = source.view(0, size, "file")
     cur = _Cursor(data, name)
-    if bytes(cur.take(4, "magic")) != b"GGUF":
+    if bytes(cur.take(4, "magic")) != spec.MAGIC_GGUF:
         raise FormatError("not a GGUF file (magic)", path=name)
     version = cur.unpack("<I", "version")
     if version not in (2, 3):

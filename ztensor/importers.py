@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterator, Tuple, Union
 
-from ztensor import _save, foreign
+from ztensor import _save, foreign, spec
 from ztensor.errors import FormatError
 from ztensor.source import open_local_input
 from ztensor.tensor import Tensor
@@ -29,7 +29,7 @@ def open_any(path: PathLike) -> Opened:
     if fmt is None:
         with open_local_input(name) as f:
             head = f.read(8)
-            if head[:4] != b"ZTEN" and head != b"\x89ZT2\r\n\x1a\n":
+            if head[:4] != spec.MAGIC_PREFIX and head != spec.MAGIC_V2:
                 raise FormatError("not a tensor file ztensor can read (zTensor, safetensors, "
                                   "npy, npz, PyTorch zip, GGUF, HDF5, ONNX)", path=name)
         return open_zt(name)

@@ -4,8 +4,9 @@ caller owns (a numpy array, or a torch tensor on any device).
 The destination must have the object's shape and element type; its memory is
 used as it is: raw data is copied in once (byte-swapped on the way on big-endian
 hosts), zstd data is decoded into it directly when it is contiguous.  A torch
-tensor on another device is filled through one CPU staging buffer (pinned for
-CUDA) and copied over once."""
+tensor on another device is filled in host memory and copied over through the
+process's staging buffer for that device (staging.py: pinned for CUDA, reused by
+every call)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Tuple
@@ -16,9 +17,7 @@ from ztensor import components, dtypes, logical
 from ztensor.errors import UnsupportedError
 
 # logical/storage type -> the numpy dtypes whose memory holds its elements exactly
-_BITS = {"bf16": np.dtype(np.uint16), "f8_e4m3fn": np.dtype(np.uint8),
-         "f8_e5m2": np.dtype(np.uint8), "f8_e4m3fnuz": np.dtype(np.uint8),
-         "f8_e5m2fnuz": np.dtype(np.uint8)}
+_BITS = dtypes.BITS_DTYPES
 
 
 def read_into(reader: Any, name: str, dst: Any) -> None:
@@ -75,8 +74,7 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
     finish()
 
 
-_ML_NAMES = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
-             "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
+_ML_NAMES = dtypes.ML_NAMES
 
 
 def _element_dtype(comp) -> np.dtype:
@@ -107,8 +105,20 @@ def _torch_target(dst):
         view = dst.view(bits[0]) if bits else dst
         arr = view.numpy()
         return (arr.view(bits[1]) if bits else arr), lambda: None
-    staging = torch.empty(dst.shape, dtype=dst.dtype, device="cpu",
-                          pin_memory=dst.device.type == "cuda" and torch.cuda.is_available())
-    view = staging.view(bits[0]) if bits else staging
+    # another device, or a strided CPU tensor: filled in host memory first
+    host = torch.empty(dst.shape, dtype=dst.dtype, device="cpu")
+    view = host.view(bits[0]) if bits else host
     arr = view.numpy()
-    return (arr.view(bits[1]) if bits else arr), lambda: dst.copy_(staging)
+    arr = arr.view(bits[1]) if bits else arr
+    if dst.device.type == "cpu":
+        return arr, lambda: dst.copy_(host)
+
+    def finish():
+        from ztensor import staging
+        buffer = staging.for_device(dst.device)  # the one staging buffer (pinned for CUDA)
+        if dst.is_contiguous():
+            buffer.fill(arr, dst)
+        else:
+            dst.copy_(buffer.put(arr, dst.dtype, dst.shape))
+        buffer.sync()
+    return arr, finish

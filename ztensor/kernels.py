@@ -9,6 +9,16 @@ import os
 
 from ztensor import _contract
 
+
+def cpu_threads() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one):
+    the one default for every thread pool (batch reads, seekable zstd, dequantize)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 if os.environ.get("ZTENSOR_PUREPYTHON") == "1":
     from ztensor import _fallback as _impl
     backend = "python"
@@ -46,14 +56,16 @@ copy_spans = _impl.copy_spans
 set_simd = getattr(_impl, "set_simd", lambda on: False)
 avx2_active = getattr(_impl, "avx2_active", lambda: False)
 
-# codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py)
-F32: int = 0
-F16: int = 1
-BF16: int = 2
+# codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py, checked
+# against the headers by tests/test_c_constants.py)
+F32: int = _contract.F32
+F16: int = _contract.F16
+BF16: int = _contract.BF16
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
                                              _contract.ZERO_PACKED_V2)
-FP8_KINDS = ("f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz")
+FP8_KINDS = _contract.FP8_KINDS
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
            "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
-           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans", "ggml_dequant"]
+           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans", "ggml_dequant",
+           "cpu_threads"]

@@ -14,9 +14,14 @@ costs what the bytes are); trailing bytes are an error.  Then:
   cbor2 and every field is type-checked before use (a
   ``bool`` is not an integer) by :class:`Checker`, which names the first problem.
 
-The writer runs the same :class:`Checker` on every object it is given, so it
-cannot write what this module refuses.  v0.1 and v1.1 manifests are lifted to
-v1.2 terms here, so nothing after this module knows which version a file was.
+The writer runs the same :class:`Checker` on every object it is given, except on
+its plain-dense fast path (``Writer._write_plain``: a C-contiguous little-endian
+array stored raw, for which every rule Checker checks holds by construction, and
+a test holds it to the general path's bytes), so it cannot write what this module
+refuses.  v0.1 and v1.1 manifests are lifted to v1.2 terms here; what still
+depends on the version after this module is the version string
+(``Manifest.version``, ``Reader.version``) and a v0.1 object's ``legacy`` marks
+(its byte order and unaligned blobs, legacy.py), which the readers honour.
 """
 from __future__ import annotations
 

@@ -27,12 +27,14 @@ from ztensor import dtypes, formats, kernels, spec
 from ztensor.errors import ZTensorError
 from ztensor.objects import ComponentSpec, ObjectSpec
 
-# columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component)
+# columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
+# compiled extension exports the structs' field order, HEADER_CONSTANTS, and
+# tests/test_c_constants.py checks these names against it)
 (NAME_OFF, NAME_LEN, FORMAT, ATTRS_OFF, ATTRS_LEN, DIMS_START, RANK, COMPS_START, NCOMPS,
  NUMEL, EXTENT_OK) = range(11)
 (ROLE_OFF, ROLE_LEN, ROLE, DTYPE, TYPE, OFFSET, LENGTH, ENCODING, ULEN, DIGEST_OFF,
  DIGEST_LEN, OBJECT) = range(12)
-NONE = (1 << 64) - 1
+NONE = (1 << 64) - 1  # ZT_MF_NONE
 
 FORMATS = tuple(formats.HANDLERS)
 DENSE = FORMATS.index("dense")

@@ -27,13 +27,13 @@ per safe_open handle.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Tuple
 
 import zstandard
 
+from ztensor import kernels
 from ztensor.errors import FormatError
 
 FRAME_BYTES = 1 << 20          # decoded bytes per frame
@@ -52,7 +52,7 @@ class FrameWriter:
         self.level = level
         self.sizes: List[Tuple[int, int]] = []  # (compressed, decompressed) per frame
         self._pending = bytearray()
-        self._threads = max(1, min(8, os.cpu_count() or 1))
+        self._threads = min(8, kernels.cpu_threads())
 
     def write(self, chunk) -> List[bytes]:
         """Frames completed by ``chunk``, in order."""
@@ -206,7 +206,7 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
         components.zstd_decode(view[table.offsets[i]:table.offsets[i + 1]], table.sizes[i][1],
                                limits, out=target[table.starts[i]:table.starts[i + 1]],
                                **where)
-    workers = min(len(table.sizes), threads or os.cpu_count() or 1)
+    workers = min(len(table.sizes), threads or kernels.cpu_threads())
     if workers <= 1:
         for i in range(len(table.sizes)):
             one(i)

@@ -17,20 +17,11 @@ from ztensor.attributes import show
 from ztensor.errors import FormatError, SafetensorError, UnsupportedError
 from ztensor.objects import shape_problem
 
-# torch-style names -> (numpy little-endian storage, logical type); safetensors'
-# names come from dtypes.SAFETENSORS_STORAGE
-_TORCH_NAMES = {
-    "float64": ("<f8", None), "float32": ("<f4", None), "float16": ("<f2", None),
-    "bfloat16": ("<u2", "bf16"), "int64": ("<i8", None), "int32": ("<i4", None),
-    "int16": ("<i2", None), "int8": ("i1", None), "uint64": ("<u8", None),
-    "uint32": ("<u4", None), "uint16": ("<u2", None), "uint8": ("u1", None),
-    "bool": ("?", None), "float8_e4m3fn": ("u1", "f8_e4m3fn"),
-    "float8_e5m2": ("u1", "f8_e5m2"), "float8_e4m3fnuz": ("u1", "f8_e4m3fnuz"),
-    "float8_e5m2fnuz": ("u1", "f8_e5m2fnuz"), "complex64": ("<c8", None),
-    "complex128": ("<c16", None),
-}
-_NAME_OF = {"bf16": "bfloat16", "f8_e4m3fn": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
-            "f8_e4m3fnuz": "float8_e4m3fnuz", "f8_e5m2fnuz": "float8_e5m2fnuz"}
+# torch-style names -> (numpy little-endian storage, logical type), and the names of
+# the types numpy holds as bits: both from the one dtype table (dtypes.ROWS);
+# safetensors' names come from dtypes.SAFETENSORS_STORAGE
+_TORCH_NAMES = dtypes.TORCH_KINDS
+_NAME_OF = dtypes.ML_NAMES
 
 
 def _arrays(tensor_dict: Any):

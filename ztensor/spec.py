@@ -10,7 +10,9 @@ Legacy v0.1 (magic ``ZTEN0001``) has no footer magic: the last 8 bytes are the
 size of a CBOR *array* of per-tensor maps.
 
 Per-version differences live in :data:`VERSIONS`, one row each, so a legacy
-version is a table row and a small lifting step in ``manifest.py``.
+version is a table row and a small lifting step in ``legacy.py``.  The magic bytes
+of every file kind ztensor recognises are here too (:data:`MAGICS`), for the
+readers and the format sniffers to share.
 """
 from __future__ import annotations
 
@@ -19,10 +21,23 @@ from dataclasses import dataclass, replace
 MAGIC_V1 = b"ZTEN1000"
 MAGIC_V0 = b"ZTEN0001"
 MAGIC_SIZE = 8
+MAGIC_PREFIX = b"ZTEN"  # what v0.1 and v1.x magics share
+MAGIC_V2 = b"\x89ZT2\r\n\x1a\n"  # the v2 container (container_v2.py), head and footer
+# The first bytes of the other formats we read, for the sniffers (foreign.detect,
+# importers) and the readers that check their own header.
+MAGIC_GGUF = b"GGUF"
+MAGIC_NPY = b"\x93NUMPY"
+MAGIC_HDF5 = b"\x89HDF\r\n\x1a\n"
+MAGIC_ZIP = b"PK\x03\x04"        # a zip's first local file header (npz, torch.save)
+MAGIC_ZIP_EMPTY = b"PK\x05\x06"  # an empty zip: its end-of-central-directory record
+# every magic above by name: the one table (tests check that no module spells one out)
+MAGICS = {"zt_v1": MAGIC_V1, "zt_v0": MAGIC_V0, "zt_v2": MAGIC_V2, "gguf": MAGIC_GGUF,
+          "npy": MAGIC_NPY, "hdf5": MAGIC_HDF5, "zip": MAGIC_ZIP, "zip_empty": MAGIC_ZIP_EMPTY}
 TAIL_SIZE = 16          # v1: manifest size (u64 LE) + footer magic
 ALIGNMENT = 64          # every blob offset is a multiple of this
 WRITE_VERSION = "1.2.0"  # what Writer puts in "version"
 SPEC_MAX_MANIFEST = 1 << 30  # the spec's 1 GB manifest ceiling
+MAX_RANK = 64           # the spec's rank ceiling: Limits' default, and v2's hard limit
 
 DEFAULT_ZSTD_LEVEL = 3
 
@@ -47,16 +62,19 @@ class VersionInfo:
     """What differs between the format versions ztensor reads."""
 
     name: str
-    magic: bytes
+    magic: bytes                        # the header's (and v1's footer's) magic
     tail_size: int                      # bytes after the manifest
-    manifest_is_array: bool             # v0.1: CBOR array of per-tensor maps
     requires_uncompressed_length: bool  # zstd components must declare their size
 
 
+# Read by the footer parser (the numpy twin of csrc/footer.c: magic and tail size;
+# the C one has them as constants, checked by tests/test_c_constants.py) and by the
+# manifest checks (requires_uncompressed_length).  v0.1's manifest is a CBOR array
+# of per-tensor maps, which legacy.py lifts.
 VERSIONS = {
-    "0.1": VersionInfo("0.1", MAGIC_V0, 8, True, False),
-    "1.1": VersionInfo("1.1", MAGIC_V1, 16, False, False),
-    "1.2": VersionInfo("1.2", MAGIC_V1, 16, False, True),
+    "0.1": VersionInfo("0.1", MAGIC_V0, 8, False),
+    "1.1": VersionInfo("1.1", MAGIC_V1, TAIL_SIZE, False),
+    "1.2": VersionInfo("1.2", MAGIC_V1, TAIL_SIZE, True),
 }
 
 
@@ -85,7 +103,7 @@ class Limits:
     max_manifest_size: int = SPEC_MAX_MANIFEST
     max_component_size: int = 1 << 40
     max_total_decompressed: int = 1 << 42
-    max_rank: int = 64
+    max_rank: int = MAX_RANK
     max_objects: int = 10_000_000
 
     def with_(self, **changes) -> "Limits":

@@ -69,8 +69,17 @@ class Staging:
         elements: ``arr`` has the same element width (bf16/float8 as their bits) in
         any byte order."""
         out = torch.empty(tuple(shape), dtype=dtype, device=self.device)
+        self.fill(arr, out)
+        return out
+
+    def fill(self, arr: np.ndarray, out: torch.Tensor) -> None:
+        """Copy ``arr``'s elements into ``out``, a contiguous tensor on the device with
+        as many bytes (same element width, bf16/float8 as their bits, any byte
+        order); call :meth:`sync` before reading ``out`` on another stream."""
         if self.device.type == "meta" or out.numel() == 0:
-            return out
+            return
+        if not out.is_contiguous():
+            raise ValueError("the staging buffer fills contiguous tensors only")
         src, unit = _host_units(arr)
         dst = out.reshape(-1).view(torch.uint8)
         if src.nbytes != dst.numel():
@@ -92,7 +101,6 @@ class Staging:
                 if self.pinned:
                     self._events[half] = torch.cuda.Event()
                     self._events[half].record(torch.cuda.current_stream(self.device))
-        return out
 
     def reserve(self, nbytes: int) -> None:
         """Size the buffer for chunks of ``nbytes`` (the largest tensor a call will

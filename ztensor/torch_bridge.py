@@ -17,9 +17,8 @@ _BITS = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
 # the four spec FP8 types, and torch's newer 8-bit types the spec does not name
 # (stored as u8 bits with torch's name as the logical type, which the spec allows
 # and every reader keeps: they come back as the same torch dtype)
-for _name, _spec in (("float8_e4m3fn", "f8_e4m3fn"), ("float8_e5m2", "f8_e5m2"),
-                     ("float8_e4m3fnuz", "f8_e4m3fnuz"), ("float8_e5m2fnuz", "f8_e5m2fnuz"),
-                     ("float8_e8m0fnu", "f8_e8m0fnu"), ("float4_e2m1fn_x2", "f4_e2m1fn_x2")):
+for _name, _spec in ([(dtypes.BY_SPEC[t].torch, t) for t in dtypes.FP8_TYPES]
+                     + [("float8_e8m0fnu", "f8_e8m0fnu"), ("float4_e2m1fn_x2", "f4_e2m1fn_x2")]):
     if hasattr(torch, _name):
         _BITS[getattr(torch, _name)] = (torch.uint8, np.uint8, _spec)
 _FROM_SPEC = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in _BITS.items()}

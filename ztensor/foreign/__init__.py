@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from ztensor import dtypes
+from ztensor import dtypes, spec
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.spec import DEFAULT_LIMITS, Limits
@@ -107,15 +107,15 @@ def sniff(path: str) -> Optional[str]:
     with open_local_input(path) as f:
         head = f.read(16)
         size = os.fstat(f.fileno()).st_size
-        if head[:4] in (b"ZTEN",):
+        if head.startswith(spec.MAGIC_PREFIX):
             return None
-        if head.startswith(b"\x93NUMPY"):
+        if head.startswith(spec.MAGIC_NPY):
             return "npy"
-        if head.startswith(b"GGUF"):
+        if head.startswith(spec.MAGIC_GGUF):
             return "gguf"
-        if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        if head.startswith(spec.MAGIC_HDF5):
             return "hdf5"
-        if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        if head.startswith((spec.MAGIC_ZIP, spec.MAGIC_ZIP_EMPTY)):
             try:  # the file already open and checked, not its path again
                 with zipfile.ZipFile(f) as z:
                     names = z.namelist()

@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorError
 from ztensor.foreign import ForeignFile, eager
 from ztensor.foreign.names import NameTable
@@ -63,22 +64,18 @@ MAX_PICKLE = 256 << 20   # data.pkl holds structure, not data: far below this in
 MAX_DEPTH = 64           # containers a tensor may be nested in
 MAX_ATTRIBUTES = 10_000  # plain values kept as attributes (metadata, not tensors)
 
-# storage class / dtype name -> (numpy little-endian dtype, zTensor logical type)
-_DTYPES = {
-    "DoubleStorage": ("<f8", None), "FloatStorage": ("<f4", None), "HalfStorage": ("<f2", None),
-    "BFloat16Storage": ("<u2", "bf16"), "LongStorage": ("<i8", None),
-    "IntStorage": ("<i4", None), "ShortStorage": ("<i2", None), "CharStorage": ("i1", None),
-    "ByteStorage": ("u1", None), "BoolStorage": ("?", None),
-    "ComplexFloatStorage": ("<c8", None), "ComplexDoubleStorage": ("<c16", None),
-    "UntypedStorage": ("u1", None),
-    "float64": ("<f8", None), "float32": ("<f4", None), "float16": ("<f2", None),
-    "bfloat16": ("<u2", "bf16"), "int64": ("<i8", None), "int32": ("<i4", None),
-    "int16": ("<i2", None), "int8": ("i1", None), "uint8": ("u1", None),
-    "uint16": ("<u2", None), "uint32": ("<u4", None), "uint64": ("<u8", None),
-    "bool": ("?", None), "complex64": ("<c8", None), "complex128": ("<c16", None),
-    "float8_e4m3fn": ("u1", "f8_e4m3fn"), "float8_e5m2": ("u1", "f8_e5m2"),
-    "float8_e4m3fnuz": ("u1", "f8_e4m3fnuz"), "float8_e5m2fnuz": ("u1", "f8_e5m2fnuz"),
+# legacy typed storage classes -> the torch dtype whose elements they hold
+_STORAGE_CLASSES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128", "UntypedStorage": "uint8",
 }
+# storage class / dtype name -> (numpy little-endian dtype, zTensor logical type):
+# torch's names from the one dtype table (dtypes.TORCH_KINDS)
+_DTYPES = {**{cls: dtypes.TORCH_KINDS[name] for cls, name in _STORAGE_CLASSES.items()},
+           **dtypes.TORCH_KINDS}
 
 # the types a dict key or set item may have: hashing a deeply nested tuple recurses in C
 # without a guard, and a tensor under a key would have no name
@@ -344,7 +341,7 @@ def _refuser(name):
 
 
 # the stdlib's pure-Python unpickler, the one private name this package takes from
-# outside it (docs/architecture.md, house rule 2): restricting the opcodes needs its
+# outside it (house rule 2, tests/test_architecture.py): restricting the opcodes needs its
 # dispatch table (opcode -> handler); the C unpickler has none to replace
 _PythonUnpickler = pickle._Unpickler
 

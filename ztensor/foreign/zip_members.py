@@ -31,6 +31,7 @@ import zipfile
 import zlib
 from typing import Dict, Iterable, Optional
 
+from ztensor import spec
 from ztensor.errors import ChecksumError, FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ZIP_ERRORS
 from ztensor.foreign.names import NameTable
@@ -121,7 +122,7 @@ class ZipArchive:
         head = bytes(self.source.view(info.header_offset, _LOCAL.size, "zip local header",
                                       obj=name))
         magic, _, flags, method, _, _, _, _, _, name_len, extra_len = _LOCAL.unpack(head)
-        if magic != b"PK\x03\x04":
+        if magic != spec.MAGIC_ZIP:
             raise self._error("has no local header where its directory entry points", name)
         if flags & ENCRYPTED_FLAGS:
             raise self._error("is encrypted (its local header says so): its bytes are "

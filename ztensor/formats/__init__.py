@@ -1,8 +1,12 @@
 """READ 5 / WRITE 1: one module per object ``format``, the one home of its rules.
 
 Each module (``dense``, ``sparse`` for sparse_csr and sparse_coo, ``quantized``
-for quantized_group, ``gguf_blocks`` for GGUF's quantized tensors) provides the same four steps, and nothing outside it knows a
-format's rules:
+for quantized_group, ``gguf_blocks`` for GGUF's quantized tensors) provides the same
+four steps, and is the home of its format's rules.  Fast paths repeat the dense
+rule for speed: ``manifest_table``'s column checks and ``_plain_rows``, the
+compiled ``ViewTable`` (read_numpy's zero-copy views) and ``Writer._write_plain``;
+each may only decline (hand the object to the general path here), and
+differential tests hold them to the verdicts of the modules here:
 
 * ``check_entry(checker, name, shape, components)``: manifest checks, run at open
   by ``manifest.Checker`` and by the writer before it writes (so the writer cannot

@@ -20,7 +20,6 @@ tensors drop in unchanged:
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Optional
 
@@ -260,7 +259,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
     args = (inputs.qweight.view(np.uint8).reshape(-1), inputs.scales.view(np.uint8).reshape(-1),
             zeros, g_idx, layout.K, layout.N, layout.G, layout.group_size, layout.bits,
             inputs.scale_type, inputs.zero_type, out_type, flat)
-    threads = max(1, min(threads or os.cpu_count() or 1, layout.N or 1))
+    threads = max(1, min(threads or kernels.cpu_threads(), layout.N or 1))
     bounds = [layout.N * i // threads for i in range(threads + 1)]
     if threads == 1:
         kernels.dequant_rows(*args, 0, layout.N)
