@@ -39,11 +39,13 @@ DEFAULT_MAX_CHUNKS = 100_000
 
 
 def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
-            rows: Optional[int] = None, max_chunks: int = DEFAULT_MAX_CHUNKS):
+            rows: Optional[int] = None, max_chunks: int = DEFAULT_MAX_CHUNKS,
+            storage_options: Optional[Dict[str, Any]] = None):
     """A lazily read ``dask.array.Array`` over dense object ``name`` of ``source``
     (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
     span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
-    the whole of the other axes.
+    the whole of the other axes.  ``storage_options``: fsspec's options for a URL's
+    filesystem (credentials, endpoint); they travel in the graph to the workers.
 
     Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
     ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense
@@ -54,33 +56,37 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
         raise ValueError(f"rows must be at least 1, got {rows!r}")
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
-    source = _shard_of(os.fspath(source), name)
+    from ztensor.remote_write import check_storage_options
+    options = check_storage_options(os.fspath(source), storage_options)
+    source = _shard_of(os.fspath(source), name, options)
     from ztensor.safe import safe_open
-    with safe_open(source, framework="np") as f:
+    with safe_open(source, framework="np", storage_options=options) as f:
         piece = f.get_slice(name)   # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
         meta = f.reader.metadata(name)
         dtype = _dtype_of(meta)
         _require_readable(f.reader, meta)
     if not shape:
-        return da.from_delayed(_delayed_scalar(source, name, dtype), shape=(), dtype=dtype)
+        return da.from_delayed(_delayed_scalar(source, name, dtype, options), shape=(),
+                               dtype=dtype)
     chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
     return da.map_blocks(_read_rows, dtype=dtype, chunks=chunks, source=source, tensor=name,
-                         meta=np.empty((0,) * len(shape), dtype))
+                         meta=np.empty((0,) * len(shape), dtype), storage_options=options)
 
 
 def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, Any]:
     """name -> dask array for every dense object of ``source`` (a file, or a
     sharded checkpoint's directory or index)."""
     source = os.fspath(source)
+    options = kwargs.get("storage_options")
     if _is_sharded(source):
         from ztensor.sharded import open_sharded
-        with open_sharded(source) as s:
+        with open_sharded(source, storage_options=options) as s:
             names = [n for n in s.keys() if s.metadata(n).format == "dense"]
     else:
         from ztensor.reader import Reader
-        with Reader(source) as r:
+        with Reader(source, storage_options=options) as r:
             names = [n for n in r.keys() if r.metadata(n).format == "dense"]
     return {n: from_zt(source, n, **kwargs) for n in names}
 
@@ -142,13 +148,13 @@ def _is_sharded(source: str) -> bool:
     return is_checkpoint(source)
 
 
-def _shard_of(source: str, name: str) -> str:
+def _shard_of(source: str, name: str, storage_options=None) -> str:
     """The file that holds ``name``: ``source`` itself, or for a sharded checkpoint
     the shard its index names (checked to hold it)."""
     if not _is_sharded(source):
         return source
     from ztensor.sharded import open_sharded
-    with open_sharded(source) as s:
+    with open_sharded(source, storage_options=storage_options) as s:
         s.metadata(name)   # ObjectNotFoundError, or the index names a shard without it
         return s.shard_path(s.file_of(name))
 
@@ -159,7 +165,7 @@ _VERSION_FIELDS = ("ETag", "etag", "Content-MD5", "Digest", "LastModified",
                    "last_modified", "mtime", "created", "ino", "VersionId", "generation")
 
 
-def _identity(source: str):
+def _identity(source: str, storage_options=None):
     """What tells one version of a file from another, cheaply: for a local file its
     stat (a rename gives another inode; a rewrite in place another size or time);
     for a URL what the server says of it, or None where it says nothing beyond the
@@ -168,7 +174,8 @@ def _identity(source: str):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
-    fs, inner = fsspec.core.url_to_fs(source)
+    from ztensor.source import url_options
+    fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
     info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
     return (("size", str(info.get("size"))),) + marks if marks else None
@@ -185,26 +192,30 @@ class _Handles:
         self._limit = limit
         self._open: "collections.OrderedDict[Any, list]" = collections.OrderedDict()
 
-    def acquire(self, source: str):
-        """(key, handle) for the file at ``source`` as it is now; give the key back
-        with :meth:`release`."""
+    def acquire(self, source: str, storage_options=None):
+        """(key, handle) for the file at ``source`` as it is now (opened with
+        ``storage_options``); give the key back with :meth:`release`."""
         from ztensor.safe import safe_open
+        options = storage_options or None
+        # a handle opened with other options (credentials) is not this caller's
+        where = source if not options else (source, repr(sorted(options.items())))
         for _ in range(8):
-            before = _identity(source)
+            before = _identity(source, options)
             if before is None:  # no version to key by: this chunk's own handle
-                key, handle = (source, object()), safe_open(source, framework="np")
+                key, handle = (where, object()), safe_open(source, framework="np",
+                                                           storage_options=options)
                 with self._lock:
                     self._open[key] = [handle, 1, True]   # closed on release
                 return key, handle
-            key = (source, before)
+            key = (where, before)
             with self._lock:
                 entry = self._open.get(key)
                 if entry is not None:
                     entry[1] += 1
                     self._open.move_to_end(key)
                     return key, entry[0]
-            handle = safe_open(source, framework="np")
-            if _identity(source) != before:  # changed while it was opened: again
+            handle = safe_open(source, framework="np", storage_options=options)
+            if _identity(source, options) != before:  # changed while it was opened: again
                 handle.close()
                 continue
             with self._lock:
@@ -215,7 +226,7 @@ class _Handles:
                     handle.close()
                 entry[1] += 1
                 self._open.move_to_end(key)
-                self._retire(source, key)
+                self._retire(where, key)
                 return key, entry[0]
         from ztensor.errors import ClosedError
         raise ClosedError("the file kept changing while it was opened", path=source)
@@ -255,8 +266,8 @@ class _Handles:
 _HANDLES = _Handles()
 
 
-def _read(source, tensor, shape, dtype, select):
-    key, handle = _HANDLES.acquire(source)
+def _read(source, tensor, shape, dtype, select, storage_options=None):
+    key, handle = _HANDLES.acquire(source, storage_options)
     try:
         piece = handle.get_slice(tensor)
         now = handle.reader.metadata(tensor)
@@ -270,16 +281,16 @@ def _read(source, tensor, shape, dtype, select):
         _HANDLES.release(key)
 
 
-def _read_rows(block_info=None, *, source, tensor):
+def _read_rows(block_info=None, *, source, tensor, storage_options=None):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
     return _read(source, tensor, info["shape"], np.dtype(info["dtype"]),
-                 lambda piece: piece[r0:r1])
+                 lambda piece: piece[r0:r1], storage_options)
 
 
-def _delayed_scalar(source, name, dtype):
+def _delayed_scalar(source, name, dtype, storage_options=None):
     import dask
-    return dask.delayed(_read)(source, name, (), dtype, _whole)
+    return dask.delayed(_read)(source, name, (), dtype, _whole, storage_options)
 
 
 def _whole(piece):

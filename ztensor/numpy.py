@@ -22,7 +22,8 @@ __all__ = ["save_file", "load_file", "save", "load"]
 
 
 def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[str, str]] = None,
-              *, compress=None, checksum=None, compression=None) -> None:
+              *, compress=None, checksum=None, compression=None,
+              storage_options=None) -> None:
     """Write ``tensors`` (name -> array) to ``filename`` as a zTensor file.
 
     Parameters
@@ -38,11 +39,15 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
     compression : bool or int
         The same as ``compress``, as the reference ztensor 1.2.3 spells it (pass
         one of the two: both is a TypeError).
+    storage_options : dict, optional
+        For an fsspec URL (``s3://...``): its filesystem's options (credentials,
+        endpoint); the object appears complete or not at all (see Writer).
     """
     compression = _save.compress_option(compress, compression)
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
-    with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
+    with Writer(filename, attributes=_save.str_metadata(metadata),
+                storage_options=storage_options) as w:
         for name, array in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             if not isinstance(array, np.ndarray):
                 raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received "
@@ -51,16 +56,17 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
 
 
 def load_file(filename, *, copy: bool = False, dequantize: bool = False,
-              threads: Optional[int] = None) -> Dict[str, np.ndarray]:
+              threads: Optional[int] = None, storage_options=None) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
     read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
     owned arrays, copied in ``threads`` threads (default: every core).
 
     Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
-    ``dequantize=True`` (ztensor/checkpoint.py)."""
+    ``dequantize=True`` (ztensor/checkpoint.py).  ``storage_options``: fsspec's
+    options for a URL's filesystem (credentials, endpoint)."""
     from ztensor import checkpoint
-    with Reader(filename) as r:
+    with Reader(filename, storage_options=storage_options) as r:
         entries = checkpoint.entries(r, dequantize)
         if copy:  # the plain objects in one batch (ztensor/batch.py)
             format_of = r.internals.format_of  # no spec built per object (reader.py)

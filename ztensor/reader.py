@@ -22,6 +22,7 @@ from ztensor.footer import read_footer
 from ztensor.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
+from ztensor.remote_write import check_storage_options
 from ztensor.source import Source, is_url
 
 
@@ -103,6 +104,10 @@ class Reader:
         False: read with ``pread`` instead of mapping the file.  Arrays are then
         always copies, and a file truncated by another process while open gives a
         FormatError instead of a SIGBUS (see docs/safety.md).
+    storage_options : dict, optional
+        For a URL: fsspec's options for its filesystem (credentials, an endpoint:
+        ``{"client_kwargs": {"endpoint_url": ...}}``), as pandas takes them.  With
+        a local path, a file object or bytes they are a ValueError.
 
     Raises
     ------
@@ -126,8 +131,10 @@ class Reader:
     def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any],
                  *,
                  verify: bool = False, limits: Optional[spec.Limits] = None,
-                 copy_on_write: bool = False, mmap: bool = True) -> None:
+                 copy_on_write: bool = False, mmap: bool = True,
+                 storage_options: Optional[Dict[str, Any]] = None) -> None:
         self._closed = True  # until the manifest is checked (and for __del__)
+        storage_options = check_storage_options(source, storage_options)
         self._limits = limits or spec.DEFAULT_LIMITS
         self._verify = verify
         self._foreign = None
@@ -153,7 +160,8 @@ class Reader:
                                       {n: e.spec for n, e in self._foreign.entries.items()})
             self._closed = False
             return
-        self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap)
+        self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap,
+                              storage_options=storage_options)
         self.path = self._source.name
         try:
             head = self._source.view(0, min(8, self._source.size), "header")

@@ -31,10 +31,14 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         What ``get_tensor`` returns: numpy arrays, or torch tensors (torch needed).
     device : str
         torch device for ``framework="pt"``.
+    storage_options : dict, optional
+        fsspec's options for a URL's filesystem (credentials, endpoint), as
+        :class:`ztensor.Reader` takes them.
     """
 
     def __init__(self, filename: Union[str, "os.PathLike[str]"], framework: str = "np",
-                 device: str = "cpu", *, dequantize: bool = False) -> None:
+                 device: str = "cpu", *, dequantize: bool = False,
+                 storage_options: Optional[Dict[str, Any]] = None) -> None:
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
@@ -44,7 +48,8 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._decoded: Dict[str, Any] = {}  # zstd components decoded for slices, by name
         self._tables: Dict[str, Any] = {}   # their seek tables (None: written without)
         try:
-            self._reader = Reader(filename, copy_on_write=self._framework == "pt")
+            self._reader = Reader(filename, copy_on_write=self._framework == "pt",
+                                  storage_options=storage_options)
         except FileNotFoundError:
             # safetensors' words, which name the path
             raise FileNotFoundError(f"No such file or directory: {os.fspath(filename)}") \

@@ -34,6 +34,7 @@ from ztensor.foreign.names import json_loads_unique
 from ztensor.reader import Reader
 from ztensor.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.writer import Writer
+from ztensor import remote_write
 
 PathLike = Union[str, "os.PathLike[str]"]
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -65,7 +66,8 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
                  max_shard_size: Union[int, str] = "5GB", prefix: str = "model",
                  metadata: Optional[Dict[str, str]] = None, compress: Any = False,
                  checksum: Optional[str] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> List[str]:
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 storage_options: Optional[Dict[str, Any]] = None) -> List[str]:
     """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
     ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
     Tensors are taken in name order (``_save.canonical_order``), so the same
@@ -73,12 +75,19 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
 
     ``metadata`` (str -> str) goes into every shard's attributes; ``progress`` is
     called with (bytes done, bytes total) after each tensor.  Returns the shard
-    file names, in order."""
+    file names, in order.
+
+    ``directory`` may be an fsspec URL (``s3://bucket/ckpt``; ``storage_options``:
+    its filesystem's options): each shard is uploaded whole as its Writer closes,
+    the index last (ztensor/remote_write.py)."""
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
     limit = parse_size(max_shard_size)
     folder = os.fspath(directory)
-    os.makedirs(folder, exist_ok=True)
+    storage_options = remote_write.check_storage_options(folder, storage_options)
+    place = remote_write.join if _is_url(folder) else os.path.join
+    if not _is_url(folder):  # an object store has no folders to make
+        os.makedirs(folder, exist_ok=True)
     plan: List[List[str]] = [[]]
     used = 0
     # the one order (_save.canonical_order): the same tensors give the same shards
@@ -92,14 +101,17 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
     plan = [names for names in plan if names] or [[]]
     count = len(plan)
     files = [f"{prefix}-{i + 1:05d}-of-{count:05d}.zt" for i in range(count)]
-    index_path = os.path.join(folder, f"{prefix}.zt.index.json")
-    if os.path.exists(index_path):
+    index_path = place(folder, f"{prefix}.zt.index.json")
+    if _is_url(index_path):
+        remote_write.Upload(index_path, storage_options).remove()  # as below
+    elif os.path.exists(index_path):
         os.unlink(index_path)  # a crash from here on leaves no index, never a wrong one
     total = sum(_nbytes(v) for v in tensors.values())
     done = 0
     weight_map = {}
     for file, names in zip(files, plan):
-        with Writer(os.path.join(folder, file), attributes=metadata) as w:
+        with Writer(place(folder, file), attributes=metadata,
+                    storage_options=storage_options) as w:
             for name in names:
                 value = tensors[name]
                 if type(value).__module__.startswith("torch"):
@@ -111,7 +123,10 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
                 if progress is not None:
                     progress(done, total)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    _write_json_atomically(index_path, index)
+    if _is_url(index_path):  # uploaded whole, last (remote_write.Upload.commit)
+        remote_write.Upload(index_path, storage_options).write_json(index)
+    else:
+        _write_json_atomically(index_path, index)
     return files
 
 
@@ -192,8 +207,11 @@ def find_index(path: PathLike) -> Optional[str]:
 class ShardedReader:
     """The Reader API over the shards of a checkpoint (see :func:`open_sharded`)."""
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, storage_options: Optional[Dict[str, Any]] = None
+                 ) -> None:
         self.path = os.fspath(path)
+        # fsspec's options for the index's URL, and for every shard beside it
+        self._options = remote_write.check_storage_options(self.path, storage_options)
         index = find_index(self.path)
         self._readers: Dict[str, Reader] = {}
         if index is None:
@@ -206,7 +224,7 @@ class ShardedReader:
             return
         self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
         try:
-            data = json_loads_unique(_read_index(index), index, "index key")
+            data = json_loads_unique(_read_index(index, self._options), index, "index key")
         except ZTensorError:
             raise  # a network failure, a FIFO: already says what and where
         except (OSError, ValueError, RecursionError) as exc:
@@ -257,7 +275,8 @@ class ShardedReader:
         """A new Reader of shard ``file``, checked to hold exactly the tensors the
         index places there: the one place a shard is opened for reading."""
         try:
-            reader = Reader(self._shard(file), **reader_options)
+            reader = Reader(self._shard(file), storage_options=self._options,
+                            **reader_options)
         except ZTensorError:
             raise   # says what is wrong, and where
         except OSError as exc:  # the index names a shard that is not there
@@ -375,8 +394,8 @@ class ShardedReader:
         for are read)."""
         from ztensor.safe import safe_open
         self._reader(name)  # the name must be in its shard
-        return safe_open(self._shard(self._map[name]),
-                         framework="np").get_slice(name)
+        return safe_open(self._shard(self._map[name]), framework="np",
+                         storage_options=self._options).get_slice(name)
 
     def verify(self, progress: Optional[Callable[[int, int], None]] = None, *,
                errors: Optional[List[Exception]] = None) -> int:
@@ -398,13 +417,13 @@ class ShardedReader:
         sizes = {}
         for file, path in paths.items():
             try:
-                sizes[file] = _size(path)
+                sizes[file] = _size(path, self._options)
             except OSError:
                 sizes[file] = 0  # reported when the shard is opened
         total = sum(sizes.values())
         for file, path in paths.items():
             try:
-                with Reader(path) as r:
+                with Reader(path, storage_options=self._options) as r:
                     for name in self._missing(file, r):
                         problem(FormatError(f"the index names this tensor in {file}, which "
                                             "does not hold it", path=self.path, obj=name))
@@ -431,11 +450,11 @@ class ShardedReader:
         ztensor/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
         out: Dict[str, Any] = {}
         paths = {file: self._shard(file) for file in self.shards}
-        total, done = sum(_size(p) for p in paths.values()), 0
+        total, done = sum(_size(p, self._options) for p in paths.values()), 0
         for file, path in paths.items():
             names = [n for n, f in self._map.items() if f == file]
             out.update(self._reader(names[0]).read_numpy(names, copy=copy) if names else {})
-            done += _size(path)
+            done += _size(path, self._options)
             if progress is not None:
                 progress(done, total)
         return {name: out[name] for name in self._map}
@@ -457,11 +476,11 @@ class ShardedReader:
                f"{len(self)} tensor(s)]>"
 
 
-def _read_index(index: str) -> bytes:
+def _read_index(index: str, storage_options: Any = None) -> bytes:
     """The index's bytes, at most MAX_INDEX_BYTES (a local regular file, through
     source.open_local_input, or an fsspec URL, through source.open_url)."""
     if _is_url(index):
-        f = open_url(index)
+        f = open_url(index, storage_options)
         with f, network_errors(index):
             return _read_bounded(f, index)
     with open_local_input(index) as f:
@@ -482,11 +501,11 @@ def _read_bounded(f, index: str) -> bytes:
         parts.append(part)
 
 
-def _size(path: str) -> int:
+def _size(path: str, storage_options: Any = None) -> int:
     if _is_url(path):
         import fsspec
         with network_errors(path):
-            fs, inner = fsspec.core.url_to_fs(path, **url_options(path))
+            fs, inner = fsspec.core.url_to_fs(path, **url_options(path, storage_options))
             return int(fs.size(inner))
     return os.path.getsize(path)
 
@@ -503,8 +522,11 @@ def is_checkpoint(path: Any) -> bool:
     return text.endswith(".index.json") or (not _is_url(text) and os.path.isdir(text))
 
 
-def open_sharded(path: PathLike) -> ShardedReader:
+def open_sharded(path: PathLike, *, storage_options: Optional[Dict[str, Any]] = None
+                 ) -> ShardedReader:
     """The Reader API over a sharded checkpoint: a directory or an index file
     (``.zt.index.json``, or ``.safetensors.index.json`` of safetensors shards), or an
-    index's fsspec URL (its shards are read with range requests, as Reader(url))."""
-    return ShardedReader(path)
+    index's fsspec URL (its shards are read with range requests, as Reader(url));
+    ``storage_options``: fsspec's options for the URL's filesystem, used for the
+    index and every shard."""
+    return ShardedReader(path, storage_options)

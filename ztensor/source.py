@@ -139,7 +139,7 @@ class Source:
         False: read a file with ``pread`` instead of mapping it (see the module doc).
     """
 
-    def __init__(self, source, copy_on_write=False, mmap=True):
+    def __init__(self, source, copy_on_write=False, mmap=True, storage_options=None):
         self._lock = threading.Lock()
         self._closed = False
         self._copy_on_write = copy_on_write
@@ -150,7 +150,7 @@ class Source:
         self._url = None
         if is_url(source):
             self._url = source
-            source = open_url(source)        # fsspec: s3://, https://, memory://, ...
+            source = open_url(source, storage_options)  # fsspec: s3://, https://, ...
         if hasattr(source, "seek") and (hasattr(source, "readinto") or hasattr(source, "read")):
             with network_errors(self._url):
                 self._open_fileobj(source)
@@ -416,41 +416,52 @@ URL_TIMEOUT = 60.0
 _ERROR_BODY = 64 << 10
 
 
-def open_url(url):
+def open_url(url, storage_options=None):
     """An fsspec URL as a seekable file object (fsspec is optional), its failures
     translated by :func:`network_errors`.  HTTP(S) replies are checked against the
-    range asked for (:class:`_CheckedResponse`) and time out after URL_TIMEOUT."""
+    range asked for (:class:`_CheckedResponse`) and time out after URL_TIMEOUT.
+    ``storage_options``: the caller's fsspec options (credentials, endpoint)."""
     try:
         import fsspec
     except ImportError:
         raise UnsupportedError("reading URLs needs the 'fsspec' package (pip install fsspec)",
                                path=url) from None
-    options = url_options(url)
+    options = url_options(url, storage_options)
     with network_errors(url):
         # no read-ahead: each read is one range request for exactly the bytes asked
-        # for (fsspec's default caches multi-megabyte blocks, far more than a manifest)
+        # for (fsspec's default caches multi-megabyte blocks, far more than a manifest;
+        # s3fs's 50 MiB).  Given to the file's open, not to fsspec.open, whose extra
+        # keywords are options of the filesystem: s3fs took cache_type there and
+        # ignored it, and read whole blocks
+        fs, inner = fsspec.core.url_to_fs(url, **options)
         try:
-            return fsspec.open(url, "rb", cache_type="none", **options).open()
+            return fs.open(inner, "rb", cache_type="none")
         except TypeError:  # a filesystem whose files take no cache_type
-            return fsspec.open(url, "rb", **options).open()
+            return fs.open(inner, "rb")
 
 
-def url_options(url):
-    """fsspec storage options for ``url``: for HTTP(S), an aiohttp session whose
-    replies are checked against the range asked for and that times out."""
+def url_options(url, storage_options=None):
+    """fsspec storage options for ``url``: the caller's ``storage_options``, and for
+    HTTP(S) an aiohttp session whose replies are checked against the range asked for
+    and that times out.  The caller's ``client_kwargs`` headers (authorization) and
+    timeout are kept; the checked response class and the identity encoding are not
+    the caller's to drop."""
+    options = dict(storage_options or {})
     if not url.lower().startswith(("http://", "https://")):
-        return {}
+        return options
     try:
         import aiohttp
     except ImportError:
-        return {}  # fsspec says what is missing
-    return {"client_kwargs": {
-        "response_class": _checked_response_class(aiohttp),
-        # a range is of the bytes as stored: no compressed encoding (one would also
-        # be decompressed whole, a bomb the range checks never see)
-        "headers": {"Accept-Encoding": "identity"},
-        "timeout": aiohttp.ClientTimeout(total=None, connect=URL_TIMEOUT,
-                                         sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT)}}
+        return options  # fsspec says what is missing
+    client = dict(options.get("client_kwargs") or {})
+    client["response_class"] = _checked_response_class(aiohttp)
+    # a range is of the bytes as stored: no compressed encoding (one would also
+    # be decompressed whole, a bomb the range checks never see)
+    client["headers"] = {**(client.get("headers") or {}), "Accept-Encoding": "identity"}
+    client.setdefault("timeout", aiohttp.ClientTimeout(
+        total=None, connect=URL_TIMEOUT, sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT))
+    options["client_kwargs"] = client
+    return options
 
 
 _CHECKED = []

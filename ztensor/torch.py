@@ -154,7 +154,8 @@ def _check_tensors(tensors: Any) -> None:
 # ------------------------------------------------------------------ files
 def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
               metadata: Optional[Dict[str, str]] = None, *, compress: Any = None,
-              checksum: Optional[str] = None, compression: Any = None) -> None:
+              checksum: Optional[str] = None, compression: Any = None,
+              storage_options: Optional[Dict[str, Any]] = None) -> None:
     """Write ``tensors`` (name -> torch.Tensor) as a zTensor file.
 
     ``compress``: zstd for every tensor (True: level 3; an int: that level), the
@@ -163,10 +164,13 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
 
     Tensors may live on any device and have any strides (they are stored as
     contiguous copies).  Tensors that overlap in memory are refused, as
-    safetensors does: use :func:`save_model` for tied weights."""
+    safetensors does: use :func:`save_model` for tied weights.  ``storage_options``:
+    fsspec's options for a URL's filesystem (credentials, endpoint), as
+    :class:`ztensor.Writer` takes them."""
     compression = _save.compress_option(compress, compression)
     _check_tensors(tensors)
-    with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
+    with Writer(filename, attributes=_save.str_metadata(metadata),
+                storage_options=storage_options) as w:
         for name, t in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             arr, type_name = to_numpy_for_writing(t, name)
             w.write(name, Tensor({"data": arr}, shape=tuple(t.shape),

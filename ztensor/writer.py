@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 import numpy as np
 
 from ztensor import attributes as attrs
-from ztensor import atomic, components, floatconv, dtypes, kernels, spec
+from ztensor import atomic, components, floatconv, dtypes, kernels, remote_write, spec
 from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
 from ztensor.footer import encode_footer
 from ztensor.manifest import Checker, gc_paused, encode_manifest
@@ -56,6 +56,12 @@ class Writer:
     fsync : bool
         Flush the file to stable storage before renaming it into place (slower;
         protects against power loss, not only against crashes of this process).
+    storage_options : dict, optional
+        For an fsspec URL (``s3://``, ``gs://``, ``memory://``...): fsspec's options
+        for its filesystem (credentials, endpoint).  The file is built in a local
+        temporary file and uploaded when :meth:`close` succeeds, so the object
+        appears complete or not at all (ztensor/remote_write.py).  With a local
+        path they are a ValueError.
 
     Examples
     --------
@@ -72,8 +78,11 @@ class Writer:
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *,
-                 attributes: Optional[Dict[str, Any]] = None, fsync: bool = False) -> None:
+                 attributes: Optional[Dict[str, Any]] = None, fsync: bool = False,
+                 storage_options: Optional[Dict[str, Any]] = None) -> None:
         self.path = os.fspath(path)
+        # a URL: built locally, uploaded at close (None for a local path)
+        self._upload = remote_write.Upload.for_path(self.path, storage_options)
         self._attributes = _check_attributes(attributes, self.path)
         # the reader's own checks, run on every object before its bytes are written
         self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS,
@@ -81,8 +90,9 @@ class Writer:
         self._fsync = fsync
         # name -> ObjectSpec, or (shape, storage, offset, length) for a plain raw array
         self._objects: Dict[str, Any] = {}
-        self._target = _final_target(self.path)
-        self._fd, self._tmp = _create_temp(self._target)
+        self._target = atomic.final_target(self.path)
+        self._fd, self._tmp = atomic.create_temp(self._target) if self._upload is None \
+            else self._upload.create_temp()
         self._state = "open"
         self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
         self._guard(self._blobs.write, spec.MAGIC_V1)
@@ -275,7 +285,7 @@ class Writer:
         file or the complete new one, never a mix (docs/editing.md).  Costs one copy
         of the file's bytes, in exchange for that guarantee."""
         from ztensor.reader import Reader
-        with Reader(path) as old:
+        with Reader(path, storage_options=kwargs.get("storage_options")) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
             from ztensor.edit import require_writable_version
@@ -413,7 +423,12 @@ class Writer:
                 os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-            os.replace(self._tmp, self._target)
+            if self._upload is not None:  # WriteError naming the URL; no object left
+                self._guard(self._upload.commit, self._tmp)
+            else:
+                os.replace(self._tmp, self._target)
+        except WriteError:
+            raise
         except OSError as exc:
             self.abort()
             raise WriteError(f"cannot finish the file: {exc.strerror}", path=self.path,
