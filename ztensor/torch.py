@@ -129,6 +129,12 @@ def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
     return to_remove
 
 
+# public names of the shared-tensor rules (safetensors keeps them private; other
+# modules, ztensor.transformers' save_pretrained among them, use these)
+find_shared_tensors = _find_shared_tensors
+remove_duplicate_names = _remove_duplicate_names
+
+
 def _check_tensors(tensors: Any) -> None:
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")

@@ -1,0 +1,388 @@
+"""Hugging Face transformers models to and from ``.zt`` checkpoints.
+
+>>> from transformers import AutoModelForCausalLM
+>>> from ztensor.transformers import from_pretrained, save_pretrained
+>>> save_pretrained(model, "llama-zt")                     # config.json + .zt shards
+>>> model = from_pretrained(AutoModelForCausalLM, "llama-zt")
+
+A checkpoint folder is what transformers' ``save_pretrained`` writes, with ``.zt``
+shards in place of ``.safetensors``: ``config.json``, ``generation_config.json`` (for a
+model that generates), ``model-0000K-of-0000N.zt`` and ``model.zt.index.json`` (the
+index is written even for one shard, so the folder is always a checkpoint that
+:func:`ztensor.torch.load_file`, :func:`ztensor.open_sharded` and ``ztensor convert``
+take).  ``ztensor convert`` of a transformers folder gives the same layout.
+
+Loading builds the model with every parameter on torch's ``meta`` device (no memory),
+then fills it shard by shard: each shard's zero-copy views are copied (cast to the
+model's dtype where asked) into parameters of the model's own, and the shard is
+unmapped before the next, so memory peaks at the model plus one shard.  The model
+owns its memory: the files may be replaced or deleted once it is loaded.
+
+This module imports torch and transformers; ``import ztensor`` never imports it.
+docs/transformers.md says what is supported and what is not.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import warnings
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import transformers
+
+from ztensor import _save
+from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
+from ztensor.source import is_url, network_errors, open_local_input, open_url
+
+__all__ = ["from_pretrained", "save_pretrained"]
+
+CONFIG_NAME = "config.json"
+GENERATION_CONFIG_NAME = "generation_config.json"
+WEIGHTS_PREFIX = "model"            # model-00001-of-00002.zt, model.zt.index.json
+INDEX_NAME = f"{WEIGHTS_PREFIX}.zt.index.json"
+# a config is a few kilobytes of JSON; no honest one comes near this
+MAX_CONFIG_BYTES = 16 << 20
+
+
+# ------------------------------------------------------------------ loading
+def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrainedModel":
+    """The model of transformers class ``cls`` (an Auto class such as
+    ``AutoModelForCausalLM``, or a concrete one such as ``LlamaForCausalLM``) with the
+    weights of the ``.zt`` checkpoint at ``path``, in eval mode, as transformers'
+    ``cls.from_pretrained`` gives it.
+
+    ``path``: a checkpoint folder, its index (``model.zt.index.json``), or one ``.zt``
+    file; local, or an fsspec URL of the index or file (``config.json`` and
+    ``generation_config.json`` are read beside it).
+
+    ``dtype`` (or its older spelling ``torch_dtype``; ``dtype`` wins when both are
+    given): a ``torch.dtype``, its name, or ``"auto"`` (the default, as in
+    transformers 5: the config's dtype, else the checkpoint's first floating dtype).
+    Every other keyword goes where transformers sends it: a config attribute updates
+    the config, the rest (``attn_implementation``...) goes to the model's
+    ``from_config``.
+
+    Tied weights stay tied: a group of parameters that the built model shares is
+    filled from whichever of its names the checkpoint holds (transformers stores
+    the embedding, ``ztensor.torch.save_model`` may store the head).  A parameter
+    the checkpoint lacks, after tying, is an ObjectNotFoundError naming it (no
+    weight is invented); a tensor whose shape differs from the model's is a
+    FormatError; tensors the model has no place for are skipped with a warning
+    (transformers logs them), except those its ``_keys_to_ignore_on_load_unexpected``
+    names."""
+    source = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(source, str):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    folder, checkpoint = _locate(source)
+    dtype = kwargs.pop("dtype", None)
+    torch_dtype = kwargs.pop("torch_dtype", None)
+    if dtype is None:
+        dtype = torch_dtype
+
+    config_dict = _read_json(_beside(folder, CONFIG_NAME), what="config")
+    if config_dict is None:
+        raise FormatError(f"no {CONFIG_NAME} beside the weights: a transformers model is "
+                          "built from it", path=_beside(folder, CONFIG_NAME))
+    config_class = _config_class(cls, config_dict, source)
+    config, model_kwargs = config_class.from_dict(config_dict, return_unused_kwargs=True,
+                                                  **kwargs)
+    resolved = _resolve_dtype(dtype, config, checkpoint)
+
+    with _parameters_on_meta():
+        model = _build(cls, config, resolved, model_kwargs)
+    model.config.name_or_path = source
+    _load_weights(model, checkpoint, resolved, cls)
+
+    generation = _read_json(_beside(folder, GENERATION_CONFIG_NAME), what="generation config")
+    if generation is not None and hasattr(model, "generation_config"):
+        model.generation_config = transformers.GenerationConfig.from_dict(generation)
+    model.eval()
+    return model
+
+
+def _locate(source: str) -> Tuple[str, str]:
+    """(the folder config.json is read from, the weights as load_file takes them)."""
+    if is_url(source):
+        return source.rstrip("/").rsplit("/", 1)[0], source
+    if os.path.isdir(source):
+        return source, source
+    if not os.path.exists(source):
+        raise FileNotFoundError(f"{source}: no such file or directory")
+    return os.path.dirname(os.path.abspath(source)), source
+
+
+def _beside(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if is_url(folder) else os.path.join(folder, name)
+
+
+def _read_json(where: str, what: str) -> Optional[Dict[str, Any]]:
+    """The JSON object at ``where`` (a path or URL), None if there is no such file;
+    at most MAX_CONFIG_BYTES are read.  Anything but a JSON object is a FormatError."""
+    try:
+        if is_url(where):
+            f = open_url(where)
+            with f, network_errors(where):
+                data = f.read(MAX_CONFIG_BYTES + 1)
+        else:
+            with open_local_input(where) as f:
+                data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:  # NetworkNotFoundError (404) is one too
+        return None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise FormatError(f"a {what} larger than {MAX_CONFIG_BYTES} bytes", path=where)
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"not a readable {what}: {exc}", path=where) from None
+    if not isinstance(value, dict):
+        raise FormatError(f"a {what} is a JSON object, not {type(value).__name__}",
+                          path=where)
+    return value
+
+
+def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:
+    """The config class for ``cls``: a concrete model's own, else (an Auto class) the
+    one config.json's ``model_type`` names."""
+    own = getattr(cls, "config_class", None)
+    if own is not None:
+        return own
+    model_type = config_dict.get("model_type")
+    mapping = transformers.CONFIG_MAPPING
+    if not isinstance(model_type, str) or model_type not in mapping:
+        raise UnsupportedError(f"config.json names model_type {model_type!r}, which this "
+                               f"transformers ({transformers.__version__}) does not know",
+                               path=source)
+    return mapping[model_type]
+
+
+def _resolve_dtype(dtype: Any, config: Any, checkpoint: str) -> torch.dtype:
+    """transformers 5's rule: None or "auto" -> the config's dtype, else the
+    checkpoint's first floating dtype, else torch's default; a name -> that dtype."""
+    if dtype is None or dtype == "auto":
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if dtype is None:
+            dtype = _checkpoint_float_dtype(checkpoint) or torch.get_default_dtype()
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', "
+                         f"not {dtype!r}")
+    return dtype
+
+
+def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
+    from ztensor import sharded
+    from ztensor.reader import Reader
+    opened = sharded.open_sharded(checkpoint) if sharded.is_checkpoint(checkpoint) \
+        else Reader(checkpoint)
+    with opened as r:
+        for name in r.keys():
+            found = getattr(torch, str(r.metadata(name).dtype), None)
+            if isinstance(found, torch.dtype) and found.is_floating_point:
+                return found
+    return None
+
+
+def _build(cls: Any, config: Any, dtype: torch.dtype, model_kwargs: Dict[str, Any]) -> Any:
+    """The model from its config, in ``dtype``: an Auto class's ``from_config``, a
+    concrete class's ``_from_config`` (what the Auto class calls)."""
+    build = getattr(cls, "from_config", None) or getattr(cls, "_from_config", None)
+    if build is None:
+        raise UnsupportedError(f"{getattr(cls, '__name__', cls)!r} is not a transformers "
+                               "model class (no from_config)")
+    return build(config, dtype=dtype, **model_kwargs)
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Every parameter registered while the model is built goes to the ``meta``
+    device (shape and dtype, no memory), so the weights are never allocated before
+    the checkpoint's are: the largest allocation of the build is one uninitialised
+    parameter, dropped at once.  Buffers stay real: they are small, and some (rotary
+    frequencies) are computed in ``__init__``, not stored in the checkpoint.  A
+    parameter already on meta is registered as it is, so weights the model ties
+    while it is built stay one object.  The patch is global while it lasts: build no
+    other module in another thread meanwhile."""
+    original = torch.nn.Module.register_parameter
+
+    def register(module, name, param):
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.detach().to("meta"),
+                                       requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original
+
+
+def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
+    """transformers' rule for modules kept in float32: ``_keep_in_fp32_modules`` when
+    loading in float16, ``_keep_in_fp32_modules_strict`` in float16 or bfloat16."""
+    patterns: List[str] = []
+    if dtype == torch.float16:
+        patterns += list(getattr(model, "_keep_in_fp32_modules", None) or ())
+    if dtype in (torch.float16, torch.bfloat16):
+        patterns += list(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    return patterns
+
+
+def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
+    """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
+    from ztensor import sharded
+    from ztensor.torch import _shard_by_shard, load_file
+    if sharded.is_checkpoint(checkpoint):
+        for _, part in _shard_by_shard(checkpoint, "cpu", False, False, None):
+            yield part
+            del part
+    else:
+        yield load_file(checkpoint)
+
+
+def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> None:
+    """Fill the meta-built ``model`` from ``checkpoint``, shard by shard (see
+    :func:`from_pretrained` for the rules on tied, missing and unexpected names)."""
+    expected = model.state_dict(keep_vars=True)    # the meta parameters, the buffers
+    tied = _tied_groups(model)
+    fp32 = _fp32_patterns(model, dtype)
+    ignore = [re.compile(p) for p in
+              (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
+    loaded: Dict[str, torch.Tensor] = {}
+    unexpected: List[str] = []
+    for part in _shards(checkpoint):
+        own: Dict[str, torch.Tensor] = {}
+        for key, value in part.items():
+            target = expected.get(key)
+            if target is None:
+                if not any(p.search(key) for p in ignore):
+                    unexpected.append(key)
+                continue
+            if tuple(value.shape) != tuple(target.shape):
+                raise FormatError(f"shape {list(value.shape)} in the checkpoint, "
+                                  f"{type(model).__name__} has {list(target.shape)}",
+                                  path=checkpoint, obj=key)
+            want = target.dtype
+            if fp32 and want.is_floating_point and any(re.search(p, key) for p in fp32):
+                want = torch.float32
+            # a copy the model owns (cast as transformers casts: Tensor.to), so the
+            # shard's mapping is released below and the file may go away
+            own[key] = value.to(dtype=want, copy=True)
+        del part
+        model.load_state_dict(own, strict=False, assign=True)
+        loaded.update(own)
+        del own
+    _retie(model, tied, loaded)
+    missing = [name for name, value in model.state_dict(keep_vars=True).items()
+               if value.device.type == "meta"]
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise ObjectNotFoundError(f"{len(missing)} weight(s) of {type(model).__name__} are "
+                                  f"not in the checkpoint: {shown}", path=checkpoint,
+                                  obj=missing[0])
+    if unexpected:
+        shown = ", ".join(repr(n) for n in unexpected[:8]) + \
+            (" ..." if len(unexpected) > 8 else "")
+        warnings.warn(f"{checkpoint}: {len(unexpected)} tensor(s) the model "
+                      f"{type(model).__name__} has no place for were not loaded: {shown}",
+                      stacklevel=3)
+
+
+def _tied_groups(model: Any) -> List[List[str]]:
+    """The names of each parameter the built model holds under more than one name
+    (tied while it was built): meta tensors have no storage to compare, so the
+    parameter objects themselves are."""
+    by_object: Dict[int, List[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_object.setdefault(id(param), []).append(name)
+    return [names for names in by_object.values() if len(names) > 1]
+
+
+def _retie(model: Any, groups: List[List[str]], loaded: Dict[str, torch.Tensor]) -> None:
+    """Make each tied group one parameter again after loading replaced its members:
+    the one the checkpoint gave, whichever name it came under.  A group given under
+    two names with different values is left untied, with a warning (transformers'
+    rule: the checkpoint says they are not the same weight)."""
+    for names in groups:
+        present = [n for n in names if n in loaded]
+        if not present:
+            continue       # reported missing
+        if any(not torch.equal(loaded[present[0]], loaded[n]) for n in present[1:]):
+            warnings.warn(f"{', '.join(present)} are tied in the model but differ in the "
+                          "checkpoint: they are loaded untied", stacklevel=4)
+            source_names, source = [n for n in names if n not in loaded], present[0]
+        else:
+            source_names, source = [n for n in names if n != present[0]], present[0]
+        param = model.get_parameter(source)
+        for name in source_names:
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, param)
+
+
+# ------------------------------------------------------------------ saving
+def save_pretrained(model: Any, save_directory: Any, *, max_shard_size: Any = "5GB",
+                    compress: Any = None, checksum: Optional[str] = None,
+                    compression: Any = None) -> List[str]:
+    """Write ``model`` (a transformers ``PreTrainedModel``) into ``save_directory`` as
+    :func:`from_pretrained` reads it: ``config.json`` (with the model's dtype and
+    class, as transformers writes it), ``generation_config.json`` for a model that
+    generates, the weights as ``.zt`` shards of at most ``max_shard_size`` (``"5GB"``,
+    ``"500MiB"`` or bytes; one larger tensor alone) and ``model.zt.index.json``.
+
+    A tied weight is stored once, under the name transformers keeps (the embedding,
+    not the head: ``ztensor.torch.remove_duplicate_names`` with the model's tied
+    targets to discard).  Shards of an earlier save that this one does not rewrite
+    are removed after the new index is written.  ``compress``/``compression`` and
+    ``checksum`` as for :func:`ztensor.torch.save_file`.  Returns the shard names."""
+    from ztensor.sharded import save_sharded
+    from ztensor.torch import remove_duplicate_names
+    compress = _save.compress_option(compress, compression)
+    folder = os.fspath(save_directory)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ZTensorError("exists and is not a directory", path=folder)
+    os.makedirs(folder, exist_ok=True)
+
+    state_dict = model.state_dict()
+    metadata = {"format": "pt"}
+    for kept, dropped in remove_duplicate_names(
+            state_dict, discard_names=_tied_targets(model)).items():
+        for name in dropped:
+            metadata.setdefault(name, kept)
+            del state_dict[name]
+
+    config = copy.deepcopy(model.config)
+    config.dtype = str(model.dtype).split(".")[1]
+    config.architectures = [type(model).__name__]
+    config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None and model.can_generate():
+        generation.save_pretrained(folder)
+
+    files = save_sharded(state_dict, folder, max_shard_size=max_shard_size,
+                         prefix=WEIGHTS_PREFIX, metadata=metadata, compress=compress,
+                         checksum=checksum)
+    stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if stale.fullmatch(name) and name not in files and os.path.isfile(path) \
+                and not os.path.islink(path):
+            os.unlink(path)
+    return files
+
+
+def _tied_targets(model: Any) -> List[str]:
+    """The names transformers drops when it saves tied weights (``lm_head.weight``
+    for an embedding-tied head): transformers 5's ``all_tied_weights_keys`` (target ->
+    source), else transformers 4's ``_tied_weights_keys`` (a list of targets)."""
+    mapping = getattr(model, "all_tied_weights_keys", None)
+    if isinstance(mapping, dict):
+        return list(mapping)
+    targets = getattr(model, "_tied_weights_keys", None)
+    if isinstance(targets, dict):
+        return list(targets)
+    return list(targets or ())
