@@ -1,7 +1,13 @@
 """Reader: file -> footer -> manifest -> object -> components -> arrays.
 
-Opening validates the whole manifest (see manifest.py) before any data byte is
-touched; reading an object touches only that object's bytes.
+That is the path of zTensor v1.x and v0.1 files (local, mapped or read, or a
+remote URL through source.py).  Two others end in the same object specs: the v2
+container (PyPI ztensor 2.x's, read-only: container_v2.py) and the other formats
+a local path may hold, found by their magic (foreign.sniff) and read by
+foreign/'s readers: safetensors, npy/npz, PyTorch zip checkpoints, GGUF, HDF5
+and ONNX.  Opening validates the whole manifest (see manifest.py; container_v2
+and foreign/ check theirs) before any data byte is touched; reading an object
+touches only that object's bytes.
 """
 from __future__ import annotations
 
@@ -619,7 +625,7 @@ def open_bytes(data: Any, **kwargs: Any) -> Reader:
     """A Reader over a file's bytes: zTensor, or safetensors (as ``safetensors``'
     ``load`` takes them); other formats are read from files."""
     view = memoryview(data).cast("B")
-    if bytes(view[:4]) != b"ZTEN" and len(view) >= 9 and view[8] == ord("{"):
+    if bytes(view[:4]) != spec.MAGIC_PREFIX and len(view) >= 9 and view[8] == ord("{"):
         import tempfile
         fd, path = tempfile.mkstemp(suffix=".safetensors")
         from ztensor._save import BYTES, named_as_bytes
