@@ -178,3 +178,22 @@ def test_cuda_load_is_exact_and_pinned(tmp_path):
     assert buffer.pinned and buffer._halves[0].is_pinned()
     assert buffer.nbytes <= staging.CAPACITY
     staging.release()
+
+
+def test_read_into_a_device_tensor_goes_through_the_staging_buffer(tmp_path, staged_cpu):
+    """read_into's destination on a device is filled through the process's staging
+    buffer (staging.for_device), not a pinned buffer of its own per call."""
+    w = torch.from_numpy(RNG.standard_normal((64, 48)).astype(np.float32))
+    b = torch.randn(3000).to(torch.bfloat16)
+    zt_torch.save_file({"w": w, "b": b}, tmp_path / "into.zt")
+    with ztensor.Reader(tmp_path / "into.zt") as r:
+        dst = torch.empty(64, 48)
+        r.read_into("w", dst)
+        assert torch.equal(dst, w)
+        strided = torch.empty(48, 64).t()  # not contiguous: staged, then copied in
+        r.read_into("w", strided)
+        assert torch.equal(strided, w)
+        bits = torch.empty(3000, dtype=torch.bfloat16)
+        r.read_into("b", bits)
+        assert torch.equal(bits.view(torch.int16), b.view(torch.int16))
+    assert staged_cpu.allocations == 1  # one buffer, reused by every call

@@ -99,9 +99,10 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
 def _torch_target(dst):
     import torch
 
-    from ztensor.torch_bridge import torch_bits_dtype
+    from ztensor.torch_bridge import is_cpu, torch_bits_dtype
     bits = torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
-    if dst.device.type == "cpu" and dst.is_contiguous():
+    on_cpu = is_cpu(dst.device)
+    if on_cpu and dst.is_contiguous():
         view = dst.view(bits[0]) if bits else dst
         arr = view.numpy()
         return (arr.view(bits[1]) if bits else arr), lambda: None
@@ -110,7 +111,7 @@ def _torch_target(dst):
     view = host.view(bits[0]) if bits else host
     arr = view.numpy()
     arr = arr.view(bits[1]) if bits else arr
-    if dst.device.type == "cpu":
+    if on_cpu:
         return arr, lambda: dst.copy_(host)
 
     def finish():
