@@ -54,8 +54,8 @@ def _no_view(name):
 @dataclasses.dataclass(frozen=True)
 class ReaderInternals:
     """An open Reader's state, for the modules of this package that read through
-    their own paths: ``Reader.internals`` gives it (house rule: no module reaches
-    into another's private names, docs/architecture.md).  Not public API.
+    their own paths: ``Reader.internals`` gives it (house rule 2: no module reaches
+    into another's private names; tests/test_architecture.py).  Not public API.
 
     Who uses what, and why: ``batch.py`` plans many objects over ``specs`` (the
     manifest's columns) and copies from ``source``; ``into.py`` decodes a component

@@ -230,6 +230,10 @@ def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
             del part  # a suspended generator must not keep this shard mapped
 
 
+# public for ztensor.transformers, which fills a model one shard at a time
+shard_by_shard = _shard_by_shard
+
+
 def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
                  threads: Optional[int], only: Optional[Set[str]] = None
                  ) -> Dict[str, torch.Tensor]:

@@ -236,9 +236,9 @@ def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
 def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
     """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
     from ztensor import sharded
-    from ztensor.torch import _shard_by_shard, load_file
+    from ztensor.torch import load_file, shard_by_shard
     if sharded.is_checkpoint(checkpoint):
-        for _, part in _shard_by_shard(checkpoint, "cpu", False, False, None):
+        for _, part in shard_by_shard(checkpoint, "cpu", False, False, None):
             yield part
             del part
     else:

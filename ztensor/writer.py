@@ -530,12 +530,6 @@ def _encode_as(arr, type_name, saturate=False):
                      f"not {type_name!r}")
 
 
-# the atomic-write helpers live in ztensor/atomic.py; these old private names stay
-# as aliases while other modules move over (removed once nothing uses them)
-_final_target = atomic.final_target
-_create_temp = atomic.create_temp
-
-
 def _zstd_level(compress, path):
     if compress is None or compress is False or (type(compress) is int and compress == 0):
         return 0
