@@ -30,6 +30,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # this checkout's ztensor, installed or not
     import ztensor.numpy as znp
 
     tensors, metadata = _definitions()
