@@ -210,14 +210,22 @@ def test_one_zt_file_beside_its_config(tf, saved, tmp_path):
 
 # ------------------------------------------------------------------ memory
 RSS_SCRIPT = textwrap.dedent("""
-    import resource, sys
+    import sys
     import torch, transformers
     from ztensor.transformers import from_pretrained
     import transformers.models.llama.modeling_llama    # imported before the baseline
-    with open("/proc/self/status") as f:     # resident now (the imports' peak is past)
-        before = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+    def status(field):   # KiB
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith(field + ":"))
+
+    before = status("VmRSS")
+    # the peak from here on: the imports' own peak is forgotten (a lifetime peak
+    # against a resident size that swapping lowered once counted them as the load's)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
     model = from_pretrained(transformers.AutoModelForCausalLM, sys.argv[1])
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # the peak, KiB
+    after = status("VmHWM")
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     print(size, (after - before) * 1024)
 """)
