@@ -12,7 +12,9 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ztensor"
+import ztensor
+
+PACKAGE = pathlib.Path(ztensor.__file__).resolve().parent   # the sources imported (an installed wheel's too)
 
 # Private attribute reaches (``x._name`` where x is not self or cls) that are allowed,
 # by file and expression.  Each is a design decision, not a convenience:
