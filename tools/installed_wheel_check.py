@@ -12,7 +12,7 @@ runs this checks, in the pytest process itself:
   environment's site-packages;
 * pip installed ztensor from the very file named by ``ZTENSOR_WHEEL`` (the
   ``direct_url.json`` pip records for a local wheel);
-* without ZTENSOR_PUREPYTHON=1, the compiled ``ztensor._kernels`` loaded, from the
+* without ZTENSOR_PUREPYTHON=1, the compiled ``ztensor._native._kernels`` loaded, from the
   same folder (tests/conftest.py separately checks the backend in use).
 
 The run's first line names the wheel and where ztensor was imported from.
@@ -53,7 +53,7 @@ def _where():
     if os.path.realpath(got) != os.path.realpath(wheel):
         raise pytest.UsageError(f"ztensor was installed from {url or 'an index'}, not {wheel}")
     if os.environ.get("ZTENSOR_PUREPYTHON") != "1":
-        from ztensor import _kernels
+        from ztensor._native import _kernels
 
         if not _inside(_kernels.__file__, os.path.dirname(ztensor.__file__)):
             raise pytest.UsageError(f"compiled kernels from {_kernels.__file__}")
