@@ -12,8 +12,8 @@ runs this checks, in the pytest process itself:
   environment's site-packages;
 * pip installed ztensor from the very file named by ``ZTENSOR_WHEEL`` (the
   ``direct_url.json`` pip records for a local wheel);
-* without ZTENSOR_PUREPYTHON=1, the compiled ``ztensor._native._kernels`` loaded, from the
-  same folder (tests/conftest.py separately checks the backend in use).
+* without ZTENSOR_PUREPYTHON=1, the C backend is live and its compiled extension
+  was loaded from the installed package folder (whatever module path it has).
 
 The run's first line names the wheel and where ztensor was imported from.
 """
@@ -53,10 +53,14 @@ def _where():
     if os.path.realpath(got) != os.path.realpath(wheel):
         raise pytest.UsageError(f"ztensor was installed from {url or 'an index'}, not {wheel}")
     if os.environ.get("ZTENSOR_PUREPYTHON") != "1":
-        from ztensor._native import _kernels
-
-        if not _inside(_kernels.__file__, os.path.dirname(ztensor.__file__)):
-            raise pytest.UsageError(f"compiled kernels from {_kernels.__file__}")
+        # wherever the package keeps its extension: a loaded ztensor.* module that is
+        # a compiled file from the installed package folder
+        compiled = [m.__file__ for n, m in list(sys.modules.items())
+                    if n.startswith("ztensor.") and getattr(m, "__file__", None)
+                    and m.__file__.endswith(sysconfig.get_config_var("EXT_SUFFIX"))]
+        if ztensor.backend != "c" or not compiled or not all(
+                _inside(f, os.path.dirname(ztensor.__file__)) for f in compiled):
+            raise pytest.UsageError(f"backend {ztensor.backend}, compiled modules {compiled}")
     return f"wheel {os.path.basename(wheel)} installed at {os.path.dirname(ztensor.__file__)}"
 
 
