@@ -1,4 +1,4 @@
-"""Build the compiled kernels: ztensor/_kernels.pyx + csrc/*.c as one extension.
+"""Build the compiled kernels: ztensor/_native/_kernels.pyx + csrc/*.c as one extension.
 
 ZTENSOR_PUREPYTHON=1 at build time skips the extension (the package then runs on
 its numpy fallback).  No -march=native: wheels must run on any CPU of their
@@ -27,8 +27,8 @@ def extensions():
                 "-Wextra", "-Wno-unused-function"]
         args += os.environ.get("ZTENSOR_EXTRA_CFLAGS", "").split()
     ext = Extension(
-        "ztensor._kernels",
-        sources=["ztensor/_kernels.pyx"] + sorted(glob("csrc/*.c")),
+        "ztensor._native._kernels",
+        sources=["ztensor/_native/_kernels.pyx"] + sorted(glob("csrc/*.c")),
         include_dirs=["csrc"],
         extra_compile_args=args,
         extra_link_args=os.environ.get("ZTENSOR_EXTRA_LDFLAGS", "").split(),

@@ -1,4 +1,4 @@
-"""Compressed tensors: zstd frames with a seek table (ztensor/seekable.py) against the
+"""Compressed tensors: zstd frames with a seek table (ztensor/io/seekable.py) against the
 single-stream layout and zstd itself, measured in one run.
 
     python bench/bench_compressed.py [--mb 128] [--repeat 3]
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kernels import median  # noqa: E402
 
 import ztensor  # noqa: E402
-from ztensor import seekable  # noqa: E402
+from ztensor.io import seekable  # noqa: E402
 
 
 def main():

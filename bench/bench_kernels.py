@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 import ztensor
-from ztensor import _fallback, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
 
 
 def median(fn, repeat):

@@ -1,8 +1,8 @@
 /* Status codes shared by every kernel in csrc/.
  *
  * Kernels never raise and never allocate on behalf of Python: they return one of
- * these; ztensor/_kernels.pyx exports the numbers (STATUS_CODES) and
- * ztensor/_status.py maps each to an exception class in one table, which a test
+ * these; ztensor/_native/_kernels.pyx exports the numbers (STATUS_CODES) and
+ * ztensor/_native/status.py maps each to an exception class in one table, which a test
  * checks against this header's values.  Keep the numbers stable.
  */
 #ifndef ZT_STATUS_H

@@ -2,11 +2,12 @@
 extension when this run has it.  One list for every test module."""
 import pytest
 
-from ztensor import _fallback, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
 
 MODULES = [_fallback]
 if kernels.backend == "c":
-    from ztensor import _kernels
+    from ztensor._native import _kernels
     MODULES.insert(0, _kernels)
 
 # for @pytest.mark.parametrize("impl", PARAMS): ids say which backend failed

@@ -7,9 +7,11 @@ import numpy as np
 import zstandard
 
 import ztensor
-from ztensor import manifest, manifest_table, spec
-from ztensor.footer import read_footer
-from ztensor.source import Source
+from ztensor import spec
+from ztensor.container import manifest
+from ztensor.container import manifest_table
+from ztensor.container.footer import read_footer
+from ztensor.io.source import Source
 
 
 def read_everything(source, **kw):

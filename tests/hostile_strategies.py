@@ -1217,7 +1217,7 @@ def read_through_reader(path: Path, limits: Any, most: int) -> int:
 
 def read_through_open_any(path: Path, most: int) -> int:
     """ztensor convert's path: importers.open_any, every tensor pulled through."""
-    from ztensor import importers
+    from ztensor.tools import convert_inputs as importers
     n = 0
     attributes, tensors = importers.open_any(path)
     check_attributes(attributes, "open_any attributes")

@@ -11,7 +11,7 @@ SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     class Block:                      # make the compiled extension unimportable
         def find_spec(self, name, path=None, target=None):
-            if name == "ztensor._kernels":
+            if name == "ztensor._native._kernels":
                 raise ImportError("blocked for the test")
     if sys.argv[1] == "block":
         sys.meta_path.insert(0, Block())

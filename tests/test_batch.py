@@ -1,11 +1,11 @@
-"""Reading many objects at once (ztensor/batch.py): the same arrays as reading them
+"""Reading many objects at once (ztensor/container/batch.py): the same arrays as reading them
 one by one, owned and independent, on every thread count; the column form of the
 plain-view rule agrees with formats/dense.py's."""
 import numpy as np
 import pytest
 
 import ztensor
-from ztensor import manifest_table
+from ztensor.container import manifest_table
 from ztensor.formats import dense
 
 RNG = np.random.default_rng(7)

@@ -6,9 +6,11 @@ import struct
 
 import pytest
 
-from ztensor import _contract, _fallback, kernels, spec
+from ztensor import kernels, spec
+from ztensor._native import contract as _contract
+from ztensor._native import fallback as _fallback
 
-_kernels = pytest.importorskip("ztensor._kernels")
+_kernels = pytest.importorskip("ztensor._native._kernels")
 C = _kernels.HEADER_CONSTANTS
 
 
@@ -65,7 +67,7 @@ def test_blob_extent():
 
 
 def test_manifest_table_columns():
-    from ztensor import manifest_table as mt
+    from ztensor.container import manifest_table as mt
     assert C["object_fields"] == _kernels.OBJECT_FIELDS == len(C["object_columns"])
     assert C["component_fields"] == _kernels.COMPONENT_FIELDS == len(C["component_columns"])
     assert C["object_row_bytes"] == 8 * C["object_fields"]   # no padding: column = field

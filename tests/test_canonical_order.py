@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import ztensor
 import ztensor.numpy as znp
 from ztensor import _save
-from ztensor.reader import open_bytes
+from ztensor.container.reader import open_bytes
 
 GOLDEN = Path(__file__).parent / "data" / "canonical" / "golden.zt"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor.cli import main
+from ztensor.tools.cli import main
 
 
 @pytest.fixture
@@ -374,7 +374,7 @@ class _Terminal:
 def test_progress_on_a_terminal(monkeypatch, with_tqdm):
     import sys as _sys
 
-    from ztensor import cli
+    from ztensor.tools import cli
     if not with_tqdm:
         monkeypatch.setitem(_sys.modules, "tqdm", None)  # as if it were not installed
     else:
@@ -400,7 +400,7 @@ def test_tables_fit_a_narrow_terminal(tmp_path, monkeypatch):
     import numpy as np
 
     import ztensor
-    from ztensor import cli
+    from ztensor.tools import cli
     path = tmp_path / "n.zt"
     long_name = "model.layers.17.self_attn.q_proj.weight.with.a.very.long.suffix"
     with ztensor.Writer(str(path)) as w:

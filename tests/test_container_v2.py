@@ -94,7 +94,7 @@ def test_structural_only_objects_refuse_to_decode(tmp_path):
 
 
 def test_zstd_seekable_parts_and_decoded_digests(tmp_path):
-    from ztensor import seekable
+    from ztensor.io import seekable
     raw = (np.arange(300_000) % 251).astype(np.uint16)
     fw = seekable.FrameWriter(3)
     stored = raw.astype("<u2").tobytes()  # what a file holds: little-endian
@@ -330,7 +330,7 @@ GOLDEN = __import__("pathlib").Path(__file__).parent / "data" / "ref-2.1.2"
 
 
 def test_cli_reads_v2_and_convert_makes_v12(tmp_path, capsys):
-    from ztensor.cli import main
+    from ztensor.tools.cli import main
     for command in ("ls", "info", "verify", "stats"):
         assert main([command, str(GOLDEN / "dense.zt")]) == 0
     assert "2.0" in capsys.readouterr().out

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import conversion
-from ztensor.cli import main
+from ztensor.tools import convert as conversion
+from ztensor.tools.cli import main
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 RNG = np.random.default_rng(3)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor.cli import main
+from ztensor.tools.cli import main
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")

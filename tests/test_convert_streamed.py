@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import conversion
-from ztensor.writer import Writer
+from ztensor.tools import convert as conversion
+from ztensor.container.writer import Writer
 
 RNG = np.random.default_rng(11)
 

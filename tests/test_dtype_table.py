@@ -95,10 +95,12 @@ def test_gguf_types():
 
 
 def test_copies_elsewhere_are_the_table():
-    from ztensor import _contract, kernels
+    from ztensor import kernels
+    from ztensor._native import contract as _contract
     # modules by path: the package exports functions of the same names
     gguf, into, serialize, pytorch = (importlib.import_module(f"ztensor.{name}") for name in
-                                      ("gguf", "into", "serialize", "foreign.pytorch"))
+                                      ("foreign.gguf_file", "container.into", "serialize",
+                                       "foreign.pytorch"))
     assert serialize._TORCH_NAMES is dtypes.TORCH_KINDS
     assert serialize._NAME_OF is dtypes.ML_NAMES
     assert into._ML_NAMES is dtypes.ML_NAMES and into._BITS is dtypes.BITS_DTYPES
@@ -129,5 +131,5 @@ def test_thread_count_is_asked_in_one_place():
 
 
 def test_rank_ceiling_is_one_constant():
-    from ztensor import container_v2
+    from ztensor.container import v2 as container_v2
     assert spec.Limits().max_rank == spec.MAX_RANK == container_v2.MAX_RANK

@@ -218,7 +218,7 @@ def test_missing_optional_package_is_named(tmp_path):
 
 @pytest.mark.parametrize("maker", ["safetensors", "npz", "torch"])
 def test_convert_takes_every_format_and_round_trips(tmp_path, maker):
-    from ztensor.cli import main
+    from ztensor.tools.cli import main
     src = tmp_path / "src.bin"
     if maker == "safetensors":
         pytest.importorskip("safetensors.numpy").save_file(VALUES, str(src))

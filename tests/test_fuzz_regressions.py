@@ -33,7 +33,7 @@ EXTENSIONS = [".safetensors", ".npy", ".npz", ".gguf"]   # as tools/fuzz/fuzz_im
 @pytest.mark.parametrize("path", IMPORTER_CASES, ids=lambda p: p.name)
 def test_importer_regression_input(path, tmp_path):
     """First byte picks the file type, the rest is the file (the fuzz target's rule)."""
-    from ztensor import importers
+    from ztensor.tools import convert_inputs as importers
 
     data = path.read_bytes()
     target = tmp_path / ("input" + EXTENSIONS[data[0] % len(EXTENSIONS)])
@@ -50,7 +50,8 @@ REPLAY = r"""
 import io, json, resource, sys, time
 from pathlib import Path
 import ztensor
-from ztensor import cli, importers
+from ztensor.tools import cli
+from ztensor.tools import convert_inputs as importers
 used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (used + (512 << 20), used + (512 << 20)))
 slow = []

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import gguf as zgguf
-from ztensor.cli import main
+from ztensor.foreign import gguf_file as zgguf
+from ztensor.tools.cli import main
 
 gguf = pytest.importorskip("gguf")
 

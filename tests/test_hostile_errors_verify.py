@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ztensor
 import ztensor.numpy
-from ztensor import stats
+from ztensor.tools import stats
 from ztensor.formats import gguf_blocks, quantized
 
 TMP = tempfile.gettempdir()

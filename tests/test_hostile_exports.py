@@ -24,8 +24,8 @@ from hypothesis import event, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ztensor
-from ztensor import gguf as zgguf
-from ztensor.cli import main
+from ztensor.foreign import gguf_file as zgguf
+from ztensor.tools.cli import main
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 gguf = pytest.importorskip("gguf")

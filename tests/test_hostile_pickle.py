@@ -664,7 +664,7 @@ def test_onnx_bfloat16_initializers_are_read_and_strings_are_listed(tmp_path):
 
 
 def test_cli_convert_prints_one_line_for_a_hostile_pickle(tmp_path, capsys):
-    from ztensor.cli import main
+    from ztensor.tools.cli import main
     path = crafted_pt(tmp_path / "h.pt", HOSTILE["build-swaps-a-tensor-field"])
     assert main(["convert", str(path), str(tmp_path / "o.zt")]) == 2
     err = capsys.readouterr().err

@@ -101,7 +101,7 @@ def test_npz_files(ctx):
     property_for("npz", 300)(ctx)
 
 
-@pytest.mark.filterwarnings("ignore::ztensor.gguf.UnknownGGMLTypeWarning")  # drawn types
+@pytest.mark.filterwarnings("ignore::ztensor.foreign.gguf_file.UnknownGGMLTypeWarning")  # drawn types
 def test_gguf_files(ctx):
     pytest.importorskip("gguf")
     property_for("gguf", 300)(ctx)
@@ -421,7 +421,7 @@ def test_torch_views_are_made_for_every_corner_draw():
 
 def test_check_array_counts_memory_held_not_elements_shown(tmp_path):
     torch = pytest.importorskip("torch")
-    from ztensor import importers
+    from ztensor.tools import convert_inputs as importers
     path = tmp_path / "views.pt"
     torch.save({"expanded": torch.zeros(1).expand(2 ** 34),   # 64 GiB shown, 4 bytes held
                 "overlapping": torch.arange(8192.0).as_strided((2 ** 12, 2 ** 12), (1, 1))},

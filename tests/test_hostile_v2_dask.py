@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ztensor
-from ztensor import seekable
+from ztensor.io import seekable
 from v2files import build, dense, xxh3
 
 torch = pytest.importorskip("torch")

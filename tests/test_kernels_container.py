@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import ztensor
 from backends import PARAMS
-from ztensor import _fallback, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
 
 IMPLS = PARAMS
 

@@ -1,4 +1,4 @@
-"""ztensor/_contract.py: every public kernel refuses a bad call the same way on
+"""ztensor/_native/contract.py: every public kernel refuses a bad call the same way on
 both backends, before a pointer is taken (hostile input, round two, class 3).
 Each call here segfaulted, read out of bounds or raised a different error type per
 backend before."""
@@ -7,7 +7,8 @@ import pytest
 
 import ztensor
 from backends import MODULES
-from ztensor import _status, kernels
+from ztensor import kernels
+from ztensor._native import status as _status
 
 IMPLS = MODULES
 
@@ -118,5 +119,5 @@ def test_valid_group_index_still_dequantizes():
 def test_status_numbers_match_the_c_header():
     if kernels.backend != "c":
         pytest.skip("the C header's numbers come from the compiled extension")
-    from ztensor import _kernels
+    from ztensor._native import _kernels
     assert _kernels.STATUS_CODES == _status.NAMES

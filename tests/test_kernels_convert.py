@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from backends import PARAMS
-from ztensor import _fallback, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
 
 try:
     import ml_dtypes
@@ -125,7 +126,7 @@ def test_bf16_encode_edges_and_random(impl):
 
 @needs_ml
 def test_convert_module_round_trips_shapes():
-    from ztensor import floatconv
+    from ztensor.io import floats as floatconv
     values = np.linspace(-500, 500, 24, dtype=np.float32).reshape(2, 3, 4)
     codes = floatconv.float_to_fp8(values, "f8_e4m3fn")
     assert codes.shape == values.shape and codes.dtype == np.uint8
@@ -144,7 +145,7 @@ C_AND_FALLBACK = pytest.mark.skipif(kernels.backend != "c", reason="needs the co
 @C_AND_FALLBACK
 @pytest.mark.parametrize("name", sorted(FP8))
 def test_c_matches_fallback_on_every_code_and_every_float16(name):
-    from ztensor import _kernels
+    from ztensor._native import _kernels
     for out_dtype, bits in ((np.float32, np.uint32), (np.float16, np.uint16)):
         np.testing.assert_array_equal(decode(_kernels, ALL_CODES, name, out_dtype).view(bits),
                                       decode(_fallback, ALL_CODES, name, out_dtype).view(bits))
@@ -156,7 +157,7 @@ def test_c_matches_fallback_on_every_code_and_every_float16(name):
 
 @C_AND_FALLBACK
 def test_c_matches_fallback_for_bf16():
-    from ztensor import _kernels
+    from ztensor._native import _kernels
     bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     outs = []
     for impl in (_kernels, _fallback):
@@ -177,7 +178,7 @@ def test_c_matches_fallback_for_bf16():
 def test_known_values_without_any_oracle():
     """A few values worked out by hand, so a host without ml_dtypes still checks
     absolute correctness, not only agreement between our two implementations."""
-    from ztensor import floatconv
+    from ztensor.io import floats as floatconv
     codes = np.array([0x00, 0x01, 0x38, 0x7E, 0x7F, 0x80, 0xB8, 0xFE], np.uint8)
     got = floatconv.fp8_to_float(codes, "f8_e4m3fn")
     assert got[:4].tolist() == [0.0, 2.0 ** -9, 1.0, 448.0] and np.isnan(got[4])

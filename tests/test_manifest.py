@@ -1,4 +1,4 @@
-"""ztensor/manifest.py and csrc/cbor_scan.c: a manifest is plain CBOR, checked
+"""ztensor/container/manifest.py and csrc/cbor_scan.c: a manifest is plain CBOR, checked
 before any decoder runs, so its cost follows its bytes (issue: hostile input,
 round two, class 1).  Run on both backends (ZTENSOR_PUREPYTHON=1 runs the twin)."""
 import time
@@ -133,7 +133,7 @@ def test_scanner_never_fails_other_than_cleanly(raw):
 
 
 def test_scanner_and_fallback_agree_on_verdicts():
-    from ztensor import _fallback
+    from ztensor._native import fallback as _fallback
     cases = [b"\xa0", b"\x9f\x01\xff", b"\xd8\x1c\xa0", b"\xa1\x01\x02", b"\x81" * 9 + b"\x00",
              b"\x7f\x61a\x41b\xff", b"\xf8\x01", b"\x5a\xff\xff\xff\xff\x00", b"",
              b"\x7f\x79\x00"]  # a chunk head cut short (found by fuzz_manifest)

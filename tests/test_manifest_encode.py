@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ztensor import dtypes, kernels, manifest
+from ztensor import dtypes, kernels
+from ztensor.container import manifest
 from ztensor.objects import ComponentSpec, ObjectSpec
 
 pytestmark = pytest.mark.skipif(not hasattr(kernels, "manifest_encode"),

@@ -1,4 +1,4 @@
-"""The manifest's fast path (csrc/manifest_scan.c + ztensor/manifest_table.py) against
+"""The manifest's fast path (csrc/manifest_scan.c + ztensor/container/manifest_table.py) against
 the general path (cbor2 + manifest.Checker), which is the oracle: on every manifest
 both give the same verdict, the same message and the same specs; and the fast path
 is really taken for the files real writers produce."""
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import ztensor
 from crafted import decode_both_ways, encode, v1_file
 from ztensor import kernels, spec
-from ztensor.manifest import MAX_CBOR_DEPTH
-from ztensor.manifest_table import VOCABULARIES
+from ztensor.container.manifest import MAX_CBOR_DEPTH
+from ztensor.container.manifest_table import VOCABULARIES
 from ztensor.formats import dense
 
 pytestmark = pytest.mark.skipif(kernels.backend != "c",
@@ -120,8 +120,8 @@ def test_deep_shapes_take_the_counted_pass(tmp_path):
     with ztensor.Reader(data) as r:
         assert {n: r.metadata(n).shape for n in r.keys()} == {
             f"d{i}": (1,) * 31 + (i % 3 + 1,) for i in range(200)}
-    from ztensor.footer import read_footer
-    from ztensor.source import Source
+    from ztensor.container.footer import read_footer
+    from ztensor.io.source import Source
     source = Source(data)
     footer = read_footer(source, spec.DEFAULT_LIMITS)
     raw = bytes(source.view(footer.manifest_offset, footer.manifest_size, "m"))
@@ -415,7 +415,7 @@ def _shape_columns(shapes):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 5), max_size=10), min_size=0, max_size=400))
 def test_shared_shapes_are_the_shapes(shapes):
-    from ztensor.manifest_table import _shape_list
+    from ztensor.container.manifest_table import _shape_list
     starts, ranks, dims = _shape_columns([tuple(s) for s in shapes])
     got = _shape_list(starts, ranks, dims)
     assert got == [tuple(s) for s in shapes]
@@ -425,7 +425,7 @@ def test_shared_shapes_are_the_shapes(shapes):
 def test_shared_shapes_survive_a_hash_collision():
     # (x,) and (a, b) built to hash alike: every row is still compared with its
     # group's first, so both keep their own shape
-    from ztensor.manifest_table import _shape_list
+    from ztensor.container.manifest_table import _shape_list
     k, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
 
     def key(shape):

@@ -133,7 +133,7 @@ def test_npz_whose_zip_directory_lies_is_refused(tmp_path):
         cd = raw.rfind(b"PK\\x01\\x02")
         raw[cd + 24:cd + 28] = (0xFFFFFFFF).to_bytes(4, "little")
         open({str(path)!r}, "wb").write(raw)
-        from ztensor import importers
+        from ztensor.tools import convert_inputs as importers
         limit(int(sys.argv[1]))
         def convert():
             for _ in importers.open_any({str(path)!r})[1]:
@@ -152,7 +152,7 @@ def test_cli_turns_memory_exhaustion_into_one_line(tmp_path):
              "components": {{"data": {{"dtype": "f32", "offset": 64, "length": len(payload),
              "encoding": "zstd", "uncompressed_length": 1 << 29}}}}}}}}}}
         open({str(big)!r}, "wb").write(v1_file(m, bytes(56) + payload))
-        from ztensor import cli
+        from ztensor.tools import cli
         limit(int(sys.argv[1]) // 4)
         sys.exit(cli.main(["verify", {str(big)!r}]))
     """)

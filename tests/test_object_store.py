@@ -412,7 +412,7 @@ def test_storage_options_with_a_local_path_is_an_error(tmp_path):
 
 def test_http_options_keep_the_range_checks():
     pytest.importorskip("aiohttp")
-    from ztensor.source import url_options
+    from ztensor.io.source import url_options
     got = url_options("https://host/m.zt", {"client_kwargs": {
         "headers": {"Authorization": "Bearer x", "Accept-Encoding": "gzip"},
         "response_class": object}, "block_size": 0})

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 import ztensor
 from backends import MODULES
-from ztensor import _contract, _fallback, kernels
+from ztensor import kernels
+from ztensor._native import contract as _contract
+from ztensor._native import fallback as _fallback
 from ztensor.formats.quantized import to_gptq
 
 try:
@@ -402,7 +404,7 @@ def test_out_of_range_g_idx_fails_read_and_verify(tmp_path):
     with ztensor.Reader(path) as r:
         with pytest.raises(ztensor.FormatError, match="g_idx"):
             r.read("q")
-    from ztensor import cli
+    from ztensor.tools import cli
     assert cli.main(["verify", str(path)]) == 1
 
 

@@ -271,7 +271,8 @@ def test_pt_slice_shapes_match_safetensors(tmp_path, index):
 
 
 def test_slices_of_zstd_decode_once_and_convert_only_the_selection(tmp_path, monkeypatch):
-    from ztensor import components, dtypes
+    from ztensor import dtypes
+    from ztensor.io import components
     data = np.random.default_rng(2).standard_normal((400, 64)).astype(np.float32)
     with ztensor.Writer(tmp_path / "z.zt") as w:
         w.write_numpy("z", data, compress=True)
@@ -289,7 +290,7 @@ def test_slices_of_zstd_decode_once_and_convert_only_the_selection(tmp_path, mon
         dtypes.ml_dtypes_module.cache_clear()
         try:
             converted = []
-            from ztensor import floatconv
+            from ztensor.io import floats as floatconv
             real_bf16 = floatconv.bf16_to_float32
             monkeypatch.setattr(floatconv, "bf16_to_float32",
                                 lambda a: converted.append(a.size) or real_bf16(a))

@@ -1,4 +1,4 @@
-"""Seekable zstd (ztensor/seekable.py): compressed components are independent frames
+"""Seekable zstd (ztensor/io/seekable.py): compressed components are independent frames
 with a seek table in a skippable frame.  Every zstd decoder reads the stream whole;
 slices decode only the frames they touch; hostile tables are refused."""
 import struct
@@ -8,7 +8,7 @@ import pytest
 import zstandard
 
 import ztensor
-from ztensor import seekable
+from ztensor.io import seekable
 from ztensor.errors import FormatError
 
 RNG = np.random.default_rng(12)
@@ -81,7 +81,7 @@ def test_a_slice_decodes_only_its_frames(tmp_path, small_frames, monkeypatch):
     arr = rows_tensor()
     write(tmp_path / "a.zt", a=arr)
     decoded = []
-    from ztensor import components
+    from ztensor.io import components
     real = components.zstd_decode
 
     def counting(stored, size, *args, **kwargs):

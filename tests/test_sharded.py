@@ -72,7 +72,7 @@ def test_lying_indexes_are_refused(tmp_path, index, words):
 
 def test_a_resave_removes_the_old_index_before_writing_shards(tmp_path, monkeypatch):
     ztensor.save_sharded(TENSORS, tmp_path, max_shard_size="40kB")
-    from ztensor import writer
+    from ztensor.container import writer
 
     def crash(self):
         raise OSError("disk died")
@@ -95,7 +95,7 @@ def test_torch_save_model_sharded_and_load_model_from_the_directory(tmp_path):
 
 
 def test_the_command_on_a_checkpoint_directory(tmp_path, capsys):
-    from ztensor.cli import main
+    from ztensor.tools.cli import main
     ztensor.save_sharded(TENSORS, tmp_path, max_shard_size="40kB")
     assert main(["ls", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""ztensor/source.py and the writer's file handling: races, descriptors, modes,
+"""ztensor/io/source.py and the writer's file handling: races, descriptors, modes,
 symlinks, long names, truncation under a reader (hostile input, round two, class 6)."""
 import gc
 import os

@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 
 import ztensor  # noqa: E402
 import ztensor.torch as zt_torch  # noqa: E402
-from ztensor import staging, torch_bridge  # noqa: E402
-from ztensor.staging import Staging  # noqa: E402
+from ztensor.frameworks import staging  # noqa: E402
+from ztensor.frameworks import torch_bridge
+from ztensor.frameworks.staging import Staging  # noqa: E402
 
 RNG = np.random.default_rng(5)
 

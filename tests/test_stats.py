@@ -1,4 +1,4 @@
-"""ztensor.stats / `ztensor stats`: figures equal numpy's over the same values, NaN and
+"""ztensor.tools.stats / `ztensor stats`: figures equal numpy's over the same values, NaN and
 Inf counted, chunked passes agree with one pass, the command's exit codes and JSON."""
 import json
 import subprocess
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import stats
-from ztensor.cli import main
+from ztensor.tools import stats
+from ztensor.tools.cli import main
 
 RNG = np.random.default_rng(11)
 
@@ -94,7 +94,7 @@ def test_module_and_script_agree(path):
     p, _ = path
     runs = [subprocess.run([sys.executable, "-m", "ztensor", "stats", str(p), "--json"],
                            capture_output=True, text=True),
-            subprocess.run([sys.executable, "-c", "import sys; from ztensor.cli import main; "
+            subprocess.run([sys.executable, "-c", "import sys; from ztensor.tools.cli import main; "
                             "sys.exit(main())", "stats", str(p), "--json"],
                            capture_output=True, text=True)]
     assert runs[0].returncode == runs[1].returncode == 0

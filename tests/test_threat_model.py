@@ -63,8 +63,9 @@ def test_the_doc_names_many_keepers():
 # reader modules: what they open comes from the caller, so it goes through the gates
 READERS = ["foreign/__init__.py", "foreign/safetensors_file.py", "foreign/numpy_files.py",
            "foreign/pytorch.py", "foreign/zip_members.py", "foreign/hdf5_file.py",
-           "foreign/onnx_file.py", "gguf.py", "container_v2.py", "sharded.py", "importers.py",
-           "reader.py", "legacy.py"]
+           "foreign/onnx_file.py", "foreign/gguf_file.py", "container/v2.py", "sharded.py",
+           "tools/convert_inputs.py",
+           "container/reader.py", "container/legacy.py"]
 
 
 def _calls(path):

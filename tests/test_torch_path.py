@@ -30,7 +30,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 import ztensor  # noqa: E402
 import ztensor.numpy as znp  # noqa: E402
 import ztensor.torch as zt  # noqa: E402
-from ztensor import cli  # noqa: E402
+from ztensor.tools import cli  # noqa: E402
 
 
 def _tensors(n=6, rows=32):

@@ -9,22 +9,22 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 ...     r["weight"]
 """
 from ztensor._version import __version__
-from ztensor.edit import remove_tensors, replace_tensor
+from ztensor.container.edit import remove_tensors, replace_tensor
 from ztensor.errors import (ChecksumError, ClosedError, FormatError, KernelArgumentError,
                             LimitError, NetworkError, NotAFileError, ObjectNotFoundError,
                             SafetensorError, UnsupportedError, WriteError, ZTensorError)
 from ztensor.formats.quantized import dequantize, from_gptq, quantize
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.reader import Reader
+from ztensor.container.reader import Reader
 from ztensor.safe import _safe_open_handle, safe_open  # noqa: F401 - safetensors' names
 from ztensor.serialize import deserialize, serialize, serialize_file
 from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
-from ztensor.writer import Writer
-from ztensor.streaming import TensorStream
-from ztensor.conversion import convert
+from ztensor.container.writer import Writer
+from ztensor.container.stream import TensorStream
+from ztensor.tools.convert import convert
 
 # the reference implementation's name for what metadata() returns
 TensorMetadata = ObjectSpec

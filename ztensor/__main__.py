@@ -1,5 +1,5 @@
 import sys
 
-from ztensor.cli import main
+from ztensor.tools.cli import main
 
 sys.exit(main())

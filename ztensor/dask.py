@@ -56,7 +56,7 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
         raise ValueError(f"rows must be at least 1, got {rows!r}")
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
-    from ztensor.remote_write import check_storage_options
+    from ztensor.io.upload import check_storage_options
     options = check_storage_options(os.fspath(source), storage_options)
     source = _shard_of(os.fspath(source), name, options)
     from ztensor.safe import safe_open
@@ -85,7 +85,7 @@ def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, Any]:
         with open_sharded(source, storage_options=options) as s:
             names = [n for n in s.keys() if s.metadata(n).format == "dense"]
     else:
-        from ztensor.reader import Reader
+        from ztensor.container.reader import Reader
         with Reader(source, storage_options=options) as r:
             names = [n for n in r.keys() if r.metadata(n).format == "dense"]
     return {n: from_zt(source, n, **kwargs) for n in names}
@@ -116,7 +116,8 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
 
 
 def _dtype_of(meta) -> np.dtype:
-    from ztensor import components, logical
+    from ztensor.io import components
+    from ztensor.io import values as logical
     comp = meta.components["data"]
     empty = np.empty(0, components.storage_dtype(comp))
     return logical.as_values(empty, comp.dtype, comp.type).dtype
@@ -126,7 +127,7 @@ def _require_readable(reader, meta):
     """Refuse at graph time what every chunk would refuse: an object whose data this
     reader must not decode (components.require_readable) or whose encoding it does
     not know."""
-    from ztensor import components
+    from ztensor.io import components
     from ztensor.errors import UnsupportedError
     if reader.internals.foreign is not None:  # other formats: read by their own rules
         return
@@ -174,7 +175,7 @@ def _identity(source: str, storage_options=None):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
-    from ztensor.source import url_options
+    from ztensor.io.source import url_options
     fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
     info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)

@@ -154,7 +154,7 @@ class NetworkPermissionError(NetworkError, PermissionError):
 
 
 class NetworkTimeoutError(NetworkError, TimeoutError):
-    """No connection, or no data, within ``ztensor.source.URL_TIMEOUT`` seconds."""
+    """No connection, or no data, within ``ztensor.io.source.URL_TIMEOUT`` seconds."""
 
 
 class NetworkConnectionError(NetworkError, ConnectionError):

@@ -7,7 +7,7 @@ compiler).  :data:`backend` says which one is live: ``"c"`` or ``"python"``.
 """
 import os
 
-from ztensor import _contract
+from ztensor._native import contract as _contract
 
 
 def cpu_threads() -> int:
@@ -20,14 +20,14 @@ def cpu_threads() -> int:
 
 
 if os.environ.get("ZTENSOR_PUREPYTHON") == "1":
-    from ztensor import _fallback as _impl
+    from ztensor._native import fallback as _impl
     backend = "python"
 else:
     try:
-        from ztensor import _kernels as _impl
+        from ztensor._native import _kernels as _impl
         backend = "c"
     except ImportError:  # no compiled extension in this install
-        from ztensor import _fallback as _impl
+        from ztensor._native import fallback as _impl
         backend = "python"
 
 footer_parse = _impl.footer_parse

@@ -15,8 +15,8 @@ from typing import Dict, Optional
 import numpy as np
 
 from ztensor import _save
-from ztensor.reader import Reader, open_bytes
-from ztensor.writer import Writer
+from ztensor.container.reader import Reader, open_bytes
+from ztensor.container.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load"]
 
@@ -63,12 +63,12 @@ def load_file(filename, *, copy: bool = False, dequantize: bool = False,
 
     Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
-    ``dequantize=True`` (ztensor/checkpoint.py).  ``storage_options``: fsspec's
+    ``dequantize=True`` (ztensor/container/checkpoint_keys.py).  ``storage_options``: fsspec's
     options for a URL's filesystem (credentials, endpoint)."""
-    from ztensor import checkpoint
+    from ztensor.container import checkpoint_keys as checkpoint
     with Reader(filename, storage_options=storage_options) as r:
         entries = checkpoint.entries(r, dequantize)
-        if copy:  # the plain objects in one batch (ztensor/batch.py)
+        if copy:  # the plain objects in one batch (ztensor/container/batch.py)
             format_of = r.internals.format_of  # no spec built per object (reader.py)
             plain = [name for name, role in entries.values()
                      if role is None and format_of(name) == "dense"]

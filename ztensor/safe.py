@@ -12,11 +12,12 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
-from ztensor import _save, components, dtypes
+from ztensor import _save, dtypes
+from ztensor.io import components
 from ztensor.attributes import show
 from ztensor.errors import (ClosedError, ObjectNotFoundError, SliceError,
                             UnsupportedError)
-from ztensor.reader import Reader
+from ztensor.container.reader import Reader
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 
@@ -72,7 +73,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return self._reader
 
     def _entries(self):
-        from ztensor import checkpoint
+        from ztensor.container import checkpoint_keys as checkpoint
         if self._checkpoint is None:
             self._checkpoint = checkpoint.entries(self._open_reader(), self._dequantize)
         return self._checkpoint
@@ -82,7 +83,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         how safetensors' ``keys()`` sorts, whatever order a file's header lists
         them in); :meth:`offset_keys` gives the order of their bytes.  Quantized
         objects come under their GPTQ checkpoint names, or their own with
-        ``dequantize=True`` (see ztensor/checkpoint.py)."""
+        ``dequantize=True`` (see ztensor/container/checkpoint_keys.py)."""
         self._open_reader()
         return _save.canonical_names(self._entries())
 
@@ -99,12 +100,12 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def get_tensor(self, name: str) -> Any:
         """The whole tensor ``name``: a dense object, a quantized object by its own
         name (dequantized), or one of its GPTQ checkpoint names (``.qweight``...)."""
-        from ztensor import checkpoint
+        from ztensor.container import checkpoint_keys as checkpoint
         reader = self._open_reader()
         if name in reader:
             if reader.metadata(name).format == "dense":
                 if self._framework == "pt":
-                    from ztensor.torch_bridge import object_to_torch
+                    from ztensor.frameworks.torch_bridge import object_to_torch
                     return object_to_torch(reader, name, copy=False, device=self._device)
                 return reader.read_numpy(name)
             if reader.metadata(name).format != "quantized_group":
@@ -116,7 +117,7 @@ class safe_open:  # noqa: N801 - the name safetensors users know
                 raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
             arr = checkpoint.array(reader, *target)
         if self._framework == "pt":
-            from ztensor.torch_bridge import numpy_to_torch_plain
+            from ztensor.frameworks.torch_bridge import numpy_to_torch_plain
             return numpy_to_torch_plain(arr, self._device)
         return arr
 
@@ -245,7 +246,7 @@ class _Slice:
         if part is None:
             part = self._selected(selection)
         if self._framework == "pt":
-            from ztensor.torch_bridge import numpy_to_torch
+            from ztensor.frameworks.torch_bridge import numpy_to_torch
             return numpy_to_torch(part, self._meta, self._device)
         return part
 
@@ -254,7 +255,7 @@ class _Slice:
         """The selection of the stored elements (a view of a raw component; a zstd
         component decoded once per handle and kept), converted afterwards: bf16/FP8
         without ml_dtypes decode only the selected elements."""
-        from ztensor import logical
+        from ztensor.io import values as logical
 
         reader = self._reader
         if self._internals.foreign is not None:  # other formats: their own reading
@@ -271,11 +272,12 @@ class _Slice:
         return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
 
     def _frames_only(self, selection):
-        """For a zstd component written with a seek table (ztensor/seekable.py): the
+        """For a zstd component written with a seek table (ztensor/io/seekable.py): the
         rows the selection's first index spans, decoding only the frames that hold
         them.  None where that does not apply (no table, digests checked on every
         read, another format, a selection not led by an integer or a slice)."""
-        from ztensor import logical, seekable
+        from ztensor.io import values as logical
+        from ztensor.io import seekable
 
         reader, internals = self._reader, self._internals
         shape, comp = self._meta.shape, self._meta.components.get("data")

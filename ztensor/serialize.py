@@ -62,7 +62,7 @@ def serialize_file(tensor_dict: Dict[str, Dict[str, Any]], filename: Any,
                    metadata: Optional[Dict[str, str]] = None) -> None:
     """Write tensors given as dtype/shape/bytes dicts to a zTensor file."""
     from ztensor.tensor import Tensor
-    from ztensor.writer import Writer
+    from ztensor.container.writer import Writer
 
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
         for name, arr, ltype in _arrays(tensor_dict):
@@ -78,7 +78,7 @@ def serialize(tensor_dict: Dict[str, Dict[str, Any]],
 def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
     """[(name, {"dtype", "shape", "data"})] of a zTensor or safetensors file's bytes,
     in file order."""
-    from ztensor.reader import open_bytes
+    from ztensor.container.reader import open_bytes
 
     out = []
     with open_bytes(data) as r:

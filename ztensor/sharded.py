@@ -31,10 +31,10 @@ import numpy as np
 from ztensor import _save
 from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
 from ztensor.foreign.names import json_loads_unique
-from ztensor.reader import Reader
-from ztensor.source import is_url, network_errors, open_local_input, open_url, url_options
-from ztensor.writer import Writer
-from ztensor import remote_write
+from ztensor.container.reader import Reader
+from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
+from ztensor.container.writer import Writer
+from ztensor.io import upload as remote_write
 
 PathLike = Union[str, "os.PathLike[str]"]
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -79,7 +79,7 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
 
     ``directory`` may be an fsspec URL (``s3://bucket/ckpt``; ``storage_options``:
     its filesystem's options): each shard is uploaded whole as its Writer closes,
-    the index last (ztensor/remote_write.py)."""
+    the index last (ztensor/io/upload.py)."""
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
     limit = parse_size(max_shard_size)
@@ -131,7 +131,7 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
 
 
 def _write_json_atomically(path: str, value: Any) -> None:
-    from ztensor.atomic import create_temp
+    from ztensor.io.atomic import create_temp
     fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -158,11 +158,12 @@ def check_shard_name(file: Any, index: Optional[str] = None) -> str:
     Refused: anything but a non-empty string; a separator (``/``, ``\\``); ``%``
     (a server decodes ``..%2f`` into a separator, so the name is refused before and
     after percent-decoding alike); NUL and every other control character; the dot
-    segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL)."""
+    segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL); a lone
+    surrogate (JSON's ``"\ud800"``: no path or URL can encode it)."""
     if not isinstance(file, str) or not file:
         raise FormatError(f"shard name {_show(file)} is not a file name", path=index)
     bad = next((c for c in file if c in _NOT_IN_SHARD_NAMES
-                or unicodedata.category(c) == "Cc"), None)
+                or unicodedata.category(c) in ("Cc", "Cs")), None)
     if bad is not None:
         raise FormatError(f"shard {_show(file)} is not a file beside the index: it holds "
                           f"{bad!r}", path=index)
@@ -447,7 +448,7 @@ class ShardedReader:
     def read_all(self, *, copy: bool = True,
                  progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
         """name -> array of every tensor, shard by shard (each shard in one batch:
-        ztensor/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
+        ztensor/container/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
         out: Dict[str, Any] = {}
         paths = {file: self._shard(file) for file in self.shards}
         total, done = sum(_size(p, self._options) for p in paths.values()), 0

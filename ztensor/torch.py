@@ -27,12 +27,12 @@ import torch
 
 from ztensor import _save
 from ztensor.errors import FormatError
-from ztensor.reader import Reader, open_bytes
+from ztensor.container.reader import Reader, open_bytes
 from ztensor.tensor import Tensor
-from ztensor.staging import for_device as staging_for
-from ztensor.torch_bridge import (is_cpu, numpy_to_torch_plain, object_to_torch,
+from ztensor.frameworks.staging import for_device as staging_for
+from ztensor.frameworks.torch_bridge import (is_cpu, numpy_to_torch_plain, object_to_torch,
                                   to_numpy_for_writing)
-from ztensor.writer import Writer
+from ztensor.container.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
@@ -195,7 +195,7 @@ def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
 
     On the CPU the tensors are zero-copy views of a private (copy-on-write) mapping
     of the file (zTensor and safetensors files) unless ``copy``: then the plain ones
-    are read in one batch, copied in ``threads`` threads (ztensor/batch.py);
+    are read in one batch, copied in ``threads`` threads (ztensor/container/batch.py);
     elsewhere each tensor goes to the device directly.  Writing to a view changes
     that tensor only, never the file.  Quantized (GPTQ) objects come under GPTQ
     checkpoint names, or dequantized with ``dequantize=True`` (see
@@ -238,7 +238,7 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
                  threads: Optional[int], only: Optional[Set[str]] = None
                  ) -> Dict[str, torch.Tensor]:
     """load_file's work on one open Reader (``only``: these objects, else all)."""
-    from ztensor import checkpoint
+    from ztensor.container import checkpoint_keys as checkpoint
     out = {}
     on_cpu = is_cpu(device)
     entries = checkpoint.entries(r, dequantize)

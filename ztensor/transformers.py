@@ -36,7 +36,7 @@ import transformers
 
 from ztensor import _save
 from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
-from ztensor.source import is_url, network_errors, open_local_input, open_url
+from ztensor.io.source import is_url, network_errors, open_local_input, open_url
 
 __all__ = ["from_pretrained", "save_pretrained"]
 
@@ -176,7 +176,7 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str) -> torch.dtype:
 
 def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
     from ztensor import sharded
-    from ztensor.reader import Reader
+    from ztensor.container.reader import Reader
     opened = sharded.open_sharded(checkpoint) if sharded.is_checkpoint(checkpoint) \
         else Reader(checkpoint)
     with opened as r:

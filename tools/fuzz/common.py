@@ -10,9 +10,9 @@ import atheris
 # a target reaches, lazily imported ones included
 with atheris.instrument_imports(include=["ztensor"]):
     import ztensor
-    import ztensor.gguf  # noqa: F401
-    import ztensor.importers  # noqa: F401
-    import ztensor.legacy  # noqa: F401
+    import ztensor.foreign.gguf_file  # noqa: F401
+    import ztensor.tools.convert_inputs  # noqa: F401
+    import ztensor.container.legacy  # noqa: F401
     import ztensor.foreign.numpy_files  # noqa: F401
     import ztensor.foreign.pytorch  # noqa: F401
     import ztensor.foreign.safetensors_file  # noqa: F401
@@ -20,7 +20,7 @@ with atheris.instrument_imports(include=["ztensor"]):
     import ztensor.foreign.onnx_file  # noqa: F401
     import ztensor.foreign.names  # noqa: F401
     import ztensor.sharded  # noqa: F401
-    import ztensor.source  # noqa: F401
+    import ztensor.io.source  # noqa: F401
 
 # a fuzzed file may declare large sizes legitimately; keep them small enough that the
 # run measures bugs, not RAM (allocations beyond these are bugs)

@@ -11,7 +11,7 @@ import tempfile
 
 from common import run, ztensor  # noqa: F401 - instruments ztensor first
 
-from ztensor import cli
+from ztensor.tools import cli
 
 DIR = tempfile.mkdtemp(prefix="fuzz-cli-")
 BARE = re.compile(r"^ztensor: [A-Z][A-Za-z]*: ", re.M)

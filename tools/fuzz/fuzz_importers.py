@@ -14,7 +14,7 @@ import tempfile
 
 from common import LIMITS, only_ztensor_errors, run
 from hostile import HDF5_SIGNATURE, hs
-from ztensor import importers
+from ztensor.tools import convert_inputs as importers
 
 # indices 0-3 as before: the seeds of seed_importers.py keep their meaning
 EXTENSIONS = [".safetensors", ".npy", ".npz", ".gguf", ".pt", ".pth", ".onnx"]

@@ -5,7 +5,9 @@ twin."""
 import numpy as np
 
 from common import only_ztensor_errors, run, ztensor
-from ztensor import _fallback, floatconv, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
+from ztensor.io import floats as floatconv
 
 FLOATS = [np.float16, np.float32, np.uint16]          # uint16: bf16 bit patterns
 

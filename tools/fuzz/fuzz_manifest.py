@@ -9,7 +9,8 @@ its Python twin must give the same verdict on every manifest."""
 import struct
 
 from common import LIMITS, only_ztensor_errors, run, ztensor
-from ztensor import _fallback, kernels
+from ztensor import kernels
+from ztensor._native import fallback as _fallback
 
 import cbor2
 

@@ -2,7 +2,7 @@
 
 Manifests in the shape real writers produce, with any field replaced by a value of
 another kind or size, in any CBOR encoding (definite or indefinite containers,
-minimal or wide integer heads): csrc/manifest_scan.c + ztensor/manifest_table.py
+minimal or wide integer heads): csrc/manifest_scan.c + ztensor/container/manifest_table.py
 must give the same verdict, message and specs as cbor2 + manifest.Checker, and the
 scanner on raw fuzz bytes must return without a sanitizer report, taking only bytes
 the plain-CBOR scan (csrc/cbor_scan.c) accepts to their end."""
@@ -14,7 +14,8 @@ from common import LIMITS, run
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from crafted import decode_both_ways, encode, v1_file  # noqa: E402
 
-from ztensor import kernels, manifest_table  # noqa: E402
+from ztensor import kernels  # noqa: E402
+from ztensor.container import manifest_table
 
 POOL = [0, 1, 2, 63, 64, 128, 1 << 32, 1 << 63, (1 << 64) - 1, -1, True, None, 1.5, "",
         "f32", "u8", "f16", "bf16", "complex64", "float32", "f8_e4m3fn", "zstd", "raw",

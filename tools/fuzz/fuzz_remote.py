@@ -1,6 +1,6 @@
 """Fuzz target 11 (issue 21): the remote source.  The first byte picks the mode:
 
-0. the file-object path of ztensor/source.py driven directly: a seekable object whose
+0. the file-object path of ztensor/io/source.py driven directly: a seekable object whose
    reads return more or fewer bytes than asked and whose ``fs.cat_ranges`` (fsspec's
    parallel range requests) returns blobs of any length, over a valid .zt file;
 1. ``Reader(url)`` against a loopback HTTP server (127.0.0.1, a thread) that answers

@@ -10,7 +10,7 @@ extension only breaks the tie for ONNX, whose protobuf has no magic):
 | ``npy``       | numpy_files       | ``\\x93NUMPY``                            |
 | ``npz``       | numpy_files       | a zip of ``.npy`` members                |
 | ``pickle``    | pytorch           | a zip holding ``data.pkl`` (torch.save)  |
-| ``gguf``      | gguf (ztensor/gguf.py) | ``GGUF``                           |
+| ``gguf``      | gguf (ztensor/foreign/gguf_file.py) | ``GGUF``                           |
 | ``hdf5``      | hdf5_file (h5py)  | ``\\x89HDF\\r\\n\\x1a\\n``                    |
 | ``onnx``      | onnx_file (onnx)  | a ``.onnx`` name                         |
 
@@ -99,10 +99,10 @@ def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
 def sniff(path: str) -> Optional[str]:
     """The foreign format of the file at ``path``, or None (zTensor, or unknown).
 
-    The file is opened through :func:`ztensor.source.open_local_input`: a directory,
+    The file is opened through :func:`ztensor.io.source.open_local_input`: a directory,
     FIFO, socket or device is refused there, without blocking, before any reader
     (zipfile, h5py, onnx, numpy) is handed the path."""
-    from ztensor.source import open_local_input
+    from ztensor.io.source import open_local_input
 
     with open_local_input(path) as f:
         head = f.read(16)
@@ -163,7 +163,7 @@ def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
         from ztensor.foreign import pytorch
         return pytorch.open_file(path, limits, mmap=mmap)
     if fmt == "gguf":
-        from ztensor import gguf
+        from ztensor.foreign import gguf_file as gguf
         attributes, tensors = gguf.open_gguf(path, limits=limits, mmap=mmap)
         return ForeignFile(path, "gguf", attributes,
                            {name: eager(name, t) for name, t in tensors})

@@ -13,7 +13,7 @@ elsewhere, and by default every such dataset is refused (FormatError naming it):
 * **external links** are never followed (h5py's walk visits only objects reached by
   hard links), and neither are soft links.
 
-h5py is handed the file object opened by :func:`ztensor.source.open_local_input`,
+h5py is handed the file object opened by :func:`ztensor.io.source.open_local_input`,
 not the path: the file checked (a regular file, not a FIFO or device) is the file read.
 
 Size: a dataset's declared shape costs nothing to write (unallocated chunks read as
@@ -59,7 +59,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
     regular-file check is not bound to the descriptor h5py reads."""
     name = os.fspath(path)
     h5py = optional_import("h5py", "HDF5", name)
-    from ztensor.source import ShrinkCheckedFile, open_local_input
+    from ztensor.io.source import ShrinkCheckedFile, open_local_input
     # h5py pads a short read with zeros: a file that shrinks while open must be an
     # error, not wrong values
     raw = ShrinkCheckedFile(open_local_input(name), name)

@@ -27,7 +27,7 @@ from ztensor.foreign import Entry, ForeignFile, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
-from ztensor.source import Source
+from ztensor.io.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor import dtypes
 from ztensor.tensor import Tensor
@@ -46,7 +46,7 @@ READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.B
 
 def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
     """A ``.npy`` file: its header parsed and checked, then its elements a view of the
-    mapped file (through :class:`~ztensor.source.Source`, so the file opened is the
+    mapped file (through :class:`~ztensor.io.source.Source`, so the file opened is the
     regular file that was checked, and every byte viewed lies inside it)."""
     name = os.fspath(path)
     stem = os.path.splitext(os.path.basename(name))[0]

@@ -15,7 +15,7 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
-from ztensor.source import open_local_input
+from ztensor.io.source import open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 

@@ -19,7 +19,7 @@ from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ForeignFile, eager
 from ztensor.foreign.names import json_loads_unique
 from ztensor.objects import shape_problem
-from ztensor.source import Source
+from ztensor.io.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 

@@ -35,7 +35,7 @@ from ztensor import spec
 from ztensor.errors import ChecksumError, FormatError, LimitError, UnsupportedError
 from ztensor.foreign import ZIP_ERRORS
 from ztensor.foreign.names import NameTable
-from ztensor.source import Source, open_local_input
+from ztensor.io.source import Source, open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 
 # general-purpose flag bits that mean the bytes are not plain: 0 (encrypted, ZipCrypto),

@@ -19,7 +19,7 @@ differential tests hold them to the verdicts of the modules here:
 
 Formats this version does not know pass through :data:`GENERIC`: components kept
 exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
-these formats by ``ztensor/legacy.py``.
+these formats by ``ztensor/container/legacy.py``.
 """
 from ztensor.formats import dense, gguf_blocks, quantized, sparse
 

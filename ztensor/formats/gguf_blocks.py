@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ztensor import _contract, kernels
+from ztensor import kernels
+from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 
@@ -92,7 +93,7 @@ def validate(shape, attributes, arrays, **where):
 def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = None):
     """The float values of a ``gguf_blocks`` object, in its shape: float32, or float16
     / bfloat16 (converted from the exact float32 values)."""
-    from ztensor import batch
+    from ztensor.container import batch
     from ztensor.formats.quantized import output_type
 
     check_attributes(obj.shape, obj.attributes)  # UnsupportedError for unknown types
@@ -114,7 +115,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
         return out
     if code == kernels.F16:
         return out.astype(np.float16)
-    from ztensor import floatconv
+    from ztensor.io import floats as floatconv
     bits = floatconv.float32_to_bf16(out)
     return bits.view(out_dtype) if out_dtype != np.uint16 else bits
 

@@ -25,7 +25,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from ztensor import _contract, kernels
+from ztensor import kernels
+from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.tensor import Tensor

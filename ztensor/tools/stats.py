@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
 
-from ztensor import dtypes, floatconv
+from ztensor import dtypes
+from ztensor.io import floats as floatconv
 from ztensor.errors import LimitError, UnsupportedError
 
 _CHUNK = 1 << 20  # elements per pass step

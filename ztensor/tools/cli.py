@@ -29,8 +29,8 @@ import numpy as np
 from ztensor import spec
 from ztensor._version import __version__
 from ztensor.errors import ZTensorError
-from ztensor.reader import Reader
-from ztensor.stats import DEFAULT_MAX_ELEMENTS
+from ztensor.container.reader import Reader
+from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS
 
 
 def _printable(text) -> str:
@@ -245,7 +245,7 @@ def cmd_verify(args, out):
 
 
 def cmd_stats(reader, args, out):
-    from ztensor.stats import sparkline, tensor_stats
+    from ztensor.tools.stats import sparkline, tensor_stats
 
     names = args.names or reader.keys()
     rows = [tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements)
@@ -445,7 +445,7 @@ def _refuse_overwrite(path, force):
 
 
 def cmd_convert(args, out):
-    from ztensor.conversion import convert
+    from ztensor.tools.convert import convert
 
     progress = Progress(0, args.quiet)
     count = convert(args.input, args.output, compress=args.compress, checksum=args.checksum,
@@ -458,7 +458,7 @@ def cmd_convert(args, out):
 def cmd_dequantize(args, out):
     from ztensor.formats.quantized import dequantize
     from ztensor.tensor import Tensor
-    from ztensor.writer import Writer
+    from ztensor.container.writer import Writer
 
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
@@ -482,7 +482,7 @@ def cmd_dequantize(args, out):
 
 
 def _decodable(obj):
-    from ztensor._contract import GGML_BLOCKS
+    from ztensor._native.contract import GGML_BLOCKS
     return obj.attributes.get("ggml_type_id") in GGML_BLOCKS
 
 
@@ -546,7 +546,7 @@ def _value_difference(x, y, max_elements, name):
     Axes that repeat one element in both (stride 0: torch's expand) are compared
     once; more than ``max_elements`` distinct elements is a LimitError (stats.py)."""
     from ztensor.errors import LimitError
-    from ztensor.stats import chunks
+    from ztensor.tools.stats import chunks
 
     total = x.size
     repeat = 1

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ztensor import floatconv, dtypes
+from ztensor import dtypes
+from ztensor.io import floats as floatconv
 
 _COMPLEX = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
 
@@ -24,7 +25,7 @@ def _ml_view(arr: np.ndarray, ml_name: str):
     if target is None:
         return None
     if arr.dtype.itemsize > 1 and not arr.dtype.isnative:
-        from ztensor.components import to_native
+        from ztensor.io.components import to_native
         arr = to_native(arr)
     return arr.view(target)
 

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import torch
 
-from ztensor import components, dtypes
+from ztensor import dtypes
+from ztensor.io import components
 from ztensor.errors import UnsupportedError
 
 # torch dtypes numpy cannot hold: stored as bit patterns with their spec type
@@ -46,7 +47,7 @@ def is_cpu(device) -> bool:
 
 def object_to_torch(reader, name, copy, device, sync=True):
     """Dense object ``name`` as a torch tensor on ``device``.  Off the CPU it goes
-    through the device's staging buffer (ztensor/staging.py) straight from the
+    through the device's staging buffer (ztensor/frameworks/staging.py) straight from the
     file's mapping (or the decoded array): no host copy of its own.  ``sync=False``
     leaves the last copies in flight; the caller syncs the staging buffer."""
     on_cpu = is_cpu(device)
@@ -81,7 +82,7 @@ def object_to_torch(reader, name, copy, device, sync=True):
 def to_device(arr, dtype, shape, device, sync=True):
     """A tensor of ``dtype``/``shape`` on a non-CPU ``device`` holding ``arr``'s
     elements (any byte order; bf16/float8 as bits), through the staging buffer."""
-    from ztensor import staging
+    from ztensor.frameworks import staging
     buffer = staging.for_device(device)
     out = buffer.put(arr, dtype, shape)
     if sync:

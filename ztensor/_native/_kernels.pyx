@@ -17,7 +17,9 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from ztensor import _contract, _status, errors
+from ztensor import errors
+from ztensor._native import contract as _contract
+from ztensor._native import status as _status
 
 zt_crc32c_init()
 zt_floatconv_init()
@@ -340,7 +342,7 @@ cdef tuple _scan_into(const uint8_t *buf, size_t n, const zt_mf_config *cfg, siz
 
 
 cdef class ViewTable:
-    """read_numpy's zero-copy hot path (ztensor/reader.py): per object row, a slice
+    """read_numpy's zero-copy hot path (ztensor/container/reader.py): per object row, a slice
     of the mapping typed as the object's dtype, shaped as the object.  Made once per
     reader from the manifest's columns (manifest_table.TableSpecs.view_table); the
     per-row values stay in those uint64 columns, so making it builds no Python object
@@ -571,7 +573,7 @@ def dequant_rows(const uint8_t[::1] qweight, const uint8_t[::1] scales, zeros, g
                  K, N, G, group_size, bits, scale_type, zero_type, out_type,
                  uint8_t[::1] out, row_begin, row_end):
     """Dequantize rows [row_begin, row_end); see csrc/quant.h.  Every length is checked
-    against K, N and G in Python integers (ztensor/_contract.py) before a pointer is
+    against K, N and G in Python integers (ztensor/_native/contract.py) before a pointer is
     taken, and the C kernel checks every g_idx value, so no call can make C read
     past a buffer."""
     cdef zt_dequant_args a

@@ -33,8 +33,10 @@ import re
 import cbor2
 
 from ztensor import attributes as attrs
-from ztensor import dtypes, formats, kernels, legacy, manifest_table, spec
-from ztensor.legacy import BYTEORDER, LEGACY, UNALIGNED
+from ztensor import dtypes, formats, kernels, spec
+from ztensor.container import legacy
+from ztensor.container import manifest_table
+from ztensor.container.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.attributes import show as _show
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from ztensor import atomic, dtypes
+from ztensor import dtypes
+from ztensor.io import atomic
 from ztensor.errors import UnsupportedError, WriteError
 from ztensor.foreign.names import NameTable
 
@@ -62,7 +63,7 @@ def writer_for(kind: str) -> Callable:
 def _atomic(path: str, write: Callable[[Any], None], *, by_name: bool = False) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``,
-    renamed into place once complete (ztensor/atomic.py)."""
+    renamed into place once complete (ztensor/io/atomic.py)."""
     atomic.replace_atomically(path, write, by_name=by_name)
 
 
@@ -413,7 +414,7 @@ def _gguf_values(reader, gguf) -> List[GGUFValue]:
     """A GGUFValue for every attribute but ``gguf_value_types``, each checked against
     its type (:func:`_gguf_value_problem`), or UnsupportedError naming the attribute;
     a key two attributes map to is a FormatError naming both."""
-    from ztensor.gguf import VALUE_TYPES
+    from ztensor.foreign.gguf_file import VALUE_TYPES
     recorded = reader.attributes.get(VALUE_TYPES, {})
     if not isinstance(recorded, dict):
         raise UnsupportedError(f"attribute {VALUE_TYPES!r} is a {type(recorded).__name__}, "
@@ -508,7 +509,7 @@ def _gguf_type_of(value, gguf):
 
 def _gguf_value_problem(value, vtype: int, sub: Optional[int]) -> Optional[str]:
     """Why ``value`` cannot be written as GGUF value type ``vtype`` (ids as in
-    ztensor/gguf.py) and read back equal, or None.  Nothing is rounded, wrapped or
+    ztensor/foreign/gguf_file.py) and read back equal, or None.  Nothing is rounded, wrapped or
     coerced: an integer out of its type's range, a float32 that is not exactly one,
     a bool that is not True or False are refused."""
     if vtype in _GGUF_INT_RANGES:

@@ -3,7 +3,7 @@
 Reading: bounds-checked view of the stored bytes, digest check when asked, zstd
 decoding into a buffer of exactly the declared size, then the storage dtype with
 its byte order.  Writing: an array's little-endian bytes, in bounded chunks,
-through optional zstd frames (with a seek table: ztensor/seekable.py) and digest,
+through optional zstd frames (with a seek table: ztensor/io/seekable.py) and digest,
 into the blob writer.
 """
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import zstandard
 
-from ztensor import digests, dtypes, kernels, seekable, spec
+from ztensor import dtypes, kernels, spec
+from ztensor.io import digests
+from ztensor.io import seekable
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
@@ -89,7 +91,7 @@ def require_readable(comp, **where) -> None:
     refuse rather than reinterpret (f8_e8m0, f4_e2m1, unknown types).  Structural
     access to the stored bytes (``Reader.stored_bytes``) needs only the first."""
     require_local(comp, **where)
-    from ztensor.container_v2 import DECODED_TYPES
+    from ztensor.container.v2 import DECODED_TYPES
     if comp.digest_over == "decoded" and comp.type not in DECODED_TYPES:
         raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
                                "decodes (a v2 reader must refuse, not reinterpret)", **where)
@@ -228,7 +230,7 @@ class ComponentSink:
         self.blobs, self.role, self.storage, self.ltype = blobs, role, storage, ltype
         self.offset = blobs.pos
         self.hasher = digests.Hasher(checksum) if checksum else None
-        # zstd as independent frames with a seek table (ztensor/seekable.py)
+        # zstd as independent frames with a seek table (ztensor/io/seekable.py)
         self.compressor = seekable.FrameWriter(compress) if compress else None
         self.raw_length = 0
 

@@ -2,7 +2,7 @@
 to a directory of shards or to one file, one tensor at a time.
 
 * A file in any format ``Reader`` reads becomes the format the output's name says:
-  ``.zt`` (v1.2), ``.safetensors``, ``.npz`` or ``.gguf`` (ztensor/exporters.py).
+  ``.zt`` (v1.2), ``.safetensors``, ``.npz`` or ``.gguf`` (ztensor/foreign/export.py).
 * A checkpoint directory or index (``model.safetensors.index.json``, Hugging Face's
   layout, ``pytorch_model.bin.index.json`` or ``.zt.index.json``) becomes:
 
@@ -41,7 +41,7 @@ from typing import Callable, List, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ztensor import atomic
+from ztensor.io import atomic
 from ztensor.errors import FormatError, UnsupportedError, ZTensorError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -71,7 +71,7 @@ def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = F
     _format_agrees(target, format)
     if os.path.exists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
-    from ztensor.source import open_local_input
+    from ztensor.io.source import open_local_input
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
     return _convert_file(source, target, compress, checksum, _Counter(progress, total))
@@ -92,8 +92,9 @@ class _Counter:
 
 
 def _convert_file(source, target, compress, checksum, counter):
-    from ztensor import exporters, importers
-    from ztensor.reader import Reader
+    from ztensor.foreign import export as exporters
+    from ztensor.tools import convert_inputs as importers
+    from ztensor.container.reader import Reader
 
     kind = exporters.format_for(target)  # the output's name says its format
     if kind != "zt":
@@ -106,7 +107,7 @@ def _convert_file(source, target, compress, checksum, counter):
 def _write_zt(target, attributes, tensors, compress, checksum, counter):
     """``tensors`` ((name, Tensor) pairs) into one ``.zt`` file, a large dense one
     streamed (``_write_streamed``); returns how many were written."""
-    from ztensor.writer import Writer
+    from ztensor.container.writer import Writer
 
     count = 0
     with Writer(target, attributes=attributes) as writer:
@@ -231,7 +232,7 @@ def _is_file_target(target) -> bool:
     """Whether a checkpoint converts into the one file ``target`` (its name says a
     format, ``out.safetensors``) rather than into a directory (any other name, an
     existing directory, or a name ending in a separator: ``out.zt/``)."""
-    from ztensor import exporters
+    from ztensor.foreign import export as exporters
     return (not os.path.isdir(target)
             and os.path.splitext(target)[1].lower() in exporters.FORMATS)
 
@@ -239,7 +240,7 @@ def _is_file_target(target) -> bool:
 def _format_agrees(target, fmt):
     """A file output's format is the one its name says; ``format`` may only repeat it."""
     if fmt is not None:
-        from ztensor import exporters
+        from ztensor.foreign import export as exporters
         kind = exporters.format_for(target)
         if kind != fmt:
             raise UnsupportedError(f"format {fmt!r} asked for, but the output's name says "
@@ -294,8 +295,8 @@ def _check_shards_fit(plan, fmt):
     shard holds everything a Reader gives: nothing to check."""
     if fmt == "zt":
         return
-    from ztensor import exporters
-    from ztensor.reader import Reader
+    from ztensor.foreign import export as exporters
+    from ztensor.container.reader import Reader
     for file, _, _ in plan.shards:
         with Reader(os.path.join(plan.folder, file)) as reader:
             exporters.plan_safetensors(reader)
@@ -310,7 +311,8 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress):
     refused); the index's metadata (``total_size``) describes the split and is not
     kept.  Everything the format cannot hold is refused before the file is
     created."""
-    from ztensor import exporters, sharded
+    from ztensor import sharded
+    from ztensor.foreign import export as exporters
 
     kind = exporters.format_for(target)
     if os.path.lexists(target) and not force:

@@ -14,7 +14,7 @@ tokenizer vocabulary is a list of 32,000 strings: attribute values are plain dat
 each item takes at least a byte of the file, so the manifest grows with the file), and
 their GGUF value types in the attribute ``gguf_value_types`` (``{key: type id}``, arrays
 ``[9, element type id]``), so ``ztensor convert m.zt m.gguf`` writes them back as they
-were (ztensor/exporters.py).  A
+were (ztensor/foreign/export.py).  A
 tensor of a ggml type this module does not know is kept too, as the raw bytes up to the
 next tensor (format ``gguf_blocks``, attribute ``ggml_type_id``), with an
 :class:`UnknownGGMLTypeWarning`.
@@ -41,7 +41,7 @@ from ztensor import dtypes, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.names import NameTable
 from ztensor.objects import shape_problem
-from ztensor.source import Source
+from ztensor.io.source import Source
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 

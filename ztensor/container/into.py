@@ -13,7 +13,9 @@ from typing import Any, Callable, Tuple
 
 import numpy as np
 
-from ztensor import components, dtypes, logical
+from ztensor import dtypes
+from ztensor.io import components
+from ztensor.io import values as logical
 from ztensor.errors import UnsupportedError
 
 # logical/storage type -> the numpy dtypes whose memory holds its elements exactly
@@ -99,7 +101,7 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
 def _torch_target(dst):
     import torch
 
-    from ztensor.torch_bridge import is_cpu, torch_bits_dtype
+    from ztensor.frameworks.torch_bridge import is_cpu, torch_bits_dtype
     bits = torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
     on_cpu = is_cpu(dst.device)
     if on_cpu and dst.is_contiguous():
@@ -115,7 +117,7 @@ def _torch_target(dst):
         return arr, lambda: dst.copy_(host)
 
     def finish():
-        from ztensor import staging
+        from ztensor.frameworks import staging
         buffer = staging.for_device(dst.device)  # the one staging buffer (pinned for CUDA)
         if dst.is_contiguous():
             buffer.fill(arr, dst)

@@ -19,17 +19,21 @@ from typing import Any, Callable, Dict, List, Optional, Union, overload
 
 import numpy as np
 
-from ztensor import (components, container_v2, dtypes, floatconv, foreign, formats, legacy,
-                     logical, spec)
+from ztensor import dtypes, foreign, formats, spec
+from ztensor.io import components
+from ztensor.container import v2 as container_v2
+from ztensor.io import floats as floatconv
+from ztensor.container import legacy
+from ztensor.io import values as logical
 from ztensor.formats import dense
 from ztensor.errors import (ClosedError, FormatError, LimitError, NotAFileError,
                             ObjectNotFoundError, UnsupportedError, ZTensorError)
-from ztensor.footer import read_footer
-from ztensor.manifest import Manifest, decode_manifest
+from ztensor.container.footer import read_footer
+from ztensor.container.manifest import Manifest, decode_manifest
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
-from ztensor.remote_write import check_storage_options
-from ztensor.source import Source, is_url
+from ztensor.io.upload import check_storage_options
+from ztensor.io.source import Source, is_url
 
 
 def _memory_is_a_limit(method):
@@ -67,7 +71,7 @@ class ReaderInternals:
     own, so these paths check digests, limits and a close as its reads do.
     """
 
-    #: the file's bytes (ztensor.source.Source); None for other formats
+    #: the file's bytes (ztensor.io.source.Source); None for other formats
     source: Optional[Source]
     #: name -> ObjectSpec in manifest order: a dict, or manifest_table.TableSpecs
     specs: Any
@@ -285,7 +289,7 @@ class Reader:
         threads : int, optional
             For a list with ``copy=True``: copy in this many threads (default: every
             core this process may use).  Small objects then share one allocation,
-            each a separate writable view of it (ztensor/batch.py).
+            each a separate writable view of it (ztensor/container/batch.py).
 
         Returns
         -------
@@ -340,7 +344,7 @@ class Reader:
     def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
         if isinstance(name, list):  # as the reference: several names -> dict
             if copy and dtype is None:
-                from ztensor import batch
+                from ztensor.container import batch
                 return batch.read_owned(self, name, threads)
             return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
@@ -456,7 +460,7 @@ class Reader:
         ChecksumError, FormatError, LimitError, UnsupportedError
             The first problem, unless ``errors`` collects them.
         """
-        from ztensor import digests
+        from ztensor.io import digests
         from ztensor.errors import ZTensorError
 
         self._require_open()
@@ -518,7 +522,7 @@ class Reader:
         bf16 and the float8 types come back as torch's own dtypes.  On the CPU, raw
         objects are zero-copy views of a private copy-on-write mapping unless
         ``copy``; with another ``device`` each tensor is moved there once."""
-        from ztensor.torch_bridge import object_to_torch
+        from ztensor.frameworks.torch_bridge import object_to_torch
         if isinstance(name, list):
             return {n: self.read_torch(n, copy=copy, device=device) for n in name}
         # torch has no read-only tensors: views of the file need Reader(...,
@@ -537,7 +541,8 @@ class Reader:
 
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
         match the object."""
-        from ztensor import batch, into
+        from ztensor.container import batch
+        from ztensor.container import into
         if isinstance(name, dict):
             order = sorted(name, key=lambda n: min((c.offset for c in self.metadata(n)
                                                     .components.values()), default=0))

@@ -36,7 +36,7 @@ How the objects map:
   ``block_elements``).  Any other layout is kept structurally: its parts are
   readable as raw components, never interpreted.
 * Encoding ``zt.zstd-seekable/1`` is zstd frames with a seek table, which our
-  decoder reads (ztensor/seekable.py); another encoding is refused when decoded.
+  decoder reads (ztensor/io/seekable.py); another encoding is refused when decoded.
 * Logical types: ``bool`` (bytes must be 0 or 1), the four FP8 types, complex64
   and complex128 decode; ``f8_e8m0``, ``f4_e2m1`` and unknown types are refused
   when decoded, as the spec requires, and readable only structurally.
@@ -129,7 +129,7 @@ def read(source, limits, path):
 
 class _Schema:
     def __init__(self, path, size, manifest_blob, limits):
-        from ztensor.manifest import Checker
+        from ztensor.container.manifest import Checker
         self.path, self.size, self.limits = path, size, limits
         self.blobs: Dict[Any, list] = {None: [manifest_blob]}  # file -> references
         self.shards: Dict[str, int] = {}
@@ -309,7 +309,7 @@ class _Schema:
         return ObjectSpec(name, shape, "dense", attributes, comps)
 
     def gguf(self, name, layout, shape, attributes, comps, where):
-        from ztensor.gguf import GGML_TYPES
+        from ztensor.foreign.gguf_file import GGML_TYPES
         per, nbytes = attributes.get("elems_per_block"), attributes.get("block_bytes")
         comp = comps.get("data")
         if list(comps) != ["data"] or comp.dtype != "u8" or comp.type is not None:

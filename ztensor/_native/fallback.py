@@ -15,7 +15,9 @@ import os
 
 import numpy as np
 
-from ztensor import _contract, _status, errors, spec
+from ztensor import errors, spec
+from ztensor._native import contract as _contract
+from ztensor._native import status as _status
 
 # ------------------------------------------------------------------- footer
 # header magic -> (family, the version row with its tail size); v1.1 and v1.2 share both

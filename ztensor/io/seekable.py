@@ -187,7 +187,7 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
     The output is allocated at the declared size only when that is no more than
     the single-stream decoder's own first allocation would be (components.py);
     beyond that the stream decoder's grow-as-bytes-arrive rule applies instead."""
-    from ztensor import components
+    from ztensor.io import components
 
     table = parse_seek_table(stored, comp, **where)
     if table is None or len(table.sizes) < 2:
@@ -219,7 +219,7 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
 def decode_range(source, comp, table: SeekTable, lo: int, hi: int, limits, **where):
     """Decoded bytes [lo, hi) of a component with a seek table: only the frames
     that hold them are read and decoded.  Returns (buffer, offset of lo in it)."""
-    from ztensor.components import zstd_decode
+    from ztensor.io.components import zstd_decode
 
     first, last = table.frames_for(lo, hi)
     stored = source.view(comp.offset + table.offsets[first],

@@ -44,8 +44,8 @@ _NOT_WRITABLE = frozenset({"http", "https"})
 
 def is_url(path: Any) -> bool:
     """True for a string naming an fsspec URL; a plain path and ``file://`` are local
-    (the rule of :func:`ztensor.source.is_url`)."""
-    from ztensor.source import is_url as _is_url
+    (the rule of :func:`ztensor.io.source.is_url`)."""
+    from ztensor.io.source import is_url as _is_url
     return _is_url(path)
 
 
@@ -81,7 +81,7 @@ def _filesystem(url: str, storage_options: Optional[dict]):
         raise UnsupportedError("writing URLs needs the 'fsspec' package (pip install "
                                "fsspec, and s3fs or gcsfs for s3:// or gs://)",
                                path=url) from None
-    from ztensor.source import url_options
+    from ztensor.io.source import url_options
     protocol = url.split("://", 1)[0].lower()
     if protocol in _NOT_WRITABLE:
         raise UnsupportedError(f"cannot write a file to an {protocol} URL: write to an "

@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 import numpy as np
 
 from ztensor import attributes as attrs
-from ztensor import atomic, components, floatconv, dtypes, kernels, remote_write, spec
+from ztensor import dtypes, kernels, spec
+from ztensor.io import atomic
+from ztensor.io import components
+from ztensor.io import floats as floatconv
+from ztensor.io import upload as remote_write
 from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
-from ztensor.footer import encode_footer
-from ztensor.manifest import Checker, gc_paused, encode_manifest
+from ztensor.container.footer import encode_footer
+from ztensor.container.manifest import Checker, gc_paused, encode_manifest
 from ztensor import formats
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
 
 if TYPE_CHECKING:
-    from ztensor.streaming import TensorStream
+    from ztensor.container.stream import TensorStream
 
 def _plain_storage():
     """numpy dtype -> storage for arrays written as they are: a spec primitive with no
@@ -60,7 +64,7 @@ class Writer:
         For an fsspec URL (``s3://``, ``gs://``, ``memory://``...): fsspec's options
         for its filesystem (credentials, endpoint).  The file is built in a local
         temporary file and uploaded when :meth:`close` succeeds, so the object
-        appears complete or not at all (ztensor/remote_write.py).  With a local
+        appears complete or not at all (ztensor/io/upload.py).  With a local
         path they are a ValueError.
 
     Examples
@@ -209,7 +213,7 @@ class Writer:
         ...     for block in blocks():
         ...         s.write(block)
         """
-        from ztensor.streaming import TensorStream
+        from ztensor.container.stream import TensorStream
 
         self._require_open()
         self._check_name(name)
@@ -284,11 +288,11 @@ class Writer:
         then the old file is untouched, and a crash at any point leaves the old
         file or the complete new one, never a mix (docs/editing.md).  Costs one copy
         of the file's bytes, in exchange for that guarantee."""
-        from ztensor.reader import Reader
+        from ztensor.container.reader import Reader
         with Reader(path, storage_options=kwargs.get("storage_options")) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
-            from ztensor.edit import require_writable_version
+            from ztensor.container.edit import require_writable_version
             require_writable_version(old)
             writer = cls(path, attributes=dict(old.attributes), **kwargs)
             try:

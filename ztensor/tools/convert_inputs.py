@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, Tuple, Union
 
 from ztensor import _save, foreign, spec
 from ztensor.errors import FormatError
-from ztensor.source import open_local_input
+from ztensor.io.source import open_local_input
 from ztensor.tensor import Tensor
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -45,7 +45,7 @@ def open_any(path: PathLike) -> Opened:
 
 
 def open_zt(path: PathLike) -> Opened:
-    from ztensor.reader import Reader
+    from ztensor.container.reader import Reader
 
     reader = Reader(path)
 
