@@ -81,13 +81,13 @@ def test_a_slice_decodes_only_its_frames(tmp_path, small_frames, monkeypatch):
     arr = rows_tensor()
     write(tmp_path / "a.zt", a=arr)
     decoded = []
-    from ztensor.io import components
-    real = components.zstd_decode
+    from ztensor.io import zstd_stream
+    real = zstd_stream.zstd_decode
 
     def counting(stored, size, *args, **kwargs):
         decoded.append(size)
         return real(stored, size, *args, **kwargs)
-    monkeypatch.setattr(components, "zstd_decode", counting)
+    monkeypatch.setattr(zstd_stream, "zstd_decode", counting)
     with ztensor.safe_open(tmp_path / "a.zt", framework="np") as f:
         np.testing.assert_array_equal(f.get_slice("a")[20:24], arr[20:24])   # in frame 1
         np.testing.assert_array_equal(f.get_slice("a")[30:34], arr[30:34])   # frames 1, 2

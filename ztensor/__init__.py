@@ -8,6 +8,8 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 >>> with ztensor.Reader("model.zt") as r:
 ...     r["weight"]
 """
+from typing import Any
+
 from ztensor._version import __version__
 from ztensor.container.edit import remove_tensors, replace_tensor
 from ztensor.errors import (ChecksumError, ClosedError, FormatError, KernelArgumentError,
@@ -30,7 +32,7 @@ from ztensor.tools.convert import convert
 TensorMetadata = ObjectSpec
 
 
-def open(path, **kwargs) -> Reader:  # noqa: A001 - the reference's name
+def open(path: Any, **kwargs: Any) -> Reader:  # noqa: A001 - the reference's name
     """Open a tensor file of any kind Reader reads (zTensor, safetensors, PyTorch,
     npy/npz, GGUF, ONNX, HDF5), told by its bytes."""
     return Reader(path, **kwargs)

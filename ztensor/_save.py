@@ -7,6 +7,7 @@ import contextlib
 import os
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from ztensor.errors import ZTensorError
 
 
 def name_key(name: Any) -> Tuple[int, bytes]:
@@ -70,7 +71,6 @@ def named_as_bytes(internal: str):
     """Errors raised inside name the caller's bytes (``<bytes>``), never ``internal``,
     the temporary file they pass through: the caller never saw that name, and it is
     gone when the error arrives."""
-    from ztensor.errors import ZTensorError
     try:
         yield
     except ZTensorError as exc:

@@ -29,18 +29,32 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import numpy as np
+from ztensor.io.upload import check_storage_options
+from ztensor.safe import safe_open
+from ztensor.sharded import open_sharded
+from ztensor.container.reader import Reader
+from ztensor.errors import LimitError
+from ztensor.io import components
+from ztensor.io import values as logical
+from ztensor.errors import UnsupportedError
+from ztensor.sharded import is_checkpoint
+from ztensor.io.source import url_options
+from ztensor.errors import ClosedError
 
 _DEFAULT_CHUNK_BYTES = 64 << 20
 # dask's own guidance keeps graphs well below a million tasks; each chunk is one
 DEFAULT_MAX_CHUNKS = 100_000
 
+if TYPE_CHECKING:  # from_zt's return type; at run time dask is imported on first use
+    import dask.array
+
 
 def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
             rows: Optional[int] = None, max_chunks: int = DEFAULT_MAX_CHUNKS,
-            storage_options: Optional[Dict[str, Any]] = None):
+            storage_options: Optional[Dict[str, Any]] = None) -> dask.array.Array:
     """A lazily read ``dask.array.Array`` over dense object ``name`` of ``source``
     (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
     span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
@@ -56,10 +70,8 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
         raise ValueError(f"rows must be at least 1, got {rows!r}")
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
-    from ztensor.io.upload import check_storage_options
     options = check_storage_options(os.fspath(source), storage_options)
     source = _shard_of(os.fspath(source), name, options)
-    from ztensor.safe import safe_open
     with safe_open(source, framework="np", storage_options=options) as f:
         piece = f.get_slice(name)   # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
@@ -75,17 +87,15 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
                          meta=np.empty((0,) * len(shape), dtype), storage_options=options)
 
 
-def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, Any]:
+def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, dask.array.Array]:
     """name -> dask array for every dense object of ``source`` (a file, or a
     sharded checkpoint's directory or index)."""
     source = os.fspath(source)
     options = kwargs.get("storage_options")
     if _is_sharded(source):
-        from ztensor.sharded import open_sharded
         with open_sharded(source, storage_options=options) as s:
             names = [n for n in s.keys() if s.metadata(n).format == "dense"]
     else:
-        from ztensor.container.reader import Reader
         with Reader(source, storage_options=options) as r:
             names = [n for n in r.keys() if r.metadata(n).format == "dense"]
     return {n: from_zt(source, n, **kwargs) for n in names}
@@ -97,7 +107,6 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
     holding no bytes (a zero-sized axis after the first) are one chunk however
     many there are: the count a file declares costs nothing to read, and must not
     cost a graph entry each.  More than ``max_chunks`` chunks is a LimitError."""
-    from ztensor.errors import LimitError
     total = shape[0]
     row_bytes = int(np.prod(shape[1:], dtype=object)) * dtype.itemsize
     if rows is not None:
@@ -116,8 +125,6 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
 
 
 def _dtype_of(meta) -> np.dtype:
-    from ztensor.io import components
-    from ztensor.io import values as logical
     comp = meta.components["data"]
     empty = np.empty(0, components.storage_dtype(comp))
     return logical.as_values(empty, comp.dtype, comp.type).dtype
@@ -127,8 +134,6 @@ def _require_readable(reader, meta):
     """Refuse at graph time what every chunk would refuse: an object whose data this
     reader must not decode (components.require_readable) or whose encoding it does
     not know."""
-    from ztensor.io import components
-    from ztensor.errors import UnsupportedError
     if reader.internals.foreign is not None:  # other formats: read by their own rules
         return
     comp = meta.components["data"]
@@ -145,7 +150,6 @@ def _is_url(path: str) -> bool:
 
 
 def _is_sharded(source: str) -> bool:
-    from ztensor.sharded import is_checkpoint
     return is_checkpoint(source)
 
 
@@ -154,7 +158,6 @@ def _shard_of(source: str, name: str, storage_options=None) -> str:
     the shard its index names (checked to hold it)."""
     if not _is_sharded(source):
         return source
-    from ztensor.sharded import open_sharded
     with open_sharded(source, storage_options=storage_options) as s:
         s.metadata(name)   # ObjectNotFoundError, or the index names a shard without it
         return s.shard_path(s.file_of(name))
@@ -175,7 +178,6 @@ def _identity(source: str, storage_options=None):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
-    from ztensor.io.source import url_options
     fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
     info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
@@ -196,7 +198,6 @@ class _Handles:
     def acquire(self, source: str, storage_options=None):
         """(key, handle) for the file at ``source`` as it is now (opened with
         ``storage_options``); give the key back with :meth:`release`."""
-        from ztensor.safe import safe_open
         options = storage_options or None
         # a handle opened with other options (credentials) is not this caller's
         where = source if not options else (source, repr(sorted(options.items())))
@@ -229,7 +230,6 @@ class _Handles:
                 self._open.move_to_end(key)
                 self._retire(where, key)
                 return key, entry[0]
-        from ztensor.errors import ClosedError
         raise ClosedError("the file kept changing while it was opened", path=source)
 
     def release(self, key) -> None:
@@ -273,7 +273,6 @@ def _read(source, tensor, shape, dtype, select, storage_options=None):
         piece = handle.get_slice(tensor)
         now = handle.reader.metadata(tensor)
         if tuple(piece.get_shape()) != tuple(shape) or _dtype_of(now) != dtype:
-            from ztensor.errors import ClosedError
             raise ClosedError(f"the object is now {_dtype_of(now)}{list(piece.get_shape())}; "
                               f"this dask array was made for {dtype}{list(shape)} (the file "
                               "changed since: make a new array)", path=source, obj=tensor)

@@ -231,3 +231,7 @@ def swap_width(dtype: np.dtype) -> int:
     if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
         return 0
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+# logical types a reader decodes (None: the storage type itself); a v2 part whose
+# digest covers decoded values and whose type is not here is refused, not reinterpreted
+DECODED_TYPES = frozenset({None, "bool", *LOGICAL})

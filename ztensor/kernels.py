@@ -6,8 +6,13 @@ only steps in when the extension is missing (e.g. an sdist built without a C
 compiler).  :data:`backend` says which one is live: ``"c"`` or ``"python"``.
 """
 import os
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
+from ztensor import dtypes
 from ztensor._native import contract as _contract
+from ztensor.errors import UnsupportedError
 
 
 def cpu_threads() -> int:
@@ -24,7 +29,9 @@ if os.environ.get("ZTENSOR_PUREPYTHON") == "1":
     backend = "python"
 else:
     try:
-        from ztensor._native import _kernels as _impl
+        # the same names as the fallback (types: _native/_kernels.pyi); mypy types
+        # _impl by its first import, the fallback
+        from ztensor._native import _kernels as _impl  # type: ignore[no-redef]
         backend = "c"
     except ImportError:  # no compiled extension in this install
         from ztensor._native import fallback as _impl
@@ -47,10 +54,12 @@ cbor_check_canonical = _impl.cbor_check_canonical
 xxh3_64 = _impl.xxh3_64
 ggml_dequant = _impl.ggml_dequant
 if backend == "c":  # the numpy fallback decodes and encodes manifests through cbor2
-    manifest_scan = _impl.manifest_scan
-    decode_spans = _impl.decode_spans
-    manifest_encode = _impl.manifest_encode
-    ViewTable = _impl.ViewTable  # read_numpy's zero-copy hot path over the manifest's tables
+    # attr-defined: mypy sees _impl as the fallback, which lacks these four
+    manifest_scan = _impl.manifest_scan  # type: ignore[attr-defined]
+    decode_spans = _impl.decode_spans  # type: ignore[attr-defined]
+    manifest_encode = _impl.manifest_encode  # type: ignore[attr-defined]
+    # read_numpy's zero-copy hot path over the manifest's tables
+    ViewTable = _impl.ViewTable  # type: ignore[attr-defined]
 copy_spans = _impl.copy_spans
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
 set_simd = getattr(_impl, "set_simd", lambda on: False)
@@ -64,8 +73,45 @@ BF16: int = _contract.BF16
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
                                              _contract.ZERO_PACKED_V2)
 FP8_KINDS = _contract.FP8_KINDS
+# the output code of a float kernel for each numpy float dtype it writes
+FLOAT_CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
+
+
+def output_type(dtype):
+    """(kernel output code, numpy dtype) for a dequantization's ``dtype``: float32,
+    float16 or bfloat16 (a name, a numpy or ml_dtypes dtype, or torch's).  The one
+    rule for what dequantizing may output, shared by quantized_group and gguf_blocks
+    (formats/); UnsupportedError for anything else."""
+    if type(dtype).__module__ == "torch":  # torch.float16 and friends: by their names
+        dtype = str(dtype).rsplit(".", 1)[-1]
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
+        return BF16, dtypes.ml_dtype("bfloat16") or np.dtype(np.uint16)
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16":
+        return BF16, dt
+    if dt not in FLOAT_CODES:
+        raise UnsupportedError(f"dequantize outputs float32, float16 or bfloat16, not {dt}")
+    return FLOAT_CODES[dt], dt
+
+
+def each(fn, items, threads=None):
+    """fn(item) for every item, in ``threads`` threads (default: cpu_threads()); the
+    first error is raised (after the others finish), as a sequential loop would
+    raise it.  The kernels release the GIL, so their calls run in parallel."""
+    threads = cpu_threads() if threads is None else int(threads)
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    items = list(items)
+    if threads == 1 or len(items) < 2:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    for future in futures:
+        future.result()
 
 __all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
            "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
            "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans", "ggml_dequant",
-           "cpu_threads"]
+           "cpu_threads", "output_type", "each", "FLOAT_CODES"]

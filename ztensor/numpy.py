@@ -10,20 +10,22 @@
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from ztensor import _save
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
+from ztensor.container import checkpoint_keys as checkpoint
 
 __all__ = ["save_file", "load_file", "save", "load"]
 
 
-def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[str, str]] = None,
-              *, compress=None, checksum=None, compression=None,
-              storage_options=None) -> None:
+def save_file(tensors: Dict[str, np.ndarray], filename: Any,
+              metadata: Optional[Dict[str, str]] = None, *, compress: Any = None,
+              checksum: Optional[str] = None, compression: Any = None,
+              storage_options: Optional[Dict[str, Any]] = None) -> None:
     """Write ``tensors`` (name -> array) to ``filename`` as a zTensor file.
 
     Parameters
@@ -55,8 +57,9 @@ def save_file(tensors: Dict[str, np.ndarray], filename, metadata: Optional[Dict[
             w.write_numpy(name, array, compress=compression, checksum=checksum)
 
 
-def load_file(filename, *, copy: bool = False, dequantize: bool = False,
-              threads: Optional[int] = None, storage_options=None) -> Dict[str, np.ndarray]:
+def load_file(filename: Any, *, copy: bool = False, dequantize: bool = False,
+              threads: Optional[int] = None,
+              storage_options: Optional[Dict[str, Any]] = None) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
     read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
     owned arrays, copied in ``threads`` threads (default: every core).
@@ -65,7 +68,6 @@ def load_file(filename, *, copy: bool = False, dequantize: bool = False,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
     ``dequantize=True`` (ztensor/container/checkpoint_keys.py).  ``storage_options``: fsspec's
     options for a URL's filesystem (credentials, endpoint)."""
-    from ztensor.container import checkpoint_keys as checkpoint
     with Reader(filename, storage_options=storage_options) as r:
         entries = checkpoint.entries(r, dequantize)
         if copy:  # the plain objects in one batch (ztensor/container/batch.py)
@@ -81,7 +83,8 @@ def load_file(filename, *, copy: bool = False, dequantize: bool = False,
 
 
 def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,
-         compress=None, checksum=None, compression=None) -> bytes:
+         compress: Any = None, checksum: Optional[str] = None,
+         compression: Any = None) -> bytes:
     """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
     ``checksum`` as for :func:`save_file`)."""
     return _save.to_bytes(save_file, tensors, metadata,

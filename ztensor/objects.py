@@ -81,7 +81,7 @@ class ComponentSpec:
         self.shared = shared
 
     @property
-    def decoded_length(self):
+    def decoded_length(self) -> int:
         """Bytes after decoding: ``length`` for raw, ``uncompressed_length`` for zstd."""
         return self.length if self.encoding == "raw" else self.uncompressed_length
 
@@ -95,7 +95,7 @@ class ComponentSpec:
                 "length": self.length, "encoding": self.encoding,
                 "uncompressed_length": self.uncompressed_length, "digest": self.digest}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         extra = f" type={self.type!r}" if self.type else ""
         return (f"<ComponentSpec {self.role!r} dtype={self.dtype!r}{extra} offset={self.offset} "
                 f"length={self.length} encoding={self.encoding!r}>")
@@ -122,14 +122,14 @@ class ObjectSpec:
         self.plan = None      # set by the reader: formats.dense.view_plan, cached
 
     @property
-    def primary(self):
+    def primary(self) -> ComponentSpec | None:
         role = spec.PRIMARY_ROLES.get(self.format)
         if role in self.components:
             return self.components[role]
         return next(iter(self.components.values()), None)
 
     @property
-    def dtype(self):
+    def dtype(self) -> str | None:
         """The primary component's element type by numpy's name (``"float32"``,
         ``"bfloat16"``): the reference implementation's convention, which code
         written against it compares with.  ``storage_dtype`` has the spec's name."""
@@ -139,13 +139,13 @@ class ObjectSpec:
         return None if comp is None else dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
 
     @property
-    def storage_dtype(self):
+    def storage_dtype(self) -> str | None:
         """The primary component's storage type by the spec's name (``"f32"``)."""
         comp = self.primary
         return None if comp is None else comp.dtype
 
     @property
-    def type(self):
+    def type(self) -> str | None:
         comp = self.primary
         return None if comp is None else comp.type
 
@@ -163,6 +163,6 @@ class ObjectSpec:
                 "dtype": self.dtype, "storage_dtype": self.storage_dtype, "type": self.type, "attributes": dict(self.attributes),
                 "components": {r: c.to_dict() for r, c in self.components.items()}}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<ObjectSpec {self.name!r} format={self.format!r} shape={list(self.shape)} "
                 f"dtype={self.dtype!r}>")

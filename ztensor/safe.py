@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Union
 
 import numpy as np
 
@@ -18,6 +18,13 @@ from ztensor.attributes import show
 from ztensor.errors import (ClosedError, ObjectNotFoundError, SliceError,
                             UnsupportedError)
 from ztensor.container.reader import Reader
+from ztensor.container import checkpoint_keys as checkpoint
+from ztensor.frameworks.torch_bridge import object_to_torch
+from ztensor.frameworks.torch_bridge import numpy_to_torch_plain
+from ztensor.frameworks.torch_bridge import numpy_to_torch
+from ztensor.io import values as logical
+from ztensor.io import seekable
+from ztensor.formats import dense
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 
@@ -73,7 +80,6 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return self._reader
 
     def _entries(self):
-        from ztensor.container import checkpoint_keys as checkpoint
         if self._checkpoint is None:
             self._checkpoint = checkpoint.entries(self._open_reader(), self._dequantize)
         return self._checkpoint
@@ -100,12 +106,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def get_tensor(self, name: str) -> Any:
         """The whole tensor ``name``: a dense object, a quantized object by its own
         name (dequantized), or one of its GPTQ checkpoint names (``.qweight``...)."""
-        from ztensor.container import checkpoint_keys as checkpoint
         reader = self._open_reader()
         if name in reader:
             if reader.metadata(name).format == "dense":
                 if self._framework == "pt":
-                    from ztensor.frameworks.torch_bridge import object_to_torch
                     return object_to_torch(reader, name, copy=False, device=self._device)
                 return reader.read_numpy(name)
             if reader.metadata(name).format != "quantized_group":
@@ -117,7 +121,6 @@ class safe_open:  # noqa: N801 - the name safetensors users know
                 raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
             arr = checkpoint.array(reader, *target)
         if self._framework == "pt":
-            from ztensor.frameworks.torch_bridge import numpy_to_torch_plain
             return numpy_to_torch_plain(arr, self._device)
         return arr
 
@@ -133,10 +136,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._tables.clear()
         self._reader.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "safe_open":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
@@ -195,9 +198,10 @@ def handle_path(f: Any) -> str:
                                "opens the file by its name, as safetensors does")
     try:
         held, named = os.fstat(fd), os.stat(name)
+        same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
     except (OSError, ValueError):  # ValueError: a NUL in the name
-        held = named = None
-    if named is None or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+        same = False
+    if not same:
         raise UnsupportedError("this name no longer leads to the handle's file (renamed, "
                                "replaced or deleted since it was opened, or a relative name "
                                "after a change of directory)", path=name)
@@ -246,7 +250,6 @@ class _Slice:
         if part is None:
             part = self._selected(selection)
         if self._framework == "pt":
-            from ztensor.frameworks.torch_bridge import numpy_to_torch
             return numpy_to_torch(part, self._meta, self._device)
         return part
 
@@ -255,7 +258,6 @@ class _Slice:
         """The selection of the stored elements (a view of a raw component; a zstd
         component decoded once per handle and kept), converted afterwards: bf16/FP8
         without ml_dtypes decode only the selected elements."""
-        from ztensor.io import values as logical
 
         reader = self._reader
         if self._internals.foreign is not None:  # other formats: their own reading
@@ -276,8 +278,6 @@ class _Slice:
         rows the selection's first index spans, decoding only the frames that hold
         them.  None where that does not apply (no table, digests checked on every
         read, another format, a selection not led by an integer or a slice)."""
-        from ztensor.io import values as logical
-        from ztensor.io import seekable
 
         reader, internals = self._reader, self._internals
         shape, comp = self._meta.shape, self._meta.components.get("data")
@@ -314,7 +314,6 @@ class _Slice:
         the selection's first index spans, read as one range; None where the whole
         component is read instead (mapped sources, where views already touch only
         the rows; compressed or converted data)."""
-        from ztensor.formats import dense
 
         source = self._internals.source
         shape = self._meta.shape
@@ -368,7 +367,7 @@ def _selection(index: Any, shape, name, path):
         raise _slice_error(f"Error during slicing {_render(items)} with shape "
                            f"{list(shape)}: too many indices ({len(items)} for {len(shape)} "
                            "dimensions)", name, path)
-    out = []
+    out: List[Any] = []  # per dimension: an int, a slice or an empty index array
     for dim, item in enumerate(items):
         size = shape[dim]
         if isinstance(item, list):

@@ -16,6 +16,9 @@ from ztensor import _save, dtypes
 from ztensor.attributes import show
 from ztensor.errors import FormatError, SafetensorError, UnsupportedError
 from ztensor.objects import shape_problem
+from ztensor.tensor import Tensor
+from ztensor.container.writer import Writer
+from ztensor.container.reader import open_bytes
 
 # torch-style names -> (numpy little-endian storage, logical type), and the names of
 # the types numpy holds as bits: both from the one dtype table (dtypes.ROWS);
@@ -61,8 +64,6 @@ def _arrays(tensor_dict: Any):
 def serialize_file(tensor_dict: Dict[str, Dict[str, Any]], filename: Any,
                    metadata: Optional[Dict[str, str]] = None) -> None:
     """Write tensors given as dtype/shape/bytes dicts to a zTensor file."""
-    from ztensor.tensor import Tensor
-    from ztensor.container.writer import Writer
 
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
         for name, arr, ltype in _arrays(tensor_dict):
@@ -78,7 +79,6 @@ def serialize(tensor_dict: Dict[str, Dict[str, Any]],
 def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
     """[(name, {"dtype", "shape", "data"})] of a zTensor or safetensors file's bytes,
     in file order."""
-    from ztensor.container.reader import open_bytes
 
     out = []
     with open_bytes(data) as r:

@@ -24,7 +24,7 @@ import os
 import re
 import unicodedata
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
 
 import numpy as np
 
@@ -35,6 +35,8 @@ from ztensor.container.reader import Reader
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.container.writer import Writer
 from ztensor.io import upload as remote_write
+from ztensor.io.atomic import create_temp
+from ztensor.safe import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -131,7 +133,6 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
 
 
 def _write_json_atomically(path: str, value: Any) -> None:
-    from ztensor.io.atomic import create_temp
     fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -393,7 +394,6 @@ class ShardedReader:
     def get_slice(self, name: str) -> Any:
         """safe_open's lazy slice of ``name``, over its shard (only the rows asked
         for are read)."""
-        from ztensor.safe import safe_open
         self._reader(name)  # the name must be in its shard
         return safe_open(self._shard(self._map[name]), framework="np",
                          storage_options=self._options).get_slice(name)
@@ -406,7 +406,6 @@ class ShardedReader:
         total)`` over the shards' file sizes.  ``errors``: a list collecting every
         problem of every shard (a shard that cannot be opened is one), instead of
         raising the first."""
-        from ztensor.errors import ZTensorError
 
         def problem(exc):
             if errors is None:
@@ -428,8 +427,10 @@ class ShardedReader:
                     for name in self._missing(file, r):
                         problem(FormatError(f"the index names this tensor in {file}, which "
                                             "does not hold it", path=self.path, obj=name))
-                    checked += r.verify(None if progress is None else
-                                        lambda d, t, base=done: progress(base + d, total),
+
+                    def shard_progress(d, t, base=done):  # this shard's bytes after base
+                        progress(base + d, total)
+                    checked += r.verify(None if progress is None else shard_progress,
                                         errors=errors)
             except (ZTensorError, OSError) as exc:
                 if not isinstance(exc, ZTensorError):  # a missing or unreadable shard
@@ -468,7 +469,7 @@ class ShardedReader:
     def __enter__(self) -> "ShardedReader":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
@@ -491,7 +492,8 @@ def _read_index(index: str, storage_options: Any = None) -> bytes:
 def _read_bounded(f, index: str) -> bytes:
     """At most MAX_INDEX_BYTES from ``f`` in 64 KiB reads: memory follows the bytes
     the index holds (one read of MAX_INDEX_BYTES would allocate them all at once)."""
-    parts, held = [], 0
+    parts: List[bytes] = []
+    held = 0
     while True:
         part = f.read(1 << 16)
         if not part:

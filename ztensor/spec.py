@@ -106,7 +106,7 @@ class Limits:
     max_rank: int = MAX_RANK
     max_objects: int = 10_000_000
 
-    def with_(self, **changes) -> "Limits":
+    def with_(self, **changes: int) -> "Limits":
         """A copy with some limits changed."""
         return replace(self, **changes)
 
@@ -114,7 +114,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-def parse_version(text) -> tuple:
+def parse_version(text: object) -> tuple[int, int] | None:
     """``"1.2.0"`` -> ``(1, 2)``; anything else -> ``None``."""
     if not isinstance(text, str):
         return None

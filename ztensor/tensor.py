@@ -68,7 +68,8 @@ class Tensor:
 
     def to_scipy(self) -> Any:
         """A checked sparse_csr/sparse_coo object as a scipy.sparse array (needs scipy)."""
-        from ztensor.formats import sparse  # one way: formats.sparse never imports Tensor
+        # at call time: formats (which holds the sparse rules) imports this module
+        from ztensor.formats import sparse
         return sparse.to_scipy(self)
 
     @classmethod
@@ -76,11 +77,11 @@ class Tensor:
                    ) -> "Tensor":
         """A sparse_coo (COO input) or sparse_csr (any other layout) object from a
         scipy.sparse matrix or array."""
-        from ztensor.formats import sparse
+        from ztensor.formats import sparse  # at call time, as in to_scipy
         fmt, shape, comps = sparse.from_scipy(matrix)
         return cls(comps, shape=shape, format=fmt, attributes=attributes)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         parts = ", ".join(f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"
                           for k, v in self.components.items())
         return f"<ztensor.Tensor format={self.format!r} shape={list(self.shape)} {{{parts}}}>"

@@ -33,6 +33,11 @@ from ztensor.frameworks.staging import for_device as staging_for
 from ztensor.frameworks.torch_bridge import (is_cpu, numpy_to_torch_plain, object_to_torch,
                                   to_numpy_for_writing)
 from ztensor.container.writer import Writer
+from ztensor import sharded
+from ztensor.foreign.names import NameTable
+from ztensor.sharded import open_sharded
+from ztensor.container import checkpoint_keys as checkpoint
+from ztensor.sharded import save_sharded
 
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
@@ -200,7 +205,6 @@ def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
     that tensor only, never the file.  Quantized (GPTQ) objects come under GPTQ
     checkpoint names, or dequantized with ``dequantize=True`` (see
     :func:`ztensor.numpy.load_file`)."""
-    from ztensor import sharded
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
         for _, part in _shard_by_shard(filename, device, copy, dequantize, threads):
@@ -216,8 +220,6 @@ def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
     :func:`load_file` loads one file, restricted to the tensors the index places
     there.  A checkpoint name given by two shards is refused (a GPTQ object's
     ``x.qweight`` in one, a plain ``x.qweight`` in another)."""
-    from ztensor.foreign.names import NameTable
-    from ztensor.sharded import open_sharded
     with open_sharded(checkpoint) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
@@ -238,7 +240,6 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
                  threads: Optional[int], only: Optional[Set[str]] = None
                  ) -> Dict[str, torch.Tensor]:
     """load_file's work on one open Reader (``only``: these objects, else all)."""
-    from ztensor.container import checkpoint_keys as checkpoint
     out = {}
     on_cpu = is_cpu(device)
     entries = checkpoint.entries(r, dequantize)
@@ -321,7 +322,6 @@ def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[st
     if force_contiguous:
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
     if max_shard_size is not None or os.path.isdir(os.fspath(filename)):
-        from ztensor.sharded import save_sharded
         _check_tensors(state_dict)
         save_sharded(state_dict, filename, max_shard_size=max_shard_size or "5GB",
                      metadata=metadata, compress=compress, checksum=checksum)
@@ -339,7 +339,6 @@ def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
     it is loaded shard by shard, each shard's zero-copy views copied into the model
     and released before the next shard is mapped, so memory peaks at the model plus
     one shard, never two copies of the model."""
-    from ztensor import sharded
     if sharded.is_checkpoint(filename):
         names: Set[str] = set()
         missing, unexpected = None, []

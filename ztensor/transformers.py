@@ -37,6 +37,11 @@ import transformers
 from ztensor import _save
 from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url
+from ztensor import sharded
+from ztensor.container.reader import Reader
+from ztensor.torch import load_file, shard_by_shard
+from ztensor.sharded import save_sharded
+from ztensor.torch import remove_duplicate_names
 
 __all__ = ["from_pretrained", "save_pretrained"]
 
@@ -175,8 +180,6 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str) -> torch.dtype:
 
 
 def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
-    from ztensor import sharded
-    from ztensor.container.reader import Reader
     opened = sharded.open_sharded(checkpoint) if sharded.is_checkpoint(checkpoint) \
         else Reader(checkpoint)
     with opened as r:
@@ -215,11 +218,12 @@ def _parameters_on_meta() -> Iterator[None]:
                                        requires_grad=param.requires_grad)
         original(module, name, param)
 
-    torch.nn.Module.register_parameter = register
+    # method-assign: torch's method is swapped for the load's duration, then restored
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
     try:
         yield
     finally:
-        torch.nn.Module.register_parameter = original
+        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
 def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
@@ -235,8 +239,6 @@ def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
 
 def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
     """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
-    from ztensor import sharded
-    from ztensor.torch import load_file, shard_by_shard
     if sharded.is_checkpoint(checkpoint):
         for _, part in shard_by_shard(checkpoint, "cpu", False, False, None):
             yield part
@@ -339,8 +341,6 @@ def save_pretrained(model: Any, save_directory: Any, *, max_shard_size: Any = "5
     targets to discard).  Shards of an earlier save that this one does not rewrite
     are removed after the new index is written.  ``compress``/``compression`` and
     ``checksum`` as for :func:`ztensor.torch.save_file`.  Returns the shard names."""
-    from ztensor.sharded import save_sharded
-    from ztensor.torch import remove_duplicate_names
     compress = _save.compress_option(compress, compression)
     folder = os.fspath(save_directory)
     if os.path.exists(folder) and not os.path.isdir(folder):

@@ -4,7 +4,7 @@ Used when the compiled extension is missing or ``ZTENSOR_PUREPYTHON=1``, and by
 the tests as an oracle for the C code.  Same signatures, same errors.  Not here:
 ``manifest_scan``, ``decode_spans``, ``manifest_encode`` and ``ViewTable`` (the
 manifest's fast paths): without them ``kernels.py`` leaves those names unset, and
-the manifest is read and written the general way (cbor2 + ``manifest.Checker``).
+the manifest is read and written the general way (cbor2 + ``manifest_checks.Checker``).
 The kernels' numbers (float and FP8 codes, zero types, footer families, ggml block
 sizes) come from ``_contract.py``, their one Python home.
 """
@@ -324,7 +324,7 @@ def fp8_table(name: str) -> np.ndarray:
     return out
 
 
-_TABLES = {}
+_TABLES: dict[str, np.ndarray] = {}  # FP8 type name -> its decode table
 
 
 def _table(name):

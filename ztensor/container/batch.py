@@ -174,23 +174,6 @@ def _split(dst, spans, parts):
                                               np.split(lengths, cuts)) if len(n)]
 
 
-def each(fn, items, threads=None):
-    """fn(item) for every item, in ``threads`` threads; the first error is raised
-    (after the others finish), as a sequential loop would raise it."""
-    threads = default_threads() if threads is None else int(threads)
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    items = list(items)
-    if threads == 1 or len(items) < 2:
-        for item in items:
-            fn(item)
-        return
-    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-    for future in futures:
-        future.result()
-
-
 def _run(src, jobs, threads):
     def one(job):
         dst, s, d, n = job
@@ -205,4 +188,4 @@ def _run(src, jobs, threads):
         list(pool.map(one, jobs))
 
 
-__all__ = ["read_owned", "each", "default_threads"]
+__all__ = ["read_owned", "default_threads"]

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ztensor.errors import UnsupportedError
+from ztensor.formats import quantized
 
 GPTQ_ROLES = ("qweight", "qzeros", "scales", "g_idx")
 
@@ -46,7 +47,6 @@ def array(reader: Any, name: str, role: Optional[str], *, copy: bool = False,
     meta = reader.metadata(name)
     if meta.format == "dense":
         return reader.read_numpy(name, copy=copy)
-    from ztensor.formats import quantized
     obj = reader.read(name)
     if role is None:
         return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))

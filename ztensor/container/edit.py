@@ -14,10 +14,11 @@ from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
-from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError
+from ztensor.errors import FormatError, ObjectNotFoundError
 from ztensor.container.reader import Reader
 from ztensor.tensor import Tensor
-from ztensor.container.writer import Writer
+from ztensor.container.writer import Writer, require_writable_version
+from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -91,19 +92,8 @@ def _require_zt(reader):
     require_writable_version(reader)
 
 
-def require_writable_version(reader):
-    """Edits write v1.2: a v2 file (PyPI ztensor 2.x) would silently change container
-    version, so it is refused; ``ztensor convert`` makes a v1.2 copy on purpose."""
-    from ztensor.container import v2 as container_v2
-    if reader.version == container_v2.VERSION:
-        raise UnsupportedError("a zTensor v2 file is read-only here (this package writes "
-                               "v1.2): `ztensor convert` it to a v1.2 file to edit that",
-                               path=reader.path)
-
-
 def _as_array(data, name):
     if type(data).__module__.startswith("torch"):
-        from ztensor.frameworks.torch_bridge import to_numpy_for_writing
         arr, _ = to_numpy_for_writing(data, name)
         return arr
     return np.asarray(data)

@@ -17,6 +17,8 @@ from ztensor import dtypes
 from ztensor.io import components
 from ztensor.io import values as logical
 from ztensor.errors import UnsupportedError
+from ztensor import kernels
+from ztensor.frameworks import staging, torch_bridge
 
 # logical/storage type -> the numpy dtypes whose memory holds its elements exactly
 _BITS = dtypes.BITS_DTYPES
@@ -62,7 +64,6 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
                             **where)
         width = dtypes.swap_width(target.dtype)   # 0 on little-endian hosts
         if width:  # little-endian bytes -> native order, in place
-            from ztensor import kernels
             kernels.bswap(raw, raw, width)
     else:
         source = reader.read(name).components["data"]
@@ -101,9 +102,8 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
 def _torch_target(dst):
     import torch
 
-    from ztensor.frameworks.torch_bridge import is_cpu, torch_bits_dtype
-    bits = torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
-    on_cpu = is_cpu(dst.device)
+    bits = torch_bridge.torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
+    on_cpu = torch_bridge.is_cpu(dst.device)
     if on_cpu and dst.is_contiguous():
         view = dst.view(bits[0]) if bits else dst
         arr = view.numpy()
@@ -117,7 +117,6 @@ def _torch_target(dst):
         return arr, lambda: dst.copy_(host)
 
     def finish():
-        from ztensor.frameworks import staging
         buffer = staging.for_device(dst.device)  # the one staging buffer (pinned for CUDA)
         if dst.is_contiguous():
             buffer.fill(arr, dst)

@@ -3,7 +3,7 @@
 ``csrc/manifest_scan.c`` reads the manifest shape every writer we know produces
 into flat uint64 tables, column-major (``objects[FORMAT]`` is the format of every
 object): one row per object, one per component, plus the dims.
-Here every check :class:`ztensor.container.manifest.Checker` runs per object runs over the
+Here every check :class:`ztensor.container.manifest_checks.Checker` runs per object runs over the
 columns instead (alignment, bounds, sizes, limits, the dense rule, overlaps), and
 an object's :class:`ObjectSpec` is built when it is first asked for.  Objects of
 the other formats (sparse, quantized) and objects with attributes are checked one
@@ -26,6 +26,7 @@ from ztensor import attributes as attrs
 from ztensor import dtypes, formats, kernels, spec
 from ztensor.errors import ZTensorError
 from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.container.manifest_checks import Checker, Manifest, gc_paused
 
 # columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
 # compiled extension exports the structs' field order, HEADER_CONSTANTS, and
@@ -128,7 +129,6 @@ class _Slow(Exception):
 def decode(raw, footer, path, limits, max_depth):
     """A :class:`ztensor.container.manifest.Manifest` read through the tables, or None when the
     manifest must take the general path."""
-    from ztensor.container.manifest import Checker, Manifest
 
     if footer.family == 0 or not hasattr(kernels, "manifest_scan"):
         return None  # v0.1 is another shape; the numpy fallback has no scanner
@@ -326,7 +326,6 @@ class TableSpecs:
         """A caller walking the manifest: every spec made now in one pass, and
         ``get`` becomes the lookup of a dict (measured: a third of the per-call cost;
         the specs are two references each, made in a C-level loop)."""
-        from ztensor.container.manifest import gc_paused  # (manifest imports this module)
         with self._lock, gc_paused():  # 20k new objects, none cyclic: no collections
             made = list(map(TableObjectSpec, itertools.repeat(self), range(len(self.names))))
             for row, spec_ in list(self.built.items()):  # specs handed out stay the ones

@@ -15,11 +15,11 @@ import dataclasses
 import functools
 import os
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union, overload
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union, cast, overload
 
 import numpy as np
 
-from ztensor import dtypes, foreign, formats, spec
+from ztensor import dtypes, foreign, formats, kernels, spec
 from ztensor.io import components
 from ztensor.container import v2 as container_v2
 from ztensor.io import floats as floatconv
@@ -34,6 +34,11 @@ from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
 from ztensor.io.upload import check_storage_options
 from ztensor.io.source import Source, is_url
+from ztensor.container import batch
+from ztensor.io import digests
+from ztensor.frameworks.torch_bridge import object_to_torch
+from ztensor.container import into
+from ztensor._save import BYTES, named_as_bytes
 
 
 def _memory_is_a_limit(method):
@@ -156,14 +161,15 @@ class Reader:
             kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
                 and not is_url(source) else None
         except NotAFileError as exc:
-            if not os.path.isdir(source):
+            # only a local path (str or PathLike) was sniffed, so only one gets here
+            if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
                 raise
             raise NotAFileError("is a directory, not a tensor file: open a checkpoint "
                                 "directory with ztensor.open_sharded(path)",
                                 path=exc.path) from None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
             self._source = None
-            self.path = os.fspath(source)
+            self.path = os.fspath(cast("Union[str, os.PathLike[str]]", source))  # sniffed: local
             self._foreign = foreign.open_foreign(self.path, kind, self._limits,
                                                  copy_on_write=copy_on_write, mmap=mmap)
             self._manifest = Manifest(None, self._foreign.attributes,
@@ -224,16 +230,16 @@ class Reader:
         """Object names, in manifest order."""
         return self._manifest.names()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._manifest.names())
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._manifest)
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return name in self._manifest
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> np.ndarray:
         return self.read_numpy(name)
 
     def metadata(self, name: str) -> ObjectSpec:
@@ -344,7 +350,6 @@ class Reader:
     def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
         if isinstance(name, list):  # as the reference: several names -> dict
             if copy and dtype is None:
-                from ztensor.container import batch
                 return batch.read_owned(self, name, threads)
             return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
@@ -460,8 +465,6 @@ class Reader:
         ChecksumError, FormatError, LimitError, UnsupportedError
             The first problem, unless ``errors`` collects them.
         """
-        from ztensor.io import digests
-        from ztensor.errors import ZTensorError
 
         self._require_open()
         names = self._manifest.names()
@@ -471,7 +474,7 @@ class Reader:
             obj = self.metadata(name)
             try:
                 matched = 0
-                if self._foreign is None:
+                if self._source is not None:  # a zTensor file (another format: no Source)
                     for role, comp in obj.components.items():
                         if comp.digest is None:
                             continue
@@ -522,7 +525,6 @@ class Reader:
         bf16 and the float8 types come back as torch's own dtypes.  On the CPU, raw
         objects are zero-copy views of a private copy-on-write mapping unless
         ``copy``; with another ``device`` each tensor is moved there once."""
-        from ztensor.frameworks.torch_bridge import object_to_torch
         if isinstance(name, list):
             return {n: self.read_torch(n, copy=copy, device=device) for n in name}
         # torch has no read-only tensors: views of the file need Reader(...,
@@ -541,12 +543,10 @@ class Reader:
 
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
         match the object."""
-        from ztensor.container import batch
-        from ztensor.container import into
         if isinstance(name, dict):
             order = sorted(name, key=lambda n: min((c.offset for c in self.metadata(n)
                                                     .components.values()), default=0))
-            batch.each(lambda n: into.read_into(self, n, name[n]), order, threads)
+            kernels.each(lambda n: into.read_into(self, n, name[n]), order, threads)
             return
         if dst is None:
             raise TypeError("read_into(name, dst): dst is required when name is a str")
@@ -555,7 +555,7 @@ class Reader:
     def stored_bytes(self, name: str, role: str) -> memoryview:
         """The stored (possibly compressed) bytes of one component, as in the file."""
         self._require_open()
-        if self._foreign is not None:
+        if self._foreign is not None or self._source is None:  # another format: no Source
             raise UnsupportedError("stored bytes are a zTensor notion", path=self.path,
                                    obj=name)
         comp = self.metadata(name).components[role]
@@ -592,7 +592,7 @@ class Reader:
     def __enter__(self) -> "Reader":
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 
@@ -602,7 +602,7 @@ class Reader:
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
             self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
         return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"
@@ -633,7 +633,6 @@ def open_bytes(data: Any, **kwargs: Any) -> Reader:
     if bytes(view[:4]) != spec.MAGIC_PREFIX and len(view) >= 9 and view[8] == ord("{"):
         import tempfile
         fd, path = tempfile.mkstemp(suffix=".safetensors")
-        from ztensor._save import BYTES, named_as_bytes
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(view)

@@ -9,12 +9,13 @@ that would overrun it, or a close that falls short.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError
+from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 
 
 class TensorStream:
@@ -64,7 +65,6 @@ class TensorStream:
 
     def _bytes_of(self, chunk):
         if hasattr(chunk, "detach") and hasattr(chunk, "numpy"):  # a torch tensor
-            from ztensor.torch import to_numpy_for_writing
             chunk, _ = to_numpy_for_writing(chunk, self.name)
         if isinstance(chunk, np.ndarray):
             if chunk.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
@@ -90,7 +90,7 @@ class TensorStream:
     def __enter__(self) -> "TensorStream":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             self.close()
         elif self._open:  # the caller's error: the tensor is incomplete

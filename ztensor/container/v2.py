@@ -57,6 +57,8 @@ import cbor2
 from ztensor import dtypes, kernels, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
+from ztensor.container.manifest_checks import Checker
+from ztensor.dtypes import GGML_TYPES
 
 MAGIC = spec.MAGIC_V2
 FOOTER = 40
@@ -81,7 +83,7 @@ LOGICAL = {**{name: (lt.storage, _widths(lt.ratio * dtypes.STORAGE[lt.storage].i
            "bool": ("u8", _widths(1)), "f8_e8m0": ("u8", _widths(1)),
            "f4_e2m1": ("u8", lambda n: -(-n // 2))}
 # the logical types read as values (the rest come back as their storage)
-DECODED_TYPES = {None, "bool", *dtypes.LOGICAL}
+DECODED_TYPES = dtypes.DECODED_TYPES
 ENCODINGS = {"zt.zstd-seekable/1": "zstd"}
 _SHARD = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\Z")
 _DIGEST = re.compile(r"(xxh3:[0-9a-f]{16}|sha256:[0-9a-f]{64})\Z")
@@ -129,7 +131,6 @@ def read(source, limits, path):
 
 class _Schema:
     def __init__(self, path, size, manifest_blob, limits):
-        from ztensor.container.manifest import Checker
         self.path, self.size, self.limits = path, size, limits
         self.blobs: Dict[Any, list] = {None: [manifest_blob]}  # file -> references
         self.shards: Dict[str, int] = {}
@@ -309,7 +310,6 @@ class _Schema:
         return ObjectSpec(name, shape, "dense", attributes, comps)
 
     def gguf(self, name, layout, shape, attributes, comps, where):
-        from ztensor.foreign.gguf_file import GGML_TYPES
         per, nbytes = attributes.get("elems_per_block"), attributes.get("block_bytes")
         comp = comps.get("data")
         if list(comps) != ["data"] or comp.dtype != "u8" or comp.type is not None:

@@ -11,7 +11,7 @@ import builtins
 import math
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import Any, Dict, Literal, Optional, Union
 
 import numpy as np
 
@@ -27,9 +27,20 @@ from ztensor.container.manifest import Checker, gc_paused, encode_manifest
 from ztensor import formats
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
+from ztensor.frameworks.torch_bridge import to_numpy_for_writing
+from ztensor.container.stream import TensorStream
+from ztensor.container.reader import Reader
+from ztensor.container import v2
 
-if TYPE_CHECKING:
-    from ztensor.container.stream import TensorStream
+
+def require_writable_version(reader):
+    """Edits write v1.2: a v2 file (PyPI ztensor 2.x) would silently change container
+    version, so it is refused; ``ztensor convert`` makes a v1.2 copy on purpose."""
+    if reader.version == v2.VERSION:
+        raise UnsupportedError("a zTensor v2 file is read-only here (this package writes "
+                               "v1.2): `ztensor convert` it to a v1.2 file to edit that",
+                               path=reader.path)
+
 
 def _plain_storage():
     """numpy dtype -> storage for arrays written as they are: a spec primitive with no
@@ -102,7 +113,7 @@ class Writer:
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
-    def write_numpy(self, name: str, array: Any, *, compress: Union[bool, int] = False,
+    def write_numpy(self, name: str, array: Any, *, compress: Union[bool, int, None] = False,
                     checksum: Optional[str] = None,
                     attributes: Optional[Dict[str, Any]] = None,
                     type: Optional[str] = None, saturate: bool = False) -> None:
@@ -117,7 +128,7 @@ class Writer:
             complex, and ml_dtypes bfloat16/float8 arrays (stored as ``u16``/``u8`` with
             their logical type).
         compress : bool or int
-            False: raw.  True: zstd level 3.  An int: that zstd level.
+            False (or None): raw.  True: zstd level 3.  An int: that zstd level.
         checksum : None, "crc32c" or "sha256"  ("none" is accepted as None)
             Digest of the stored bytes, recorded in the manifest.
         attributes : dict, optional
@@ -191,7 +202,6 @@ class Writer:
                     ) -> None:
         """Write a dense object from a ``torch.Tensor`` (any device, any layout; bf16,
         the float8 types and complex keep their torch dtype on the way back)."""
-        from ztensor.torch import to_numpy_for_writing
         arr, type_name = to_numpy_for_writing(tensor, name)
         arr, types = (arr, {"data": type_name}) if type_name else (arr, {})
         self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes,
@@ -213,7 +223,6 @@ class Writer:
         ...     for block in blocks():
         ...         s.write(block)
         """
-        from ztensor.container.stream import TensorStream
 
         self._require_open()
         self._check_name(name)
@@ -288,11 +297,9 @@ class Writer:
         then the old file is untouched, and a crash at any point leaves the old
         file or the complete new one, never a mix (docs/editing.md).  Costs one copy
         of the file's bytes, in exchange for that guarantee."""
-        from ztensor.container.reader import Reader
         with Reader(path, storage_options=kwargs.get("storage_options")) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
-            from ztensor.container.edit import require_writable_version
             require_writable_version(old)
             writer = cls(path, attributes=dict(old.attributes), **kwargs)
             try:
@@ -481,7 +488,7 @@ class Writer:
         if self._state != "open":
             raise ClosedError(f"writer is {self._state}", path=self.path)
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             self.close()
         else:
@@ -497,7 +504,7 @@ class Writer:
                           stacklevel=2, source=self)
             self.abort()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "finished" if self._state == "closed" else self._state  # the reference's word
         return f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
 

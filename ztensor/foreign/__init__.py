@@ -22,79 +22,23 @@ Every offset, size and shape is checked before use, as for zTensor files.
 """
 from __future__ import annotations
 
-import lzma
 import os
-import struct
 import zipfile
-import zlib
-from typing import Any, Callable, Dict, Optional
+from typing import Optional
 
-import numpy as np
-
-from ztensor import dtypes, spec
+from ztensor import spec
 from ztensor.errors import FormatError, UnsupportedError
-from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.spec import DEFAULT_LIMITS, Limits
-from ztensor.tensor import Tensor
+from ztensor.io.source import open_local_input
+from ztensor.foreign.base import ZIP_ERRORS, Entry, ForeignFile, eager, optional_import, spec_of  # noqa: F401,E501  (the package's names)
+from ztensor.foreign import safetensors_file
+from ztensor.foreign import numpy_files
+from ztensor.foreign import pytorch
+from ztensor.foreign import gguf_file as gguf
+from ztensor.foreign import hdf5_file
+from ztensor.foreign import onnx_file
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
-
-# what zipfile (and the decompressors behind it) raise on a malformed archive: found
-# by tools/fuzz/fuzz_importers.py (an unknown zip version is a NotImplementedError)
-ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-              NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
-              KeyError, IndexError, OverflowError, UnicodeDecodeError)
-
-
-class Entry:
-    """One tensor of a foreign file: its spec, and how to get it."""
-
-    __slots__ = ("spec", "load")
-
-    def __init__(self, spec: ObjectSpec, load: Callable[[], Tensor]) -> None:
-        self.spec = spec
-        self.load = load
-
-
-class ForeignFile:
-    """A foreign file opened for reading."""
-
-    def __init__(self, path: str, format: str, attributes: Dict[str, Any],
-                 entries: Dict[str, Entry], closer: Optional[Callable[[], None]] = None):
-        self.path = path
-        self.format = format
-        self.attributes = attributes
-        self.entries = entries
-        self._closer = closer
-
-    def close(self) -> None:
-        if self._closer is not None:
-            closer, self._closer = self._closer, None
-            closer()
-
-
-def spec_of(name: str, tensor: Tensor, offset: int = 0) -> ObjectSpec:
-    """The ObjectSpec a loaded Tensor has (components at ``offset`` when the format
-    places them in the file, else 0)."""
-    comps = {}
-    for role, arr in tensor.components.items():
-        arr = np.asarray(arr)
-        found = dtypes.spec_types_for(arr.dtype)
-        if found is None:
-            raise UnsupportedError(f"numpy dtype {arr.dtype} has no zTensor type", obj=name,
-                                   component=role)
-        storage, ltype = found
-        ltype = tensor.types.get(role, ltype)
-        if ltype == "bf16":
-            storage, ltype = "bf16", None
-        comps[role] = ComponentSpec(role, storage, ltype, offset, arr.nbytes)
-    return ObjectSpec(name, tensor.shape, tensor.format, tensor.attributes, comps)
-
-
-def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
-    """An entry whose tensor is already at hand (a view: nothing to load)."""
-    return Entry(spec_of(name, tensor, offset), lambda: tensor)
-
 
 def sniff(path: str) -> Optional[str]:
     """The foreign format of the file at ``path``, or None (zTensor, or unknown).
@@ -102,7 +46,6 @@ def sniff(path: str) -> Optional[str]:
     The file is opened through :func:`ztensor.io.source.open_local_input`: a directory,
     FIFO, socket or device is refused there, without blocking, before any reader
     (zipfile, h5py, onnx, numpy) is handed the path."""
-    from ztensor.io.source import open_local_input
 
     with open_local_input(path) as f:
         head = f.read(16)
@@ -152,38 +95,22 @@ def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
     This is the one place the option reaches every reader's Source."""
     limits = limits or DEFAULT_LIMITS
     if fmt == "safetensors":
-        from ztensor.foreign import safetensors_file
         return safetensors_file.open_file(path, limits, copy_on_write=copy_on_write,
                                           mmap=mmap)
     if fmt in ("npy", "npz"):
-        from ztensor.foreign import numpy_files
         return numpy_files.open_npy(path, limits, mmap=mmap) if fmt == "npy" \
             else numpy_files.open_npz(path, limits, mmap=mmap)
     if fmt == "pickle":
-        from ztensor.foreign import pytorch
         return pytorch.open_file(path, limits, mmap=mmap)
     if fmt == "gguf":
-        from ztensor.foreign import gguf_file as gguf
         attributes, tensors = gguf.open_gguf(path, limits=limits, mmap=mmap)
         return ForeignFile(path, "gguf", attributes,
                            {name: eager(name, t) for name, t in tensors})
     if fmt == "hdf5":
-        from ztensor.foreign import hdf5_file
         return hdf5_file.open_file(path, limits)
     if fmt == "onnx":
-        from ztensor.foreign import onnx_file
         return onnx_file.open_file(path, limits)
     if fmt == "legacy-pickle":
         raise UnsupportedError("a legacy (pre-1.6, non-zip) PyTorch pickle: only torch.save's "
                                "zip format is read (re-save it with a current torch)", path=path)
     raise FormatError(f"unknown foreign format {fmt!r}", path=path)
-
-
-def optional_import(module: str, what: str, path: str):
-    """Import an optional package, or say which one to install."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise UnsupportedError(f"reading {what} files needs the '{module}' package "
-                               f"(pip install {module})", path=path) from None

@@ -27,8 +27,10 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.io import atomic
-from ztensor.errors import UnsupportedError, WriteError
+from ztensor.errors import UnsupportedError
 from ztensor.foreign.names import NameTable
+from ztensor.foreign.base import optional_import
+from ztensor.foreign.gguf_file import VALUE_TYPES
 
 FORMATS = {".zt": "zt", ".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf"}
 
@@ -326,7 +328,6 @@ def write_gguf(reader, path: str, progress=None) -> int:
     * ``general.architecture`` is written only when the source has it.
 
     Everything is checked first (:func:`plan_gguf`)."""
-    from ztensor.foreign import optional_import
     gguf = optional_import("gguf", "writing GGUF", path)
     plan = plan_gguf(reader, gguf)
 
@@ -404,17 +405,16 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
     raw = gguf.GGMLQuantizationType.BF16 if key == "bf16" else None  # bits, typed
     shape = tuple(spec.shape)
 
-    def load():  # native order: gguf-py swaps native arrays to the file's little-endian
+    def load_elements():  # native order: gguf-py swaps native arrays to the file's LE
         arr = _stored_elements(reader, name)
         return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.itemsize > 1 else arr
-    return GGUFTensor(name, load, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw)
+    return GGUFTensor(name, load_elements, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw)
 
 
 def _gguf_values(reader, gguf) -> List[GGUFValue]:
     """A GGUFValue for every attribute but ``gguf_value_types``, each checked against
     its type (:func:`_gguf_value_problem`), or UnsupportedError naming the attribute;
     a key two attributes map to is a FormatError naming both."""
-    from ztensor.foreign.gguf_file import VALUE_TYPES
     recorded = reader.attributes.get(VALUE_TYPES, {})
     if not isinstance(recorded, dict):
         raise UnsupportedError(f"attribute {VALUE_TYPES!r} is a {type(recorded).__name__}, "

@@ -32,11 +32,12 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
-from ztensor.foreign import Entry, ForeignFile, optional_import
+from ztensor.foreign.base import Entry, ForeignFile, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
+from ztensor.io.source import ShrinkCheckedFile, open_local_input
 
 MAX_DATASETS = 1_000_000
 # a dataset may declare this many times the bytes its storage holds: deflate, HDF5's
@@ -59,7 +60,6 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
     regular-file check is not bound to the descriptor h5py reads."""
     name = os.fspath(path)
     h5py = optional_import("h5py", "HDF5", name)
-    from ztensor.io.source import ShrinkCheckedFile, open_local_input
     # h5py pads a short read with zeros: a file that shrinks while open must be an
     # error, not wrong values
     raw = ShrinkCheckedFile(open_local_input(name), name)

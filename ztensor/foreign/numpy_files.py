@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 
 from ztensor.errors import FormatError, LimitError
-from ztensor.foreign import Entry, ForeignFile, eager
+from ztensor.foreign.base import Entry, ForeignFile, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
@@ -95,9 +95,10 @@ def _open_npz(name, archive, limits) -> ForeignFile:
             raise LimitError(f"more than max_objects {limits.max_objects} arrays", path=name)
         shape, fortran, dtype, offset = _member_header(archive, member, key)
         spec = _header_spec(name, key, shape, dtype, limits)
-        entries[key] = Entry(spec, lambda member=member, key=key, shape=shape,
-                             fortran=fortran, dtype=dtype, offset=offset:
-                             _load_member(archive, member, key, shape, fortran, dtype, offset))
+        def load(member=member, key=key, shape=shape, fortran=fortran, dtype=dtype,
+                 offset=offset):  # this member's values, bound now (a def: mypy types it)
+            return _load_member(archive, member, key, shape, fortran, dtype, offset)
+        entries[key] = Entry(spec, load)
     archive.check_decoded(archive.members, lambda member: member)
     return ForeignFile(name, "npz", {}, entries, closer=archive.close)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
-from ztensor.foreign import ForeignFile, eager, optional_import
+from ztensor.foreign.base import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits

@@ -54,7 +54,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorError
-from ztensor.foreign import ForeignFile, eager
+from ztensor.foreign.base import ForeignFile, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.spec import DEFAULT_LIMITS, Limits

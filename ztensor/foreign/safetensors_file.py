@@ -16,7 +16,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.foreign import ForeignFile, eager
+from ztensor.foreign.base import ForeignFile, eager
 from ztensor.foreign.names import json_loads_unique
 from ztensor.objects import shape_problem
 from ztensor.io.source import Source

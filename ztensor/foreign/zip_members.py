@@ -33,7 +33,7 @@ from typing import Dict, Iterable, Optional
 
 from ztensor import spec
 from ztensor.errors import ChecksumError, FormatError, LimitError, UnsupportedError
-from ztensor.foreign import ZIP_ERRORS
+from ztensor.foreign.base import ZIP_ERRORS
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import Source, open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits

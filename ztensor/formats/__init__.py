@@ -9,7 +9,7 @@ each may only decline (hand the object to the general path here), and
 differential tests hold them to the verdicts of the modules here:
 
 * ``check_entry(checker, name, shape, components)``: manifest checks, run at open
-  by ``manifest.Checker`` and by the writer before it writes (so the writer cannot
+  by ``manifest_checks.Checker`` and by the writer before it writes (so the writer cannot
   write what the reader refuses);
 * ``prepare(format, shape, prepared, **where)`` (write side): turn the caller's
   arrays into what is stored (sparse indices become u64) and validate them;
@@ -22,6 +22,7 @@ exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
 these formats by ``ztensor/container/legacy.py``.
 """
 from ztensor.formats import dense, gguf_blocks, quantized, sparse
+from ztensor.errors import UnsupportedError
 
 
 class _Generic:
@@ -66,7 +67,6 @@ def check_attributes(fmt, shape, attributes, **where):
     module = _RULED_BY_ATTRIBUTES.get(fmt)
     if module is None:
         return
-    from ztensor.errors import UnsupportedError
     try:
         module.check_attributes(shape, attributes, **where)
     except UnsupportedError:

@@ -17,6 +17,7 @@ import math
 from ztensor import dtypes
 from ztensor.errors import FormatError
 from ztensor.objects import shape_problem
+from ztensor.io import components
 
 ROLES = ("data",)
 
@@ -62,7 +63,6 @@ def view_plan(spec):
     (no logical type, no bf16, no byte swap, not a v0.1 sparse blob, no v2 blob
     another part shares: components.read_component decides whether that one may be
     a view), else False."""
-    from ztensor.io import components
 
     if spec.format != "dense" or spec.legacy is not None:
         return False

@@ -18,6 +18,7 @@ from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
+from ztensor.io import floats as floatconv
 
 ROLES = ("blocks",)
 
@@ -93,29 +94,26 @@ def validate(shape, attributes, arrays, **where):
 def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = None):
     """The float values of a ``gguf_blocks`` object, in its shape: float32, or float16
     / bfloat16 (converted from the exact float32 values)."""
-    from ztensor.container import batch
-    from ztensor.formats.quantized import output_type
 
     check_attributes(obj.shape, obj.attributes)  # UnsupportedError for unknown types
     gtype, elements, nbytes, blocks = validate(obj.shape, obj.attributes, obj.components)
     count = math.prod(obj.shape)
     out = np.empty(count, np.float32)
     nblocks = count // elements
-    parts = max(1, min(threads or batch.default_threads(), nblocks // 1024 or 1))
+    parts = max(1, min(threads or kernels.cpu_threads(), nblocks // 1024 or 1))
     bounds = [nblocks * i // parts for i in range(parts + 1)]
 
     def run(i):
         lo, hi = bounds[i], bounds[i + 1]
         kernels.ggml_dequant(gtype, blocks[lo * nbytes:hi * nbytes],
                              out[lo * elements:hi * elements].view(np.uint8))
-    batch.each(run, range(parts), parts)
+    kernels.each(run, range(parts), parts)
     out = out.reshape(obj.shape)
-    code, out_dtype = output_type(dtype)
+    code, out_dtype = kernels.output_type(dtype)
     if code == kernels.F32:
         return out
     if code == kernels.F16:
         return out.astype(np.float16)
-    from ztensor.io import floats as floatconv
     bits = floatconv.float32_to_bf16(out)
     return bits.view(out_dtype) if out_dtype != np.uint16 else bits
 

@@ -30,9 +30,9 @@ from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.tensor import Tensor
+from ztensor.formats import gguf_blocks
 
 BITS = _contract.BITS
-_OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
 
 
 def check_entry(checker, name, shape, comps):
@@ -240,9 +240,8 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
         An unsupported bit width or dtype.
     """
     if isinstance(obj, Tensor) and obj.format == "gguf_blocks":  # GGUF's own blocks
-        from ztensor.formats import gguf_blocks
         return gguf_blocks.dequantize(obj, dtype=dtype, threads=threads)
-    out_type, out_dtype = output_type(dtype)
+    out_type, out_dtype = kernels.output_type(dtype)
     if isinstance(obj, Tensor):
         inputs = _from_tensor(obj)
     else:
@@ -269,25 +268,6 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
             list(pool.map(lambda i: kernels.dequant_rows(*args, bounds[i], bounds[i + 1]),
                           range(threads)))
     return out
-
-
-def output_type(dtype):
-    """(kernel output code, numpy dtype) for a dequantization's ``dtype``: float32,
-    float16 or bfloat16 (a name, a numpy or ml_dtypes dtype, or torch's).  The one
-    rule for what dequantizing may output, shared by quantized_group and gguf_blocks
-    (formats/gguf_blocks.py); UnsupportedError for anything else."""
-    from ztensor import dtypes
-
-    if type(dtype).__module__ == "torch":  # torch.float16 and friends: by their names
-        dtype = str(dtype).rsplit(".", 1)[-1]
-    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):
-        return kernels.BF16, dtypes.ml_dtype("bfloat16") or np.dtype(np.uint16)
-    dt = np.dtype(dtype)
-    if dt.name == "bfloat16":
-        return kernels.BF16, dt
-    if dt not in _OUT:
-        raise UnsupportedError(f"dequantize outputs float32, float16 or bfloat16, not {dt}")
-    return _OUT[dt], dt
 
 
 def _from_tensor(t, where=None) -> _Inputs:

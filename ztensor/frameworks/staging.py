@@ -16,10 +16,16 @@ as after ``tensor.to(device)``.  ``meta`` tensors get their shape and dtype only
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
 import numpy as np
-import torch
+
+from ztensor.frameworks import LazyModule
+
+if TYPE_CHECKING:  # the real module's types for the annotations (torch ships py.typed)
+    import torch
+else:
+    torch = LazyModule("torch")  # imported on first use: importing this module costs nothing
 
 CAPACITY = 64 << 20  # the most one device's staging buffer grows to
 _ALIGN = 64          # chunk sizes are multiples of this: whole elements, up to complex128

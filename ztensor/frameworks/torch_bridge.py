@@ -1,30 +1,45 @@
 """torch <-> numpy for the core: the one place that knows how torch tensors map to
 stored elements (bf16 and the float8 types as bit patterns with their spec type,
-complex as float pairs).  Imported only when torch is used: Reader.read_torch,
-Writer.write_torch, ztensor.torch and safe_open(framework="pt")."""
+complex as float pairs).  Used by Reader.read_torch, Writer.write_torch,
+read_into, ztensor.torch and safe_open(framework="pt"); torch itself is imported
+on first use (frameworks.LazyModule), so importing this module costs nothing."""
 from __future__ import annotations
 
+import functools
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ztensor import dtypes
 from ztensor.io import components
 from ztensor.errors import UnsupportedError
+from ztensor.frameworks import LazyModule, staging
 
-# torch dtypes numpy cannot hold: stored as bit patterns with their spec type
-_BITS = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
-# the four spec FP8 types, and torch's newer 8-bit types the spec does not name
-# (stored as u8 bits with torch's name as the logical type, which the spec allows
-# and every reader keeps: they come back as the same torch dtype)
-for _name, _spec in ([(dtypes.BY_SPEC[t].torch, t) for t in dtypes.FP8_TYPES]
-                     + [("float8_e8m0fnu", "f8_e8m0fnu"), ("float4_e2m1fn_x2", "f4_e2m1fn_x2")]):
-    if hasattr(torch, _name):
-        _BITS[getattr(torch, _name)] = (torch.uint8, np.uint8, _spec)
-_FROM_SPEC = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in _BITS.items()}
+if TYPE_CHECKING:  # the real module's types for the annotations (torch ships py.typed)
+    import torch
+else:
+    torch = LazyModule("torch")
+
 # logical types whose elements come as a numpy dtype torch has (v2's bool as np.bool_)
 _NUMPY_TYPES = ("complex64", "complex128", "bool")
+
+
+@functools.lru_cache(maxsize=None)
+def _bit_types():
+    """(torch dtype -> (bits torch dtype, bits numpy dtype, spec type), spec type ->
+    (torch dtype, bits torch dtype)) for the torch dtypes numpy cannot hold, stored as
+    bit patterns with their spec type: bf16, the four spec FP8 types, and torch's
+    newer 8-bit types the spec does not name (stored as u8 bits with torch's name as
+    the logical type, which the spec allows and every reader keeps: they come back
+    as the same torch dtype)."""
+    bits = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
+    for name, spec in ([(dtypes.BY_SPEC[t].torch, t) for t in dtypes.FP8_TYPES]
+                       + [("float8_e8m0fnu", "f8_e8m0fnu"), ("float4_e2m1fn_x2", "f4_e2m1fn_x2")]):
+        if hasattr(torch, name):
+            bits[getattr(torch, name)] = (torch.uint8, np.uint8, spec)
+    from_spec = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in bits.items()}
+    return bits, from_spec
 
 
 def to_numpy_for_writing(t: torch.Tensor, name: str):
@@ -32,8 +47,9 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     t = t.detach().cpu().contiguous()
-    if t.dtype in _BITS:
-        bits_torch, bits_np, spec = _BITS[t.dtype]
+    bits = _bit_types()[0]
+    if t.dtype in bits:
+        bits_torch, bits_np, spec = bits[t.dtype]
         return t.view(bits_torch).numpy().view(bits_np), spec
     try:
         return t.numpy(), None
@@ -58,16 +74,18 @@ def object_to_torch(reader, name, copy, device, sync=True):
     arr = obj.components["data"]
     spec = obj.types.get("data")
     if not on_cpu:
-        if spec in _FROM_SPEC:
-            target = _FROM_SPEC[spec][0]
+        from_spec = _bit_types()[1]
+        if spec in from_spec:
+            target = from_spec[spec][0]
         elif spec is not None and spec not in _NUMPY_TYPES:
             raise UnsupportedError(f"logical type {spec!r} has no torch dtype",
                                    path=reader.path, obj=name)
         else:
             target = torch_dtype_of(arr.dtype)
         return to_device(arr, target, obj.shape, device, sync)
-    if spec in _FROM_SPEC:                     # bits -> torch's own bf16 / float8 dtype
-        target, bits_torch = _FROM_SPEC[spec]
+    from_spec = _bit_types()[1]
+    if spec in from_spec:                      # bits -> torch's own bf16 / float8 dtype
+        target, bits_torch = from_spec[spec]
         bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
         t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
         t = t.view(target)
@@ -82,7 +100,6 @@ def object_to_torch(reader, name, copy, device, sync=True):
 def to_device(arr, dtype, shape, device, sync=True):
     """A tensor of ``dtype``/``shape`` on a non-CPU ``device`` holding ``arr``'s
     elements (any byte order; bf16/float8 as bits), through the staging buffer."""
-    from ztensor.frameworks import staging
     buffer = staging.for_device(device)
     out = buffer.put(arr, dtype, shape)
     if sync:
@@ -133,8 +150,9 @@ def numpy_to_torch(arr, meta, device):
     """A slice read through safe_open(framework="pt") as a torch tensor of the
     object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values)."""
     key = meta.type or meta.storage_dtype
-    if key in _FROM_SPEC:
-        target, _ = _FROM_SPEC[key]
+    from_spec = _bit_types()[1]
+    if key in from_spec:
+        target, _ = from_spec[key]
         if dtypes.is_ml_dtype(arr.dtype):
             width = np.uint16 if arr.dtype.itemsize == 2 else np.uint8
             return _reader_bits(arr.view(width), target, device)
@@ -154,7 +172,7 @@ def _reader_bits(bits, target, device):
 def torch_bits_dtype(dtype):
     """(torch integer dtype, numpy dtype) that hold a torch dtype numpy lacks
     (bf16, float8) bit for bit, or None."""
-    found = _BITS.get(dtype)
+    found = _bit_types()[0].get(dtype)
     return None if found is None else (found[0], found[1])
 
 

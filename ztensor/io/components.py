@@ -9,12 +9,12 @@ into the blob writer.
 from __future__ import annotations
 
 import numpy as np
-import zstandard
 
-from ztensor import dtypes, kernels, spec
+from ztensor import dtypes, kernels
 from ztensor.io import digests
-from ztensor.io import seekable
-from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.io import seekable, zstd_stream
+from ztensor.errors import FormatError, UnsupportedError
+from ztensor.objects import ComponentSpec
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
 
@@ -47,7 +47,7 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
     if comp.encoding == "zstd":
         data = seekable.decode_whole(stored, comp, limits, out=out, **where)  # in parallel
         if data is None:
-            data = zstd_decode(stored, comp.uncompressed_length, limits, out=out, **where)
+            data = zstd_stream.zstd_decode(stored, comp.uncompressed_length, limits, out=out, **where)
         unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
             raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
@@ -91,82 +91,9 @@ def require_readable(comp, **where) -> None:
     refuse rather than reinterpret (f8_e8m0, f4_e2m1, unknown types).  Structural
     access to the stored bytes (``Reader.stored_bytes``) needs only the first."""
     require_local(comp, **where)
-    from ztensor.container.v2 import DECODED_TYPES
-    if comp.digest_over == "decoded" and comp.type not in DECODED_TYPES:
+    if comp.digest_over == "decoded" and comp.type not in dtypes.DECODED_TYPES:
         raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
                                "decodes (a v2 reader must refuse, not reinterpret)", **where)
-
-
-def zstd_decode(stored, size, limits, out=None, **where):
-    """Decode a zstd stream (one or more frames, skippable ones too) that must yield
-    exactly ``size`` bytes (``size=None``, v1.1 files: whatever it yields, up to the
-    per-component limit).
-
-    Nothing is allocated on the strength of a declaration alone: frame headers are
-    not trusted, and the output buffer starts at a size the compressed bytes make
-    plausible and doubles only as bytes actually arrive, never past ``size`` (nor
-    past what zstd can expand the stored bytes to).  A lying stream therefore costs
-    at most twice what it really decodes to."""
-    cap = spec.zstd_max_output(len(stored))
-    if size is None:
-        cap = min(cap, limits.max_component_size)
-    elif size > cap:
-        raise FormatError(f"uncompressed_length {size} is more than {len(stored)} bytes of "
-                          "zstd data can produce", **where)
-    want = cap if size is None else size
-    if out is not None and (size is None or len(out) != size):
-        raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
-    reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
-    try:
-        if out is None:  # else: the caller's buffer, of exactly the declared size
-            out = alloc(min(want, first_allocation(len(stored))), where)
-        done = 0
-        while True:
-            if done == len(out):
-                if done == want:
-                    break
-                out = _grow(out, min(want, 2 * done), where)
-            n = reader.readinto(memoryview(out)[done:])
-            if n == 0:
-                break
-            done += n
-        if size is None:
-            if done == cap and reader.read(1):
-                raise LimitError(f"zstd stream yields more than the per-component limit of "
-                                 f"{cap} bytes", **where)
-            return out[:done] if done < len(out) else out
-        if done < size:
-            raise FormatError(f"zstd stream ends after {done} bytes; uncompressed_length "
-                              f"declares {size}", **where)
-        if reader.read(1):
-            raise FormatError(f"zstd stream yields more than the {size} bytes its "
-                              "uncompressed_length declares", **where)
-        return out
-    except zstandard.ZstdError as exc:
-        raise FormatError(f"corrupt zstd data: {exc}", **where) from None
-    finally:
-        reader.close()
-
-
-_FIRST_GUESS_RATIO = 16  # typical weights compress 1.1-3x; zeros far more
-
-
-def first_allocation(stored_length: int) -> int:
-    """The most a decoder allocates before decoded bytes show more is needed."""
-    return _FIRST_GUESS_RATIO * stored_length + _CHUNK
-
-
-def alloc(nbytes, where):
-    try:
-        return np.empty(nbytes, np.uint8)
-    except MemoryError:
-        raise LimitError(f"cannot allocate {nbytes} bytes to decode into", **where) from None
-
-
-def _grow(buf, nbytes, where):
-    bigger = alloc(nbytes, where)
-    bigger[:len(buf)] = buf
-    return bigger
 
 
 _COPY_CHUNK = 16 << 20
@@ -243,7 +170,6 @@ class ComponentSink:
             _emit(self.blobs, self.hasher, frame)
 
     def finish(self):
-        from ztensor.objects import ComponentSpec
 
         if self.compressor is not None:
             for frame in self.compressor.finish():

@@ -10,7 +10,6 @@ import numpy as np
 
 from ztensor import kernels
 
-_OUT = {np.dtype(np.float32): kernels.F32, np.dtype(np.float16): kernels.F16}
 
 
 def _kind(name: str) -> int:
@@ -27,7 +26,7 @@ def _native(arr: np.ndarray, dtype) -> np.ndarray:
 
 def fp8_to_float(codes: np.ndarray, fp8_type: str, dtype=np.float32) -> np.ndarray:
     """Decode FP8 codes (uint8) to float32 or float16, keeping the shape."""
-    out_type = _OUT.get(np.dtype(dtype))
+    out_type = kernels.FLOAT_CODES.get(np.dtype(dtype))
     if out_type is None:
         raise ValueError(f"FP8 decodes to float32 or float16, not {np.dtype(dtype)}")
     codes = np.asarray(codes, order="C").view(np.uint8)
@@ -44,7 +43,7 @@ def float_to_fp8(values: np.ndarray, fp8_type: str) -> np.ndarray:
     src = _native(values, in_dtype)
     out = np.empty(src.shape, np.uint8)
     kernels.fp8_encode(src.reshape(-1).view(np.uint8), out.reshape(-1), _kind(fp8_type),
-                       _OUT[np.dtype(in_dtype)])
+                       kernels.FLOAT_CODES[np.dtype(in_dtype)])
     return out
 
 

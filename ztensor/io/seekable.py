@@ -20,7 +20,7 @@ Reading trusts nothing in the table: it must lie inside the component, its sizes
 must add up to the component's stored length and to its ``uncompressed_length``,
 and its length is bounded by the bytes present (8 bytes per frame), so parsing is
 proportional to what the file holds.  Each decoded frame must yield exactly its
-declared size (components.zstd_decode).  A table that does not add up is a
+declared size (zstd_stream.zstd_decode).  A table that does not add up is a
 FormatError naming the component; data written without one is decoded whole, once
 per safe_open handle.
 """
@@ -35,6 +35,7 @@ import zstandard
 
 from ztensor import kernels
 from ztensor.errors import FormatError
+from ztensor.io import zstd_stream
 
 FRAME_BYTES = 1 << 20          # decoded bytes per frame
 SKIPPABLE_MAGIC = 0x184D2A5E   # the seek table's skippable frame
@@ -57,7 +58,7 @@ class FrameWriter:
     def write(self, chunk) -> List[bytes]:
         """Frames completed by ``chunk``, in order."""
         view = memoryview(chunk).cast("B")
-        out = []
+        out: List[bytes] = []
         if self._pending:
             take = min(FRAME_BYTES - len(self._pending), len(view))
             self._pending += view[:take]
@@ -185,25 +186,24 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
     None where the stream has no table (the caller decodes it as one stream).
 
     The output is allocated at the declared size only when that is no more than
-    the single-stream decoder's own first allocation would be (components.py);
+    the single-stream decoder's own first allocation would be (zstd_stream.py);
     beyond that the stream decoder's grow-as-bytes-arrive rule applies instead."""
-    from ztensor.io import components
 
     table = parse_seek_table(stored, comp, **where)
     if table is None or len(table.sizes) < 2:
         return None
     size = comp.uncompressed_length
     if out is None:
-        if size > components.first_allocation(len(stored)):
+        if size > zstd_stream.first_allocation(len(stored)):
             return None
-        out = components.alloc(size, where)
+        out = zstd_stream.alloc(size, where)
     elif len(out) != size:
         raise ValueError(f"decode_whole: out must hold exactly {size} bytes")
     view = memoryview(stored).cast("B")
     target = memoryview(out).cast("B")
 
     def one(i):
-        components.zstd_decode(view[table.offsets[i]:table.offsets[i + 1]], table.sizes[i][1],
+        zstd_stream.zstd_decode(view[table.offsets[i]:table.offsets[i + 1]], table.sizes[i][1],
                                limits, out=target[table.starts[i]:table.starts[i + 1]],
                                **where)
     workers = min(len(table.sizes), threads or kernels.cpu_threads())
@@ -219,13 +219,12 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
 def decode_range(source, comp, table: SeekTable, lo: int, hi: int, limits, **where):
     """Decoded bytes [lo, hi) of a component with a seek table: only the frames
     that hold them are read and decoded.  Returns (buffer, offset of lo in it)."""
-    from ztensor.io.components import zstd_decode
 
     first, last = table.frames_for(lo, hi)
     stored = source.view(comp.offset + table.offsets[first],
                          table.offsets[last] - table.offsets[first], "component",
                          obj=where.get("obj"), component=where.get("component"))
-    data = zstd_decode(stored, table.starts[last] - table.starts[first], limits, **where)
+    data = zstd_stream.zstd_decode(stored, table.starts[last] - table.starts[first], limits, **where)
     return data, lo - table.starts[first]
 
 

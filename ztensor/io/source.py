@@ -464,7 +464,7 @@ def url_options(url, storage_options=None):
     return options
 
 
-_CHECKED = []
+_CHECKED: list[type] = []  # the response class, once built
 
 
 def _checked_response_class(aiohttp):

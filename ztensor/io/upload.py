@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ztensor.errors import UnsupportedError, WriteError, ZTensorError
+from ztensor.io.source import is_url as _is_url
+from ztensor.io.source import url_options
 
 # stores whose single upload becomes visible whole, only once complete
 _ATOMIC_PUT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -45,7 +47,6 @@ _NOT_WRITABLE = frozenset({"http", "https"})
 def is_url(path: Any) -> bool:
     """True for a string naming an fsspec URL; a plain path and ``file://`` are local
     (the rule of :func:`ztensor.io.source.is_url`)."""
-    from ztensor.io.source import is_url as _is_url
     return _is_url(path)
 
 
@@ -81,7 +82,6 @@ def _filesystem(url: str, storage_options: Optional[dict]):
         raise UnsupportedError("writing URLs needs the 'fsspec' package (pip install "
                                "fsspec, and s3fs or gcsfs for s3:// or gs://)",
                                path=url) from None
-    from ztensor.io.source import url_options
     protocol = url.split("://", 1)[0].lower()
     if protocol in _NOT_WRITABLE:
         raise UnsupportedError(f"cannot write a file to an {protocol} URL: write to an "

@@ -14,8 +14,10 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.io import floats as floatconv
+from ztensor.io.components import to_native
+from ztensor.errors import FormatError
 
-_COMPLEX = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
+_COMPLEX: dict[str, np.dtype] = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
 
 
 def _ml_view(arr: np.ndarray, ml_name: str):
@@ -25,7 +27,6 @@ def _ml_view(arr: np.ndarray, ml_name: str):
     if target is None:
         return None
     if arr.dtype.itemsize > 1 and not arr.dtype.isnative:
-        from ztensor.io.components import to_native
         arr = to_native(arr)
     return arr.view(target)
 
@@ -37,7 +38,6 @@ def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     component)."""
     if ltype == "bool" and storage == "u8":  # v2's bool: bytes 0 and 1 only
         if arr.size and int(arr.max()) > 1:
-            from ztensor.errors import FormatError
             raise FormatError("a bool element holds a byte other than 0 or 1", **where)
         return arr.view(np.bool_)
     if ltype in _COMPLEX and dtypes.logical_known(storage, ltype):

@@ -23,6 +23,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -31,6 +32,16 @@ from ztensor._version import __version__
 from ztensor.errors import ZTensorError
 from ztensor.container.reader import Reader
 from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS
+from ztensor.sharded import is_checkpoint
+from ztensor.sharded import open_sharded
+from ztensor.tools.stats import sparkline, tensor_stats
+from ztensor.tools.convert import convert
+from ztensor.formats.quantized import dequantize
+from ztensor.tensor import Tensor
+from ztensor.container.writer import Writer
+from ztensor._native.contract import GGML_BLOCKS
+from ztensor.errors import LimitError
+from ztensor.tools.stats import chunks
 
 
 def _printable(text) -> str:
@@ -80,11 +91,12 @@ def _encoding_label(obj) -> str:
     return ",".join(sorted({c.encoding for c in obj.components.values()})) or "-"
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def cmd_ls(reader, args, out):
@@ -198,14 +210,12 @@ def _nbytes(tensor) -> int:
 
 
 def _is_sharded(path):
-    from ztensor.sharded import is_checkpoint
     return is_checkpoint(path)
 
 
 def _open_any(path):
     """A Reader, or a ShardedReader for a checkpoint directory or index file."""
     if _is_sharded(path):
-        from ztensor.sharded import open_sharded
         return open_sharded(path)
     return Reader(path)
 
@@ -216,7 +226,6 @@ def cmd_verify(args, out):
     checks are the library's own: Reader.verify / ShardedReader.verify."""
     problems = []
     if _is_sharded(args.file):  # every shard, and the index against the shards
-        from ztensor.sharded import open_sharded
         with open_sharded(args.file) as shards:
             objects, version = len(shards), None
             where = f" in {len(shards.shards)} shards"
@@ -245,7 +254,6 @@ def cmd_verify(args, out):
 
 
 def cmd_stats(reader, args, out):
-    from ztensor.tools.stats import sparkline, tensor_stats
 
     names = args.names or reader.keys()
     rows = [tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements)
@@ -445,7 +453,6 @@ def _refuse_overwrite(path, force):
 
 
 def cmd_convert(args, out):
-    from ztensor.tools.convert import convert
 
     progress = Progress(0, args.quiet)
     count = convert(args.input, args.output, compress=args.compress, checksum=args.checksum,
@@ -456,9 +463,6 @@ def cmd_convert(args, out):
 
 
 def cmd_dequantize(args, out):
-    from ztensor.formats.quantized import dequantize
-    from ztensor.tensor import Tensor
-    from ztensor.container.writer import Writer
 
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
@@ -482,7 +486,6 @@ def cmd_dequantize(args, out):
 
 
 def _decodable(obj):
-    from ztensor._native.contract import GGML_BLOCKS
     return obj.attributes.get("ggml_type_id") in GGML_BLOCKS
 
 
@@ -545,8 +548,6 @@ def _value_difference(x, y, max_elements, name):
     Walks both arrays in chunks: peak memory is a few chunks, not copies of both.
     Axes that repeat one element in both (stride 0: torch's expand) are compared
     once; more than ``max_elements`` distinct elements is a LimitError (stats.py)."""
-    from ztensor.errors import LimitError
-    from ztensor.tools.stats import chunks
 
     total = x.size
     repeat = 1
@@ -601,7 +602,8 @@ def _compress_level(text):
         raise argparse.ArgumentTypeError(f"--compress takes a zstd level, not {text!r}") from None
 
 
-COMMANDS = {
+# name -> (handler returning the exit code, help, positional arguments)
+COMMANDS: Dict[str, Tuple[Callable[..., int], str, List[str]]] = {
     "ls": (cmd_ls, "list the objects in a file", ["file"]),
     "info": (cmd_info, "summarize a file: version, attributes, counts, sizes", ["file"]),
     "verify": (cmd_verify, "check structure, decode every object, check every digest",

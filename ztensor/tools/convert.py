@@ -43,6 +43,13 @@ import numpy as np
 
 from ztensor.io import atomic
 from ztensor.errors import FormatError, UnsupportedError, ZTensorError
+from ztensor.io.source import open_local_input
+from ztensor.foreign import export as exporters
+from ztensor.tools import convert_inputs as importers
+from ztensor.container.reader import Reader
+from ztensor.container.writer import Writer
+from ztensor import sharded
+from ztensor.foreign.names import NameTable
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]
@@ -71,7 +78,6 @@ def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = F
     _format_agrees(target, format)
     if os.path.exists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
-    from ztensor.io.source import open_local_input
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
     return _convert_file(source, target, compress, checksum, _Counter(progress, total))
@@ -92,9 +98,6 @@ class _Counter:
 
 
 def _convert_file(source, target, compress, checksum, counter):
-    from ztensor.foreign import export as exporters
-    from ztensor.tools import convert_inputs as importers
-    from ztensor.container.reader import Reader
 
     kind = exporters.format_for(target)  # the output's name says its format
     if kind != "zt":
@@ -107,7 +110,6 @@ def _convert_file(source, target, compress, checksum, counter):
 def _write_zt(target, attributes, tensors, compress, checksum, counter):
     """``tensors`` ((name, Tensor) pairs) into one ``.zt`` file, a large dense one
     streamed (``_write_streamed``); returns how many were written."""
-    from ztensor.container.writer import Writer
 
     count = 0
     with Writer(target, attributes=attributes) as writer:
@@ -182,8 +184,6 @@ def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
     the index written lists exactly what the shards written hold.  ``fmt``: the
     output shards' format (``"zt"``, ``"safetensors"``), or None when the whole
     checkpoint is merged into the one file ``target``."""
-    from ztensor import sharded
-    from ztensor.foreign.names import NameTable
 
     index = sharded.find_index(source)
     with sharded.open_sharded(source) as checkpoint:
@@ -232,7 +232,6 @@ def _is_file_target(target) -> bool:
     """Whether a checkpoint converts into the one file ``target`` (its name says a
     format, ``out.safetensors``) rather than into a directory (any other name, an
     existing directory, or a name ending in a separator: ``out.zt/``)."""
-    from ztensor.foreign import export as exporters
     return (not os.path.isdir(target)
             and os.path.splitext(target)[1].lower() in exporters.FORMATS)
 
@@ -240,7 +239,6 @@ def _is_file_target(target) -> bool:
 def _format_agrees(target, fmt):
     """A file output's format is the one its name says; ``format`` may only repeat it."""
     if fmt is not None:
-        from ztensor.foreign import export as exporters
         kind = exporters.format_for(target)
         if kind != fmt:
             raise UnsupportedError(f"format {fmt!r} asked for, but the output's name says "
@@ -295,8 +293,6 @@ def _check_shards_fit(plan, fmt):
     shard holds everything a Reader gives: nothing to check."""
     if fmt == "zt":
         return
-    from ztensor.foreign import export as exporters
-    from ztensor.container.reader import Reader
     for file, _, _ in plan.shards:
         with Reader(os.path.join(plan.folder, file)) as reader:
             exporters.plan_safetensors(reader)
@@ -311,8 +307,6 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress):
     refused); the index's metadata (``total_size``) describes the split and is not
     kept.  Everything the format cannot hold is refused before the file is
     created."""
-    from ztensor import sharded
-    from ztensor.foreign import export as exporters
 
     kind = exporters.format_for(target)
     if os.path.lexists(target) and not force:

@@ -17,6 +17,7 @@ from ztensor import _save, foreign, spec
 from ztensor.errors import FormatError
 from ztensor.io.source import open_local_input
 from ztensor.tensor import Tensor
+from ztensor.container.reader import Reader
 
 PathLike = Union[str, "os.PathLike[str]"]
 # (file attributes, iterator of (name, Tensor)): one tensor at a time
@@ -45,7 +46,6 @@ def open_any(path: PathLike) -> Opened:
 
 
 def open_zt(path: PathLike) -> Opened:
-    from ztensor.container.reader import Reader
 
     reader = Reader(path)
 

@@ -32,6 +32,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.io import floats as floatconv
 from ztensor.errors import LimitError, UnsupportedError
+from ztensor.formats import quantized
 
 _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
@@ -184,7 +185,6 @@ def _values(reader, name, max_elements):
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
-        from ztensor.formats import quantized
         return (quantized.dequantize(reader.read(name), dtype=np.float32), "f32", None,
                 "dequantized")
     raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path,

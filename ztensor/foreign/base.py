@@ -1,0 +1,85 @@
+"""What every foreign reader shares: the per-tensor :class:`Entry`, the
+:class:`ForeignFile` each reader returns, ``spec_of``/``eager`` for formats read
+whole, the errors a malformed zip raises, and ``optional_import`` for the optional
+packages (h5py, onnx) a reader needs.  The dispatcher (``foreign/__init__``) and
+every reader import this module; it imports none of them."""
+from __future__ import annotations
+
+import importlib
+import lzma
+import struct
+import zipfile
+import zlib
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from ztensor import dtypes
+from ztensor.errors import UnsupportedError
+from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.tensor import Tensor
+
+# what zipfile (and the decompressors behind it) raise on a malformed archive: found
+# by tools/fuzz/fuzz_importers.py (an unknown zip version is a NotImplementedError)
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+              NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
+              KeyError, IndexError, OverflowError, UnicodeDecodeError)
+
+
+class Entry:
+    """One tensor of a foreign file: its spec, and how to get it."""
+
+    __slots__ = ("spec", "load")
+
+    def __init__(self, spec: ObjectSpec, load: Callable[[], Tensor]) -> None:
+        self.spec = spec
+        self.load = load
+
+
+class ForeignFile:
+    """A foreign file opened for reading."""
+
+    def __init__(self, path: str, format: str, attributes: Dict[str, Any],
+                 entries: Dict[str, Entry], closer: Optional[Callable[[], None]] = None):
+        self.path = path
+        self.format = format
+        self.attributes = attributes
+        self.entries = entries
+        self._closer = closer
+
+    def close(self) -> None:
+        if self._closer is not None:
+            closer, self._closer = self._closer, None
+            closer()
+
+
+def spec_of(name: str, tensor: Tensor, offset: int = 0) -> ObjectSpec:
+    """The ObjectSpec a loaded Tensor has (components at ``offset`` when the format
+    places them in the file, else 0)."""
+    comps = {}
+    for role, arr in tensor.components.items():
+        arr = np.asarray(arr)
+        found = dtypes.spec_types_for(arr.dtype)
+        if found is None:
+            raise UnsupportedError(f"numpy dtype {arr.dtype} has no zTensor type", obj=name,
+                                   component=role)
+        storage, ltype = found
+        ltype = tensor.types.get(role, ltype)
+        if ltype == "bf16":
+            storage, ltype = "bf16", None
+        comps[role] = ComponentSpec(role, storage, ltype, offset, arr.nbytes)
+    return ObjectSpec(name, tensor.shape, tensor.format, tensor.attributes, comps)
+
+
+def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
+    """An entry whose tensor is already at hand (a view: nothing to load)."""
+    return Entry(spec_of(name, tensor, offset), lambda: tensor)
+
+
+def optional_import(module: str, what: str, path: str):
+    """Import an optional package, or say which one to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UnsupportedError(f"reading {what} files needs the '{module}' package "
+                               f"(pip install {module})", path=path) from None
