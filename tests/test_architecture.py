@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -110,3 +111,70 @@ def test_the_rule_catches_a_reach(source, caught):
     hits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and _private(n.attr)
             and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
     assert bool(hits) is caught
+
+
+# ------------------------------------------------ house rules 1 and 5 (issue 23)
+# imports of our own modules inside functions: each is a decision, listed here
+ALLOWED_INNER_IMPORTS = {
+    # Tensor.to_scipy/from_scipy: formats builds Tensors, so tensor.py cannot import
+    # formats at its top (also the one ignore_imports of the import-linter contracts)
+    ("tensor.py", "ztensor.formats"),
+}
+MOST_INNER_IMPORTS = 10
+
+
+def inner_imports():
+    """(file, line, module) of every import of a ztensor module inside a function."""
+    found = []
+    for rel, tree in _sources():
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom) and (
+                        sub.level or (sub.module or "").split(".")[0] == "ztensor"):
+                    found.append((rel, sub.lineno, sub.module or "."))
+                elif isinstance(sub, ast.Import):
+                    found += [(rel, sub.lineno, a.name) for a in sub.names
+                              if a.name.split(".")[0] == "ztensor"]
+    return sorted(set(found))
+
+
+def test_our_modules_are_imported_at_the_top():
+    """House rule 1: an import inside a function hides a cycle (or a layer broken)
+    from the reader and from lint-imports' diagnostics; only optional third-party
+    packages are imported late."""
+    found = inner_imports()
+    unexpected = [f"ztensor/{rel}:{line}: {module}" for rel, line, module in found
+                  if (rel, module) not in ALLOWED_INNER_IMPORTS]
+    assert not unexpected, ("an import of our own module inside a function (house rule 1: "
+                            "import it at the top; a cycle means a rule is in the wrong "
+                            "layer):\n" + "\n".join(unexpected))
+    assert len(found) <= MOST_INNER_IMPORTS
+
+
+# beside the tests, as test_threat_model finds its document (a wheel's test run copies
+# docs/ with tests/)
+ARCHITECTURE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+
+
+def test_every_module_is_in_the_architecture_document():
+    """House rule 5: docs/architecture.md names every module, so a newcomer finds
+    any rule by following the names from there."""
+    text = ARCHITECTURE.read_text("utf-8")
+    named = set()   # every word inside backticks
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)   # fences are not quotes
+    for quoted in re.findall(r"`([^`]+)`", prose):
+        named.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", quoted))
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.name == "__init__.py" and len(rel.parts) == 1:
+            continue
+        if rel.name == "__init__.py":
+            found = rel.parent.as_posix() + "/" in text
+        else:
+            found = rel.stem in named
+        if not found:
+            missing.append(rel.as_posix())
+    assert not missing, f"modules docs/architecture.md does not describe: {missing}"

@@ -8,25 +8,47 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 >>> with ztensor.Reader("model.zt") as r:
 ...     r["weight"]
 """
+import sys
 from typing import Any
 
 from ztensor._version import __version__
 from ztensor.container.edit import remove_tensors, replace_tensor
-from ztensor.errors import (ChecksumError, ClosedError, FormatError, KernelArgumentError,
-                            LimitError, NetworkError, NotAFileError, ObjectNotFoundError,
-                            SafetensorError, UnsupportedError, WriteError, ZTensorError)
+from ztensor.container.reader import Reader
+from ztensor.container.stream import TensorStream
+from ztensor.container.writer import Writer
+from ztensor.errors import (
+    ChecksumError,
+    ClosedError,
+    FormatError,
+    KernelArgumentError,
+    LimitError,
+    NetworkError,
+    NotAFileError,
+    ObjectNotFoundError,
+    SafetensorError,
+    UnsupportedError,
+    WriteError,
+    ZTensorError,
+)
+from ztensor.foreign import gguf_file
 from ztensor.formats.quantized import dequantize, from_gptq, quantize
+from ztensor.frameworks import staging
+from ztensor.io import source
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.container.reader import Reader
 from ztensor.safe import _safe_open_handle, safe_open  # noqa: F401 - safetensors' names
 from ztensor.serialize import deserialize, serialize, serialize_file
 from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
-from ztensor.container.writer import Writer
-from ztensor.container.stream import TensorStream
 from ztensor.tools.convert import convert
+
+# import paths earlier releases documented, kept (docs/architecture.md): the modules
+# moved into layers; ``import ztensor.staging`` and ``ztensor.staging.release()`` still work
+for _old, _module in (("staging", staging), ("gguf", gguf_file), ("source", source)):
+    sys.modules.setdefault(f"{__name__}.{_old}", _module)
+    globals()[_old] = _module
+del _old, _module
 
 # the reference implementation's name for what metadata() returns
 TensorMetadata = ObjectSpec
@@ -38,11 +60,12 @@ def open(path: Any, **kwargs: Any) -> Reader:  # noqa: A001 - the reference's na
     return Reader(path, **kwargs)
 
 __all__ = [
-    "__version__", "backend", "Reader", "Writer", "TensorStream", "convert", "Tensor", "Limits", "DEFAULT_LIMITS",
-    "dequantize", "quantize", "from_gptq", "safe_open",
+    "__version__", "backend", "Reader", "Writer", "TensorStream", "convert", "Tensor",
+    "Limits", "DEFAULT_LIMITS", "dequantize", "quantize", "from_gptq", "safe_open",
     "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
     "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
-    "KernelArgumentError", "ClosedError", "SafetensorError", "NetworkError", "NotAFileError", "TensorMetadata", "open",
-    "remove_tensors", "replace_tensor", "serialize", "serialize_file", "deserialize",
-    "save_sharded", "open_sharded", "ShardedReader",
+    "KernelArgumentError", "ClosedError", "SafetensorError", "NetworkError",
+    "NotAFileError", "TensorMetadata", "open", "remove_tensors", "replace_tensor",
+    "serialize", "serialize_file", "deserialize", "save_sharded", "open_sharded",
+    "ShardedReader",
 ]

@@ -7,6 +7,7 @@ import contextlib
 import os
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
 from ztensor.errors import ZTensorError
 
 

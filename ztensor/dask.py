@@ -32,17 +32,15 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import numpy as np
-from ztensor.io.upload import check_storage_options
-from ztensor.safe import safe_open
-from ztensor.sharded import open_sharded
+
 from ztensor.container.reader import Reader
-from ztensor.errors import LimitError
+from ztensor.errors import ClosedError, LimitError, UnsupportedError
 from ztensor.io import components
 from ztensor.io import values as logical
-from ztensor.errors import UnsupportedError
-from ztensor.sharded import is_checkpoint
 from ztensor.io.source import url_options
-from ztensor.errors import ClosedError
+from ztensor.io.upload import check_storage_options
+from ztensor.safe import safe_open
+from ztensor.sharded import is_checkpoint, open_sharded
 
 _DEFAULT_CHUNK_BYTES = 64 << 20
 # dask's own guidance keeps graphs well below a million tasks; each chunk is one

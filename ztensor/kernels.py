@@ -111,7 +111,9 @@ def each(fn, items, threads=None):
     for future in futures:
         future.result()
 
-__all__ = ["backend", "footer_parse", "bswap", "crc32c", "crc32c_portable",
-           "crc32c_hardware", "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode",
-           "bf16_encode", "unpack_codes", "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans", "ggml_dequant",
-           "cpu_threads", "output_type", "each", "FLOAT_CODES"]
+__all__ = [
+    "backend", "footer_parse", "bswap", "crc32c", "crc32c_portable", "crc32c_hardware",
+    "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode", "bf16_encode", "unpack_codes",
+    "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans",
+    "ggml_dequant", "cpu_threads", "output_type", "each", "FLOAT_CODES",
+]

@@ -15,9 +15,9 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ztensor import _save
+from ztensor.container import checkpoint_keys as checkpoint
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
-from ztensor.container import checkpoint_keys as checkpoint
 
 __all__ = ["save_file", "load_file", "save", "load"]
 

@@ -10,7 +10,6 @@ import math
 
 from ztensor import dtypes, spec
 
-
 MAX_BYTES = 1 << 63
 
 
@@ -160,7 +159,8 @@ class ObjectSpec:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "format": self.format,
-                "dtype": self.dtype, "storage_dtype": self.storage_dtype, "type": self.type, "attributes": dict(self.attributes),
+                "dtype": self.dtype, "storage_dtype": self.storage_dtype, "type": self.type,
+                "attributes": dict(self.attributes),
                 "components": {r: c.to_dict() for r, c in self.components.items()}}
 
     def __repr__(self) -> str:

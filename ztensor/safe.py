@@ -13,18 +13,14 @@ from typing import Any, Dict, List, Literal, Optional, Union
 import numpy as np
 
 from ztensor import _save, dtypes
-from ztensor.io import components
 from ztensor.attributes import show
-from ztensor.errors import (ClosedError, ObjectNotFoundError, SliceError,
-                            UnsupportedError)
-from ztensor.container.reader import Reader
 from ztensor.container import checkpoint_keys as checkpoint
-from ztensor.frameworks.torch_bridge import object_to_torch
-from ztensor.frameworks.torch_bridge import numpy_to_torch_plain
-from ztensor.frameworks.torch_bridge import numpy_to_torch
-from ztensor.io import values as logical
-from ztensor.io import seekable
+from ztensor.container.reader import Reader
+from ztensor.errors import ClosedError, ObjectNotFoundError, SliceError, UnsupportedError
 from ztensor.formats import dense
+from ztensor.frameworks.torch_bridge import numpy_to_torch, numpy_to_torch_plain, object_to_torch
+from ztensor.io import components, seekable
+from ztensor.io import values as logical
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 

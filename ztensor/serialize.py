@@ -14,11 +14,11 @@ import numpy as np
 
 from ztensor import _save, dtypes
 from ztensor.attributes import show
+from ztensor.container.reader import open_bytes
+from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, SafetensorError, UnsupportedError
 from ztensor.objects import shape_problem
 from ztensor.tensor import Tensor
-from ztensor.container.writer import Writer
-from ztensor.container.reader import open_bytes
 
 # torch-style names -> (numpy little-endian storage, logical type), and the names of
 # the types numpy holds as bits: both from the one dtype table (dtypes.ROWS);

@@ -29,13 +29,13 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
 import numpy as np
 
 from ztensor import _save
+from ztensor.container.reader import Reader
+from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
 from ztensor.foreign.names import json_loads_unique
-from ztensor.container.reader import Reader
-from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
-from ztensor.container.writer import Writer
 from ztensor.io import upload as remote_write
 from ztensor.io.atomic import create_temp
+from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.safe import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]

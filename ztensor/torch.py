@@ -25,19 +25,21 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from ztensor import _save
-from ztensor.errors import FormatError
-from ztensor.container.reader import Reader, open_bytes
-from ztensor.tensor import Tensor
-from ztensor.frameworks.staging import for_device as staging_for
-from ztensor.frameworks.torch_bridge import (is_cpu, numpy_to_torch_plain, object_to_torch,
-                                  to_numpy_for_writing)
-from ztensor.container.writer import Writer
-from ztensor import sharded
-from ztensor.foreign.names import NameTable
-from ztensor.sharded import open_sharded
+from ztensor import _save, sharded
 from ztensor.container import checkpoint_keys as checkpoint
-from ztensor.sharded import save_sharded
+from ztensor.container.reader import Reader, open_bytes
+from ztensor.container.writer import Writer
+from ztensor.errors import FormatError
+from ztensor.foreign.names import NameTable
+from ztensor.frameworks.staging import for_device as staging_for
+from ztensor.frameworks.torch_bridge import (
+    is_cpu,
+    numpy_to_torch_plain,
+    object_to_torch,
+    to_numpy_for_writing,
+)
+from ztensor.sharded import open_sharded, save_sharded
+from ztensor.tensor import Tensor
 
 __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 

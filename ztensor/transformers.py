@@ -34,14 +34,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import transformers
 
-from ztensor import _save
+from ztensor import _save, sharded
+from ztensor.container.reader import Reader
 from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url
-from ztensor import sharded
-from ztensor.container.reader import Reader
-from ztensor.torch import load_file, shard_by_shard
 from ztensor.sharded import save_sharded
-from ztensor.torch import remove_duplicate_names
+from ztensor.torch import load_file, remove_duplicate_names, shard_by_shard
 
 __all__ = ["from_pretrained", "save_pretrained"]
 

@@ -703,7 +703,8 @@ def _avalanche(x):
 
 
 def _mix16(p, at, s_at):
-    return _fold(_r64(p, at) ^ _r64(_XXH_SECRET, s_at), _r64(p, at + 8) ^ _r64(_XXH_SECRET, s_at + 8))
+    return _fold(_r64(p, at) ^ _r64(_XXH_SECRET, s_at),
+                 _r64(p, at + 8) ^ _r64(_XXH_SECRET, s_at + 8))
 
 
 def xxh3_64(data):

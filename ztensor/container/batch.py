@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ztensor import kernels
-from ztensor.formats import dense
 from ztensor.container.manifest_table import TableSpecs
+from ztensor.formats import dense
 
 # objects below this share one allocation; larger ones get their own (so that freeing
 # one frees its memory) and are copied in pieces of _PIECE, spread over the threads

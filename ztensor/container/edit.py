@@ -14,11 +14,11 @@ from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 
-from ztensor.errors import FormatError, ObjectNotFoundError
 from ztensor.container.reader import Reader
-from ztensor.tensor import Tensor
 from ztensor.container.writer import Writer, require_writable_version
+from ztensor.errors import FormatError, ObjectNotFoundError
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
+from ztensor.tensor import Tensor
 
 PathLike = Union[str, "os.PathLike[str]"]
 

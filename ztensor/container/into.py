@@ -13,12 +13,11 @@ from typing import Any, Callable, Tuple
 
 import numpy as np
 
-from ztensor import dtypes
+from ztensor import dtypes, kernels
+from ztensor.errors import UnsupportedError
+from ztensor.frameworks import staging, torch_bridge
 from ztensor.io import components
 from ztensor.io import values as logical
-from ztensor.errors import UnsupportedError
-from ztensor import kernels
-from ztensor.frameworks import staging, torch_bridge
 
 # logical/storage type -> the numpy dtypes whose memory holds its elements exactly
 _BITS = dtypes.BITS_DTYPES

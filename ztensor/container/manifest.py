@@ -31,13 +31,12 @@ import cbor2
 
 from ztensor import attributes as attrs
 from ztensor import dtypes, kernels, spec
-from ztensor.container import legacy
-from ztensor.container import manifest_table
 from ztensor.attributes import show as _show
+from ztensor.container import legacy, manifest_table
+from ztensor.container.manifest_checks import MAX_CBOR_DEPTH, Checker, Manifest, gc_paused, kind_of  # noqa: F401,E501  (imported from here too)
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.container.manifest_checks import MAX_CBOR_DEPTH, Checker, Manifest, gc_paused  # noqa: F401,E501  (imported from here too)
-from ztensor.container.manifest_checks import kind_of
+
 
 # ------------------------------------------------------------------ decoding
 def decode_manifest(raw, footer, *, path, limits) -> Manifest:
@@ -113,8 +112,8 @@ def _root_v1(root, path):
     version = root.get("version")
     parsed = spec.parse_version(version)
     if parsed is None:
-        raise FormatError(f"manifest 'version' must be a string like \"1.2.0\", got {_show(version)}",
-                          path=path)
+        raise FormatError("manifest 'version' must be a string like \"1.2.0\", got "
+                          f"{_show(version)}", path=path)
     if parsed[0] != 1:
         raise UnsupportedError(f"format version {version} is not supported (this reader "
                                "reads 0.1, 1.1 and 1.2)", path=path)

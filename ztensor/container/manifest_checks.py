@@ -14,8 +14,8 @@ import re
 
 from ztensor import attributes as attrs
 from ztensor import dtypes, formats, spec
-from ztensor.container.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.attributes import show as _show
+from ztensor.container.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.errors import FormatError, LimitError
 from ztensor.objects import ComponentSpec, ObjectSpec
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from ztensor import attributes as attrs
 from ztensor import dtypes, formats, kernels, spec
+from ztensor.container.manifest_checks import Checker, Manifest, gc_paused
 from ztensor.errors import ZTensorError
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.container.manifest_checks import Checker, Manifest, gc_paused
 
 # columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
 # compiled extension exports the structs' field order, HEADER_CONSTANTS, and

@@ -20,25 +20,29 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
 import numpy as np
 
 from ztensor import dtypes, foreign, formats, kernels, spec
-from ztensor.io import components
+from ztensor._save import BYTES, named_as_bytes
+from ztensor.container import batch, into, legacy
 from ztensor.container import v2 as container_v2
-from ztensor.io import floats as floatconv
-from ztensor.container import legacy
-from ztensor.io import values as logical
-from ztensor.formats import dense
-from ztensor.errors import (ClosedError, FormatError, LimitError, NotAFileError,
-                            ObjectNotFoundError, UnsupportedError, ZTensorError)
 from ztensor.container.footer import read_footer
 from ztensor.container.manifest import Manifest, decode_manifest
+from ztensor.errors import (
+    ClosedError,
+    FormatError,
+    LimitError,
+    NotAFileError,
+    ObjectNotFoundError,
+    UnsupportedError,
+    ZTensorError,
+)
+from ztensor.formats import dense
+from ztensor.frameworks.torch_bridge import object_to_torch
+from ztensor.io import components, digests
+from ztensor.io import floats as floatconv
+from ztensor.io import values as logical
+from ztensor.io.source import Source, is_url
+from ztensor.io.upload import check_storage_options
 from ztensor.objects import ObjectSpec
 from ztensor.tensor import Tensor
-from ztensor.io.upload import check_storage_options
-from ztensor.io.source import Source, is_url
-from ztensor.container import batch
-from ztensor.io import digests
-from ztensor.frameworks.torch_bridge import object_to_torch
-from ztensor.container import into
-from ztensor._save import BYTES, named_as_bytes
 
 
 def _memory_is_a_limit(method):
@@ -276,7 +280,9 @@ class Reader:
     def read_numpy(self, name: List[str], *, copy: bool = ..., dtype: Any = ...,
                    threads: Optional[int] = ...) -> Dict[str, np.ndarray]: ...
 
-    def read_numpy(self, name, *, copy=False, dtype=None, threads=None):
+    def read_numpy(self, name: Union[str, List[str]], *, copy: bool = False, dtype: Any = None,
+                   threads: Optional[int] = None
+                   ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """A dense object as a numpy array of its logical shape and dtype.
 
         Parameters
@@ -405,7 +411,8 @@ class Reader:
     def read(self, name: List[str], *, copy: bool = ...) -> Dict[str, Tensor]: ...
 
     @_memory_is_a_limit
-    def read(self, name, *, copy=False):
+    def read(self, name: Union[str, List[str]], *, copy: bool = False
+             ) -> Union[Tensor, Dict[str, Tensor]]:
         """Any object as a :class:`ztensor.Tensor` with every component as an array.
 
         Dense ``data`` has the object's shape; quantized_group components have their

@@ -55,10 +55,10 @@ from typing import Any, Dict
 import cbor2
 
 from ztensor import dtypes, kernels, spec
-from ztensor.errors import FormatError, LimitError, UnsupportedError
-from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.container.manifest_checks import Checker
 from ztensor.dtypes import GGML_TYPES
+from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
 MAGIC = spec.MAGIC_V2
 FOOTER = 40

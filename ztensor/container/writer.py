@@ -16,21 +16,19 @@ from typing import Any, Dict, Literal, Optional, Union
 import numpy as np
 
 from ztensor import attributes as attrs
-from ztensor import dtypes, kernels, spec
-from ztensor.io import atomic
-from ztensor.io import components
+from ztensor import dtypes, formats, kernels, spec
+from ztensor.container import v2
+from ztensor.container.footer import encode_footer
+from ztensor.container.manifest import Checker, encode_manifest, gc_paused
+from ztensor.container.reader import Reader
+from ztensor.container.stream import TensorStream
+from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
+from ztensor.frameworks.torch_bridge import to_numpy_for_writing
+from ztensor.io import atomic, components
 from ztensor.io import floats as floatconv
 from ztensor.io import upload as remote_write
-from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
-from ztensor.container.footer import encode_footer
-from ztensor.container.manifest import Checker, gc_paused, encode_manifest
-from ztensor import formats
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
-from ztensor.frameworks.torch_bridge import to_numpy_for_writing
-from ztensor.container.stream import TensorStream
-from ztensor.container.reader import Reader
-from ztensor.container import v2
 
 
 def require_writable_version(reader):

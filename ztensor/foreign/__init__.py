@@ -28,15 +28,11 @@ from typing import Optional
 
 from ztensor import spec
 from ztensor.errors import FormatError, UnsupportedError
-from ztensor.spec import DEFAULT_LIMITS, Limits
-from ztensor.io.source import open_local_input
-from ztensor.foreign.base import ZIP_ERRORS, Entry, ForeignFile, eager, optional_import, spec_of  # noqa: F401,E501  (the package's names)
-from ztensor.foreign import safetensors_file
-from ztensor.foreign import numpy_files
-from ztensor.foreign import pytorch
 from ztensor.foreign import gguf_file as gguf
-from ztensor.foreign import hdf5_file
-from ztensor.foreign import onnx_file
+from ztensor.foreign import hdf5_file, numpy_files, onnx_file, pytorch, safetensors_file
+from ztensor.foreign.base import ZIP_ERRORS, Entry, ForeignFile, eager, optional_import, spec_of  # noqa: F401,E501  (the package's names)
+from ztensor.io.source import open_local_input
+from ztensor.spec import DEFAULT_LIMITS, Limits
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
 

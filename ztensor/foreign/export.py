@@ -26,11 +26,11 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.io import atomic
 from ztensor.errors import UnsupportedError
-from ztensor.foreign.names import NameTable
 from ztensor.foreign.base import optional_import
 from ztensor.foreign.gguf_file import VALUE_TYPES
+from ztensor.foreign.names import NameTable
+from ztensor.io import atomic
 
 FORMATS = {".zt": "zt", ".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf"}
 
@@ -408,7 +408,8 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
     def load_elements():  # native order: gguf-py swaps native arrays to the file's LE
         arr = _stored_elements(reader, name)
         return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.itemsize > 1 else arr
-    return GGUFTensor(name, load_elements, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw)
+    return GGUFTensor(name, load_elements, shape, np.dtype(_GGUF_DENSE[key]),
+                      comp.decoded_length, raw)
 
 
 def _gguf_values(reader, gguf) -> List[GGUFValue]:

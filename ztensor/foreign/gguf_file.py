@@ -40,8 +40,8 @@ import numpy as np
 from ztensor import dtypes, spec
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.names import NameTable
-from ztensor.objects import shape_problem
 from ztensor.io.source import Source
+from ztensor.objects import shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 

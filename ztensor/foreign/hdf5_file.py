@@ -34,10 +34,10 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign.base import Entry, ForeignFile, optional_import
 from ztensor.foreign.names import NameTable
+from ztensor.io.source import ShrinkCheckedFile, open_local_input
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
-from ztensor.io.source import ShrinkCheckedFile, open_local_input
 
 MAX_DATASETS = 1_000_000
 # a dataset may declare this many times the bytes its storage holds: deflate, HDF5's

@@ -22,14 +22,14 @@ import zlib
 
 import numpy as np
 
+from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
 from ztensor.foreign.base import Entry, ForeignFile, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
-from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.io.source import Source
+from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
-from ztensor import dtypes
 from ztensor.tensor import Tensor
 
 # what numpy's readers raise on a malformed file: zipfile, zlib and lzma for .npz

@@ -18,8 +18,8 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.base import ForeignFile, eager
 from ztensor.foreign.names import json_loads_unique
-from ztensor.objects import shape_problem
 from ztensor.io.source import Source
+from ztensor.objects import shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 

@@ -189,7 +189,6 @@ class ZipArchive:
         against the rest.  A stored member's CRC is not computed: that would read every
         byte of a checkpoint whose tensors are otherwise views of the mapping."""
         member = self.members[name]
-        info = member.info
         want = member.size if limit is None else min(limit, member.size)
         if not member.compressed:
             return self.source.view(member.start, want, "zip member", obj=obj)

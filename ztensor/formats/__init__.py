@@ -21,8 +21,8 @@ Formats this version does not know pass through :data:`GENERIC`: components kept
 exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
 these formats by ``ztensor/container/legacy.py``.
 """
-from ztensor.formats import dense, gguf_blocks, quantized, sparse
 from ztensor.errors import UnsupportedError
+from ztensor.formats import dense, gguf_blocks, quantized, sparse
 
 
 class _Generic:

@@ -16,8 +16,8 @@ import math
 
 from ztensor import dtypes
 from ztensor.errors import FormatError
-from ztensor.objects import shape_problem
 from ztensor.io import components
+from ztensor.objects import shape_problem
 
 ROLES = ("data",)
 

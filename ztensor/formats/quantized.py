@@ -29,8 +29,8 @@ from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
-from ztensor.tensor import Tensor
 from ztensor.formats import gguf_blocks
+from ztensor.tensor import Tensor
 
 BITS = _contract.BITS
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.io import components
 from ztensor.errors import UnsupportedError
 from ztensor.frameworks import LazyModule, staging
+from ztensor.io import components
 
 if TYPE_CHECKING:  # the real module's types for the annotations (torch ships py.typed)
     import torch

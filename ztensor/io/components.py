@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ztensor import dtypes, kernels
-from ztensor.io import digests
-from ztensor.io import seekable, zstd_stream
 from ztensor.errors import FormatError, UnsupportedError
+from ztensor.io import digests, seekable, zstd_stream
 from ztensor.objects import ComponentSpec
 
 _CHUNK = 4 << 20  # bytes per step when swapping or compressing while writing
@@ -47,7 +46,8 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
     if comp.encoding == "zstd":
         data = seekable.decode_whole(stored, comp, limits, out=out, **where)  # in parallel
         if data is None:
-            data = zstd_stream.zstd_decode(stored, comp.uncompressed_length, limits, out=out, **where)
+            data = zstd_stream.zstd_decode(stored, comp.uncompressed_length, limits, out=out,
+                                           **where)
         unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
             raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "

@@ -11,7 +11,6 @@ import numpy as np
 from ztensor import kernels
 
 
-
 def _kind(name: str) -> int:
     try:
         return kernels.FP8_KINDS.index(name)

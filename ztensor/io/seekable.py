@@ -224,7 +224,8 @@ def decode_range(source, comp, table: SeekTable, lo: int, hi: int, limits, **whe
     stored = source.view(comp.offset + table.offsets[first],
                          table.offsets[last] - table.offsets[first], "component",
                          obj=where.get("obj"), component=where.get("component"))
-    data = zstd_stream.zstd_decode(stored, table.starts[last] - table.starts[first], limits, **where)
+    data = zstd_stream.zstd_decode(stored, table.starts[last] - table.starts[first], limits,
+                                   **where)
     return data, lo - table.starts[first]
 
 

@@ -30,9 +30,18 @@ import threading
 
 import numpy as np
 
-from ztensor.errors import (ClosedError, FormatError, NetworkConnectionError, NetworkError,
-                            NetworkNotFoundError, NetworkPermissionError, NetworkTimeoutError,
-                            NotAFileError, UnsupportedError, ZTensorError)
+from ztensor.errors import (
+    ClosedError,
+    FormatError,
+    NetworkConnectionError,
+    NetworkError,
+    NetworkNotFoundError,
+    NetworkPermissionError,
+    NetworkTimeoutError,
+    NotAFileError,
+    UnsupportedError,
+    ZTensorError,
+)
 
 
 def is_url(path) -> bool:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ztensor import dtypes
+from ztensor.errors import FormatError
 from ztensor.io import floats as floatconv
 from ztensor.io.components import to_native
-from ztensor.errors import FormatError
 
 _COMPLEX: dict[str, np.dtype] = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
 

@@ -3,10 +3,10 @@
 ``ztensor ls FILE``               one row per object: name, format, shape, dtype, encoding, size
 ``ztensor info FILE``             version, attributes, counts and total sizes
 ``ztensor verify FILE``           structure, every object decoded, every digest checked
-``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz / .gguf; a checkpoint
-                                 directory or index -> one such file (merged), or a directory
-                                 of .zt (``--format safetensors``: HF) shards + index + the
-                                 checkpoint's other files
+``ztensor convert IN OUT``        any tensor file -> .zt v1.2 / .safetensors / .npz / .gguf;
+                                 a checkpoint directory or index -> one such file (merged),
+                                 or a directory of .zt (``--format safetensors``: HF) shards
+                                 + index + the checkpoint's other files
 ``ztensor dequantize IN OUT``     quantized_group objects -> dense, others copied
 ``ztensor diff A B``              objects added, removed, changed; value differences
 ``ztensor stats FILE [NAME...]``  min/max/mean/std, NaN/Inf counts and a histogram per tensor
@@ -28,20 +28,16 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 
 from ztensor import spec
-from ztensor._version import __version__
-from ztensor.errors import ZTensorError
-from ztensor.container.reader import Reader
-from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS
-from ztensor.sharded import is_checkpoint
-from ztensor.sharded import open_sharded
-from ztensor.tools.stats import sparkline, tensor_stats
-from ztensor.tools.convert import convert
-from ztensor.formats.quantized import dequantize
-from ztensor.tensor import Tensor
-from ztensor.container.writer import Writer
 from ztensor._native.contract import GGML_BLOCKS
-from ztensor.errors import LimitError
-from ztensor.tools.stats import chunks
+from ztensor._version import __version__
+from ztensor.container.reader import Reader
+from ztensor.container.writer import Writer
+from ztensor.errors import LimitError, ZTensorError
+from ztensor.formats.quantized import dequantize
+from ztensor.sharded import is_checkpoint, open_sharded
+from ztensor.tensor import Tensor
+from ztensor.tools.convert import convert
+from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS, chunks, sparkline, tensor_stats
 
 
 def _printable(text) -> str:

@@ -41,15 +41,15 @@ from typing import Callable, List, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ztensor.io import atomic
-from ztensor.errors import FormatError, UnsupportedError, ZTensorError
-from ztensor.io.source import open_local_input
-from ztensor.foreign import export as exporters
-from ztensor.tools import convert_inputs as importers
+from ztensor import sharded
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor import sharded
+from ztensor.errors import FormatError, UnsupportedError, ZTensorError
+from ztensor.foreign import export as exporters
 from ztensor.foreign.names import NameTable
+from ztensor.io import atomic
+from ztensor.io.source import open_local_input
+from ztensor.tools import convert_inputs as importers
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]

@@ -14,10 +14,10 @@ import os
 from typing import Any, Dict, Iterator, Tuple, Union
 
 from ztensor import _save, foreign, spec
+from ztensor.container.reader import Reader
 from ztensor.errors import FormatError
 from ztensor.io.source import open_local_input
 from ztensor.tensor import Tensor
-from ztensor.container.reader import Reader
 
 PathLike = Union[str, "os.PathLike[str]"]
 # (file attributes, iterator of (name, Tensor)): one tensor at a time

@@ -30,9 +30,9 @@ from typing import Any, Dict, Iterator, Tuple
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.io import floats as floatconv
 from ztensor.errors import LimitError, UnsupportedError
 from ztensor.formats import quantized
+from ztensor.io import floats as floatconv
 
 _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
