@@ -82,7 +82,7 @@ def _copy_columns(source, specs, names, threads):
             out[name] = dst.view(dt).reshape(shape)
             jobs.extend(_pieces(dst, offset, n))
     jobs.extend(_split(shared, (offsets[small], at[small], lengths[small]), threads))
-    _run(source.all_bytes(), jobs, threads)
+    _run(source, jobs, threads)
     return out
 
 
@@ -109,7 +109,6 @@ def _plan(reader, specs, names):
 
 
 def _copy_planned(source, plans, threads):
-    src = source.all_bytes()
     names = list(plans)
     nbytes = [count * storage.itemsize for (storage, count, _), _ in plans.values()]
     offsets = [offset for (_, _, offset), _ in plans.values()]
@@ -132,7 +131,7 @@ def _copy_planned(source, plans, threads):
         out[name] = dst.view(storage).reshape(shape)
         jobs.extend(_pieces(dst, offset, n))
     jobs.extend(_split(shared, small_spans, threads))
-    _run(src, jobs, threads)
+    _run(source, jobs, threads)
     return out
 
 
@@ -157,10 +156,11 @@ def _fetch_planned(source, plans, threads):
 
 
 def _pieces(dst, offset, n):
-    """Copy jobs for one large object: n bytes at file ``offset`` into ``dst``, in
-    pieces of _PIECE that the threads share."""
-    return [(dst, [offset + start], [start], [min(_PIECE, n - start)])
-            for start in range(0, n, _PIECE)]
+    """Read jobs for one large object: n bytes at file ``offset`` into ``dst``, in
+    pieces of _PIECE that the threads share.  Each is a Source.read_into: ``pread``
+    straight into the array for a mapped file (from a cold page cache, faulting the
+    mapping in reads in readahead-sized pieces: bench/bench_cold.py)."""
+    return [(dst[start:start + _PIECE], offset + start) for start in range(0, n, _PIECE)]
 
 
 def _split(dst, spans, parts):
@@ -174,18 +174,26 @@ def _split(dst, spans, parts):
                                               np.split(lengths, cuts)) if len(n)]
 
 
-def _run(src, jobs, threads):
-    def one(job):
-        dst, s, d, n = job
-        kernels.copy_spans(src, dst, np.asarray(s, np.uint64), np.asarray(d, np.uint64),
-                           np.asarray(n, np.uint64))
+def _run(source, jobs, threads):
+    """Run the jobs in ``threads`` threads: (dst, offset) reads of a large object's
+    pieces (Source.reading), and (dst, src offsets, dst offsets, lengths) copies of
+    small spans out of the mapping (kernels.copy_spans, the GIL released)."""
+    src = source.all_bytes() if any(len(job) == 4 for job in jobs) else None
+    with source.reading() as read_into:
+        def one(job):
+            if len(job) == 2:
+                read_into(job[1], job[0])
+                return
+            dst, s, d, n = job
+            kernels.copy_spans(src, dst, np.asarray(s, np.uint64), np.asarray(d, np.uint64),
+                               np.asarray(n, np.uint64))
 
-    if threads == 1 or len(jobs) < 2:
-        for job in jobs:
-            one(job)
-        return
-    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
-        list(pool.map(one, jobs))
+        if threads == 1 or len(jobs) < 2:
+            for job in jobs:
+                one(job)
+            return
+        with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+            list(pool.map(one, jobs))
 
 
 __all__ = ["read_owned", "default_threads"]
