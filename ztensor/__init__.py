@@ -8,6 +8,7 @@ No pickle, no code execution: a file is data and a manifest, checked before use.
 >>> with ztensor.Reader("model.zt") as r:
 ...     r["weight"]
 """
+
 import sys
 from typing import Any
 
@@ -59,13 +60,43 @@ def open(path: Any, **kwargs: Any) -> Reader:  # noqa: A001 - the reference's na
     npy/npz, GGUF, ONNX, HDF5), told by its bytes."""
     return Reader(path, **kwargs)
 
+
 __all__ = [
-    "__version__", "backend", "Reader", "Writer", "TensorStream", "convert", "Tensor",
-    "Limits", "DEFAULT_LIMITS", "dequantize", "quantize", "from_gptq", "safe_open",
-    "ObjectSpec", "ComponentSpec", "ZTensorError", "FormatError", "ChecksumError",
-    "LimitError", "UnsupportedError", "ObjectNotFoundError", "WriteError",
-    "KernelArgumentError", "ClosedError", "SafetensorError", "NetworkError",
-    "NotAFileError", "TensorMetadata", "open", "remove_tensors", "replace_tensor",
-    "serialize", "serialize_file", "deserialize", "save_sharded", "open_sharded",
+    "__version__",
+    "backend",
+    "Reader",
+    "Writer",
+    "TensorStream",
+    "convert",
+    "Tensor",
+    "Limits",
+    "DEFAULT_LIMITS",
+    "dequantize",
+    "quantize",
+    "from_gptq",
+    "safe_open",
+    "ObjectSpec",
+    "ComponentSpec",
+    "ZTensorError",
+    "FormatError",
+    "ChecksumError",
+    "LimitError",
+    "UnsupportedError",
+    "ObjectNotFoundError",
+    "WriteError",
+    "KernelArgumentError",
+    "ClosedError",
+    "SafetensorError",
+    "NetworkError",
+    "NotAFileError",
+    "TensorMetadata",
+    "open",
+    "remove_tensors",
+    "replace_tensor",
+    "serialize",
+    "serialize_file",
+    "deserialize",
+    "save_sharded",
+    "open_sharded",
     "ShardedReader",
 ]

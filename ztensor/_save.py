@@ -1,6 +1,7 @@
 """What the save functions share (ztensor.numpy, ztensor.torch, ztensor.serialize,
 ztensor.save_sharded, convert): the one order tensors are written in, the
 ``metadata`` rule and saving to bytes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,7 +46,8 @@ def str_metadata(metadata: Optional[Dict[str, str]]) -> Optional[Dict[str, str]]
     if metadata is None:
         return None
     if not isinstance(metadata, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
         raise ValueError("metadata must be a dict of str to str (as in safetensors)")
     return metadata
 

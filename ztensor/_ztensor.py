@@ -8,6 +8,7 @@ native module (``ztensor._ztensor``), so that code keeps running.
   a copy exactly as it did there.
 * ``remove_tensors``, ``replace_tensor``: see :mod:`ztensor.container.edit`.
 """
+
 from mmap import mmap as _Reader  # noqa: F401 - re-exported for compatibility
 
 from ztensor.container.edit import remove_tensors, replace_tensor  # noqa: F401

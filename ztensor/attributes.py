@@ -13,6 +13,7 @@ CBOR"):
 Everything else (datetimes, decimals, fractions, sets, tags, shared references)
 is refused: each needs a decoder whose cost is not bounded by the bytes it reads.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -24,16 +25,19 @@ from ztensor.errors import FormatError
 MAX_DEPTH = 64
 
 _SCALARS = (type(None), bool, int, float, bytes)
-_CBOR_SPECIALS = tuple(t for t in (type(getattr(cbor2, "undefined", None)),
-                                   getattr(cbor2, "CBORSimpleValue", None))
-                       if t is not None and t is not type(None))
+_CBOR_SPECIALS = tuple(
+    t
+    for t in (type(getattr(cbor2, "undefined", None)), getattr(cbor2, "CBORSimpleValue", None))
+    if t is not None and t is not type(None)
+)
 
 
 def check_map(value: Any, what: str, **where: Any) -> Dict[str, Any]:
     """``value`` if it is a valid attributes map, else FormatError naming ``what``."""
     if not isinstance(value, dict):
-        raise FormatError(f"{what} must be a map with string keys, got "
-                          f"{type(value).__name__}", **where)
+        raise FormatError(
+            f"{what} must be a map with string keys, got {type(value).__name__}", **where
+        )
     _check(value, 0, what, where)
     return value
 
@@ -53,8 +57,9 @@ def _check(value, depth, what, where):
             raise FormatError(f"{what} nest deeper than {MAX_DEPTH} levels", **where)
         for k, v in value.items():
             if not isinstance(k, str):
-                raise FormatError(f"{what}: only string keys are allowed, got "
-                                  f"{type(k).__name__}", **where)
+                raise FormatError(
+                    f"{what}: only string keys are allowed, got {type(k).__name__}", **where
+                )
             _check_text(k, what, where)
             _check(v, depth + 1, what, where)
     elif isinstance(value, (list, tuple)):
@@ -63,9 +68,11 @@ def _check(value, depth, what, where):
         for v in value:
             _check(v, depth + 1, what, where)
     else:
-        raise FormatError(f"{what}: {type(value).__name__} values cannot be stored (plain "
-                          "data only: None, bool, int, float, str, bytes, lists, maps)",
-                          **where)
+        raise FormatError(
+            f"{what}: {type(value).__name__} values cannot be stored (plain "
+            "data only: None, bool, int, float, str, bytes, lists, maps)",
+            **where,
+        )
 
 
 def _check_text(text, what, where):
@@ -73,8 +80,9 @@ def _check_text(text, what, where):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise FormatError(f"{what}: a string that is not valid Unicode (lone "
-                              "surrogate)", **where) from None
+            raise FormatError(
+                f"{what}: a string that is not valid Unicode (lone surrogate)", **where
+            ) from None
 
 
 def check_name(name: Any, what: str, **where: Any) -> str:

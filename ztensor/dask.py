@@ -24,6 +24,7 @@ Two rules keep a graph honest about the file it reads:
   no longer has the shape and dtype the array was made with is a ClosedError
   naming the file and the object: make a new array.
 """
+
 from __future__ import annotations
 
 import collections
@@ -50,9 +51,15 @@ if TYPE_CHECKING:  # from_zt's return type; at run time dask is imported on firs
     import dask.array
 
 
-def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
-            rows: Optional[int] = None, max_chunks: int = DEFAULT_MAX_CHUNKS,
-            storage_options: Optional[Dict[str, Any]] = None) -> dask.array.Array:
+def from_zt(
+    source: Any,
+    name: str,
+    *,
+    chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
+    rows: Optional[int] = None,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> dask.array.Array:
     """A lazily read ``dask.array.Array`` over dense object ``name`` of ``source``
     (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
     span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
@@ -71,18 +78,24 @@ def from_zt(source: Any, name: str, *, chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
     options = check_storage_options(os.fspath(source), storage_options)
     source = _shard_of(os.fspath(source), name, options)
     with safe_open(source, framework="np", storage_options=options) as f:
-        piece = f.get_slice(name)   # UnsupportedError unless dense
+        piece = f.get_slice(name)  # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
         meta = f.reader.metadata(name)
         dtype = _dtype_of(meta)
         _require_readable(f.reader, meta)
     if not shape:
-        return da.from_delayed(_delayed_scalar(source, name, dtype, options), shape=(),
-                               dtype=dtype)
+        return da.from_delayed(_delayed_scalar(source, name, dtype, options), shape=(), dtype=dtype)
     chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
-    return da.map_blocks(_read_rows, dtype=dtype, chunks=chunks, source=source, tensor=name,
-                         meta=np.empty((0,) * len(shape), dtype), storage_options=options)
+    return da.map_blocks(
+        _read_rows,
+        dtype=dtype,
+        chunks=chunks,
+        source=source,
+        tensor=name,
+        meta=np.empty((0,) * len(shape), dtype),
+        storage_options=options,
+    )
 
 
 def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, dask.array.Array]:
@@ -115,9 +128,12 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
         step = max(1, chunk_bytes // row_bytes)
     count = -(-total // step)
     if count > max_chunks:
-        raise LimitError(f"{total} rows of {row_bytes} bytes in chunks of {step} rows make "
-                         f"{count} chunks, more than max_chunks={max_chunks} (pass larger "
-                         "rows or chunk_bytes)", **where)
+        raise LimitError(
+            f"{total} rows of {row_bytes} bytes in chunks of {step} rows make "
+            f"{count} chunks, more than max_chunks={max_chunks} (pass larger "
+            "rows or chunk_bytes)",
+            **where,
+        )
     first = tuple(min(step, total - s) for s in range(0, total, step)) or (0,)
     return (first,) + tuple((d,) for d in shape[1:])
 
@@ -138,8 +154,9 @@ def _require_readable(reader, meta):
     where = {"path": reader.path, "obj": meta.name, "component": "data"}
     components.require_readable(comp, **where)
     if comp.encoding not in ("raw", "zstd"):
-        raise UnsupportedError(f"encoding {comp.encoding!r} is not one this reader decodes",
-                               **where)
+        raise UnsupportedError(
+            f"encoding {comp.encoding!r} is not one this reader decodes", **where
+        )
 
 
 # ------------------------------------------------------------------ sharded checkpoints
@@ -157,14 +174,25 @@ def _shard_of(source: str, name: str, storage_options=None) -> str:
     if not _is_sharded(source):
         return source
     with open_sharded(source, storage_options=storage_options) as s:
-        s.metadata(name)   # ObjectNotFoundError, or the index names a shard without it
+        s.metadata(name)  # ObjectNotFoundError, or the index names a shard without it
         return s.shard_path(s.file_of(name))
 
 
 # ------------------------------------------------------------------ workers' handles
 # what fsspec's info() may say of a version of a file (HTTP, S3, GCS, local, memory)
-_VERSION_FIELDS = ("ETag", "etag", "Content-MD5", "Digest", "LastModified",
-                   "last_modified", "mtime", "created", "ino", "VersionId", "generation")
+_VERSION_FIELDS = (
+    "ETag",
+    "etag",
+    "Content-MD5",
+    "Digest",
+    "LastModified",
+    "last_modified",
+    "mtime",
+    "created",
+    "ino",
+    "VersionId",
+    "generation",
+)
 
 
 def _identity(source: str, storage_options=None):
@@ -176,6 +204,7 @@ def _identity(source: str, storage_options=None):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
+
     fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
     info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
@@ -202,10 +231,12 @@ class _Handles:
         for _ in range(8):
             before = _identity(source, options)
             if before is None:  # no version to key by: this chunk's own handle
-                key, handle = (where, object()), safe_open(source, framework="np",
-                                                           storage_options=options)
+                key, handle = (
+                    (where, object()),
+                    safe_open(source, framework="np", storage_options=options),
+                )
                 with self._lock:
-                    self._open[key] = [handle, 1, True]   # closed on release
+                    self._open[key] = [handle, 1, True]  # closed on release
                 return key, handle
             key = (where, before)
             with self._lock:
@@ -222,7 +253,7 @@ class _Handles:
                 entry = self._open.get(key)
                 if entry is None:
                     entry = self._open[key] = [handle, 0, False]
-                else:           # another thread opened it meanwhile: use that one
+                else:  # another thread opened it meanwhile: use that one
                     handle.close()
                 entry[1] += 1
                 self._open.move_to_end(key)
@@ -246,7 +277,7 @@ class _Handles:
         chunk)."""
         stale = [k for k in self._open if k[0] == source and k != keep]
         extra = len(self._open) - len(stale) - self._limit
-        stale += [k for k in self._open if k != keep and k not in stale][:max(extra, 0)]
+        stale += [k for k in self._open if k != keep and k not in stale][: max(extra, 0)]
         for k in stale:
             entry = self._open[k]
             entry[2] = True
@@ -271,9 +302,13 @@ def _read(source, tensor, shape, dtype, select, storage_options=None):
         piece = handle.get_slice(tensor)
         now = handle.reader.metadata(tensor)
         if tuple(piece.get_shape()) != tuple(shape) or _dtype_of(now) != dtype:
-            raise ClosedError(f"the object is now {_dtype_of(now)}{list(piece.get_shape())}; "
-                              f"this dask array was made for {dtype}{list(shape)} (the file "
-                              "changed since: make a new array)", path=source, obj=tensor)
+            raise ClosedError(
+                f"the object is now {_dtype_of(now)}{list(piece.get_shape())}; "
+                f"this dask array was made for {dtype}{list(shape)} (the file "
+                "changed since: make a new array)",
+                path=source,
+                obj=tensor,
+            )
         return select(piece)
     finally:
         _HANDLES.release(key)
@@ -282,12 +317,19 @@ def _read(source, tensor, shape, dtype, select, storage_options=None):
 def _read_rows(block_info=None, *, source, tensor, storage_options=None):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
-    return _read(source, tensor, info["shape"], np.dtype(info["dtype"]),
-                 lambda piece: piece[r0:r1], storage_options)
+    return _read(
+        source,
+        tensor,
+        info["shape"],
+        np.dtype(info["dtype"]),
+        lambda piece: piece[r0:r1],
+        storage_options,
+    )
 
 
 def _delayed_scalar(source, name, dtype, storage_options=None):
     import dask
+
     return dask.delayed(_read)(source, name, (), dtype, _whole, storage_options)
 
 

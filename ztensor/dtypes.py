@@ -8,6 +8,7 @@ interleaved float pairs.  bf16 and FP8 have no numpy dtype of their own; when
 float32 on read (see docs/dtypes.md).  ``ml_dtypes`` is imported only through
 :func:`ml_dtypes_module`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,18 +25,18 @@ HOST_IS_LITTLE = sys.byteorder == "little"
 class DType:
     """One row of :data:`ROWS`: a spec type and every other name it goes by."""
 
-    spec: str             # the spec's name: a storage dtype ("f32") or a logical type
-    storage: str          # the storage dtype that holds it (itself for storage rows)
-    numpy: str            # little-endian numpy dtype of one element (bf16/FP8: its bits)
-    bits: bool = False    # numpy holds only the bits (bf16, FP8): the spec name says more
-    ml_dtypes: str = ""   # ml_dtypes' name, when the element's numpy dtype lives there
-    torch: str = ""       # torch's name (torch.<name>)
+    spec: str  # the spec's name: a storage dtype ("f32") or a logical type
+    storage: str  # the storage dtype that holds it (itself for storage rows)
+    numpy: str  # little-endian numpy dtype of one element (bf16/FP8: its bits)
+    bits: bool = False  # numpy holds only the bits (bf16, FP8): the spec name says more
+    ml_dtypes: str = ""  # ml_dtypes' name, when the element's numpy dtype lives there
+    torch: str = ""  # torch's name (torch.<name>)
     safetensors: str = ""  # safetensors' name, reported by safe_open's get_dtype()
     safetensors_file: bool = True  # ztensor reads and writes it in .safetensors files
     # (not C128, which safetensors lacks, nor the FNUZ names, which newer safetensors
     # releases write: refused on read and on export today)
-    reference: str = ""   # the reference implementation's name (= v0.1's dtype name)
-    gguf: int = -1        # GGUF's ggml type id, for the types GGUF stores plainly
+    reference: str = ""  # the reference implementation's name (= v0.1's dtype name)
+    gguf: int = -1  # GGUF's ggml type id, for the types GGUF stores plainly
 
 
 # THE dtype table: every other mapping in this module (and the torch, safetensors,
@@ -46,8 +47,17 @@ ROWS = (
     DType("f64", "f64", "<f8", torch="float64", safetensors="F64", reference="float64", gguf=28),
     DType("f32", "f32", "<f4", torch="float32", safetensors="F32", reference="float32", gguf=0),
     DType("f16", "f16", "<f2", torch="float16", safetensors="F16", reference="float16", gguf=1),
-    DType("bf16", "bf16", "<u2", bits=True, ml_dtypes="bfloat16", torch="bfloat16",
-          safetensors="BF16", reference="bfloat16", gguf=30),
+    DType(
+        "bf16",
+        "bf16",
+        "<u2",
+        bits=True,
+        ml_dtypes="bfloat16",
+        torch="bfloat16",
+        safetensors="BF16",
+        reference="bfloat16",
+        gguf=30,
+    ),
     DType("i64", "i64", "<i8", torch="int64", safetensors="I64", reference="int64", gguf=27),
     DType("i32", "i32", "<i4", torch="int32", safetensors="I32", reference="int32", gguf=26),
     DType("i16", "i16", "<i2", torch="int16", safetensors="I16", reference="int16", gguf=25),
@@ -57,44 +67,84 @@ ROWS = (
     DType("u16", "u16", "<u2", torch="uint16", safetensors="U16", reference="uint16"),
     DType("u8", "u8", "u1", torch="uint8", safetensors="U8", reference="uint8"),
     DType("bool", "bool", "?", torch="bool", safetensors="BOOL", reference="bool"),
-    DType("f8_e4m3fn", "u8", "u1", bits=True, ml_dtypes="float8_e4m3fn",
-          torch="float8_e4m3fn", safetensors="F8_E4M3"),
-    DType("f8_e5m2", "u8", "u1", bits=True, ml_dtypes="float8_e5m2", torch="float8_e5m2",
-          safetensors="F8_E5M2"),
-    DType("f8_e4m3fnuz", "u8", "u1", bits=True, ml_dtypes="float8_e4m3fnuz",
-          torch="float8_e4m3fnuz", safetensors="F8_E4M3FNUZ", safetensors_file=False),
-    DType("f8_e5m2fnuz", "u8", "u1", bits=True, ml_dtypes="float8_e5m2fnuz",
-          torch="float8_e5m2fnuz", safetensors="F8_E5M2FNUZ", safetensors_file=False),
+    DType(
+        "f8_e4m3fn",
+        "u8",
+        "u1",
+        bits=True,
+        ml_dtypes="float8_e4m3fn",
+        torch="float8_e4m3fn",
+        safetensors="F8_E4M3",
+    ),
+    DType(
+        "f8_e5m2",
+        "u8",
+        "u1",
+        bits=True,
+        ml_dtypes="float8_e5m2",
+        torch="float8_e5m2",
+        safetensors="F8_E5M2",
+    ),
+    DType(
+        "f8_e4m3fnuz",
+        "u8",
+        "u1",
+        bits=True,
+        ml_dtypes="float8_e4m3fnuz",
+        torch="float8_e4m3fnuz",
+        safetensors="F8_E4M3FNUZ",
+        safetensors_file=False,
+    ),
+    DType(
+        "f8_e5m2fnuz",
+        "u8",
+        "u1",
+        bits=True,
+        ml_dtypes="float8_e5m2fnuz",
+        torch="float8_e5m2fnuz",
+        safetensors="F8_E5M2FNUZ",
+        safetensors_file=False,
+    ),
     DType("complex64", "f32", "<c8", torch="complex64", safetensors="C64"),
-    DType("complex128", "f64", "<c16", torch="complex128", safetensors="C128",
-          safetensors_file=False),
+    DType(
+        "complex128", "f64", "<c16", torch="complex128", safetensors="C128", safetensors_file=False
+    ),
 )
 BY_SPEC = {row.spec: row for row in ROWS}
 
 
 @dataclass(frozen=True)
 class StorageType:
-    name: str        # spec name, e.g. "f32"
+    name: str  # spec name, e.g. "f32"
     numpy: np.dtype  # little-endian numpy dtype of the stored elements
     itemsize: int
 
 
-STORAGE = {row.spec: StorageType(row.spec, np.dtype(row.numpy), np.dtype(row.numpy).itemsize)
-           for row in ROWS if row.storage == row.spec}
+STORAGE = {
+    row.spec: StorageType(row.spec, np.dtype(row.numpy), np.dtype(row.numpy).itemsize)
+    for row in ROWS
+    if row.storage == row.spec
+}
 
 
 @dataclass(frozen=True)
 class LogicalType:
     name: str
-    storage: str     # required storage dtype
-    ratio: int       # storage elements per logical element
+    storage: str  # required storage dtype
+    ratio: int  # storage elements per logical element
     ml_name: str = ""  # ml_dtypes attribute, if the numpy dtype lives there
 
 
-LOGICAL = {row.spec: LogicalType(row.spec, row.storage,
-                                 np.dtype(row.numpy).itemsize // STORAGE[row.storage].itemsize,
-                                 row.ml_dtypes)
-           for row in ROWS if row.storage != row.spec}
+LOGICAL = {
+    row.spec: LogicalType(
+        row.spec,
+        row.storage,
+        np.dtype(row.numpy).itemsize // STORAGE[row.storage].itemsize,
+        row.ml_dtypes,
+    )
+    for row in ROWS
+    if row.storage != row.spec
+}
 FP8_TYPES = tuple(name for name in LOGICAL if name.startswith("f8_"))
 
 # v1.1 listed these as storage dtypes; they are lifted to (storage, type).
@@ -133,8 +183,9 @@ TORCH_KINDS = {row.torch: _foreign_kind(row) for row in ROWS if row.torch}
 
 # safetensors' dtype names <-> zTensor (numpy little-endian storage, logical type);
 # the one table for reading .safetensors, writing them, and safe_open's get_dtype().
-SAFETENSORS_STORAGE = {row.safetensors: _foreign_kind(row) for row in ROWS
-                       if row.safetensors and row.safetensors_file}
+SAFETENSORS_STORAGE = {
+    row.safetensors: _foreign_kind(row) for row in ROWS if row.safetensors and row.safetensors_file
+}
 # spec dtype (or logical type) -> safetensors' name
 SAFETENSORS_NAMES = {row.spec: row.safetensors for row in ROWS if row.safetensors}
 
@@ -145,18 +196,38 @@ GGUF_NUMPY = {row.spec: row.numpy for row in ROWS if row.gguf >= 0}
 # block types below.  gguf.py reads with it, container_v2 maps v2's names to ids,
 # and _contract.GGML_BLOCKS is the part of it csrc/ggml_blocks.c decodes.
 _GGML_QUANTIZED = {
-    2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24),
-    8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
-    15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
-    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18),
-    21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
     29: ("IQ1_M", 256, 56),
 }
-GGML_TYPES = dict(sorted(
-    [(row.gguf, (row.safetensors, 1, np.dtype(row.numpy).itemsize, row.numpy))
-     for row in ROWS if row.gguf >= 0]
-    + [(i, (name, per, nbytes, None)) for i, (name, per, nbytes) in _GGML_QUANTIZED.items()]))
+GGML_TYPES = dict(
+    sorted(
+        [
+            (row.gguf, (row.safetensors, 1, np.dtype(row.numpy).itemsize, row.numpy))
+            for row in ROWS
+            if row.gguf >= 0
+        ]
+        + [(i, (name, per, nbytes, None)) for i, (name, per, nbytes) in _GGML_QUANTIZED.items()]
+    )
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,14 +262,23 @@ def logical_known(storage: str, type_name) -> bool:
 
 # ------------------------------------------------------------------- writing side
 # (numpy kind, itemsize) -> storage dtype, for the types numpy holds itself
-_NUMPY_KIND_TO_STORAGE = {(np.dtype(row.numpy).kind, np.dtype(row.numpy).itemsize): row.spec
-                          for row in ROWS if row.storage == row.spec and not row.bits}
+_NUMPY_KIND_TO_STORAGE = {
+    (np.dtype(row.numpy).kind, np.dtype(row.numpy).itemsize): row.spec
+    for row in ROWS
+    if row.storage == row.spec and not row.bits
+}
 # complex itemsize -> (storage, logical type)
-_COMPLEX = {np.dtype(row.numpy).itemsize: (row.storage, row.spec) for row in ROWS
-            if np.dtype(row.numpy).kind == "c"}
+_COMPLEX = {
+    np.dtype(row.numpy).itemsize: (row.storage, row.spec)
+    for row in ROWS
+    if np.dtype(row.numpy).kind == "c"
+}
 # ml_dtypes' name -> (storage, logical type or None)
-_ML_NAMES = {row.ml_dtypes: (row.storage, None if row.storage == row.spec else row.spec)
-             for row in ROWS if row.ml_dtypes}
+_ML_NAMES = {
+    row.ml_dtypes: (row.storage, None if row.storage == row.spec else row.spec)
+    for row in ROWS
+    if row.ml_dtypes
+}
 
 
 @functools.lru_cache(maxsize=256)
@@ -231,6 +311,7 @@ def swap_width(dtype: np.dtype) -> int:
     if dtype.byteorder == "<" or (dtype.byteorder in "=|" and HOST_IS_LITTLE):
         return 0
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
 
 # logical types a reader decodes (None: the storage type itself); a v2 part whose
 # digest covers decoded values and whose type is not here is refused, not reinterpreted

@@ -8,6 +8,7 @@ where the problem is::
 
     model.zt: object 'layer.0.weight', component 'data': offset 100 is not a multiple of 64
 """
+
 from __future__ import annotations
 
 import errno as _errno

@@ -5,6 +5,7 @@
 only steps in when the extension is missing (e.g. an sdist built without a C
 compiler).  :data:`backend` says which one is live: ``"c"`` or ``"python"``.
 """
+
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,15 +27,18 @@ def cpu_threads() -> int:
 
 if os.environ.get("ZTENSOR_PUREPYTHON") == "1":
     from ztensor._native import fallback as _impl
+
     backend = "python"
 else:
     try:
         # the same names as the fallback (types: _native/_kernels.pyi); mypy types
         # _impl by its first import, the fallback
         from ztensor._native import _kernels as _impl  # type: ignore[no-redef]
+
         backend = "c"
     except ImportError:  # no compiled extension in this install
         from ztensor._native import fallback as _impl
+
         backend = "python"
 
 footer_parse = _impl.footer_parse
@@ -70,8 +74,11 @@ avx2_active = getattr(_impl, "avx2_active", lambda: False)
 F32: int = _contract.F32
 F16: int = _contract.F16
 BF16: int = _contract.BF16
-ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
-                                             _contract.ZERO_PACKED_V2)
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (
+    _contract.ZERO_NONE,
+    _contract.ZERO_PACKED_V1,
+    _contract.ZERO_PACKED_V2,
+)
 FP8_KINDS = _contract.FP8_KINDS
 # the output code of a float kernel for each numpy float dtype it writes
 FLOAT_CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
@@ -111,9 +118,28 @@ def each(fn, items, threads=None):
     for future in futures:
         future.result()
 
+
 __all__ = [
-    "backend", "footer_parse", "bswap", "crc32c", "crc32c_portable", "crc32c_hardware",
-    "BlobWriter", "fp8_decode", "fp8_encode", "bf16_decode", "bf16_encode", "unpack_codes",
-    "dequant_rows", "cbor_scan", "cbor_check_canonical", "xxh3_64", "copy_spans",
-    "ggml_dequant", "cpu_threads", "output_type", "each", "FLOAT_CODES",
+    "backend",
+    "footer_parse",
+    "bswap",
+    "crc32c",
+    "crc32c_portable",
+    "crc32c_hardware",
+    "BlobWriter",
+    "fp8_decode",
+    "fp8_encode",
+    "bf16_decode",
+    "bf16_encode",
+    "unpack_codes",
+    "dequant_rows",
+    "cbor_scan",
+    "cbor_check_canonical",
+    "xxh3_64",
+    "copy_spans",
+    "ggml_dequant",
+    "cpu_threads",
+    "output_type",
+    "each",
+    "FLOAT_CODES",
 ]

@@ -8,6 +8,7 @@
 ``metadata`` (str -> str) is stored as the file's attributes and read back by
 ``ztensor.safe_open(...).metadata()`` or ``Reader(...).attributes``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -22,10 +23,16 @@ from ztensor.container.writer import Writer
 __all__ = ["save_file", "load_file", "save", "load"]
 
 
-def save_file(tensors: Dict[str, np.ndarray], filename: Any,
-              metadata: Optional[Dict[str, str]] = None, *, compress: Any = None,
-              checksum: Optional[str] = None, compression: Any = None,
-              storage_options: Optional[Dict[str, Any]] = None) -> None:
+def save_file(
+    tensors: Dict[str, np.ndarray],
+    filename: Any,
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> None:
     """Write ``tensors`` (name -> array) to ``filename`` as a zTensor file.
 
     Parameters
@@ -48,18 +55,25 @@ def save_file(tensors: Dict[str, np.ndarray], filename: Any,
     compression = _save.compress_option(compress, compression)
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, np.ndarray] but received {type(tensors)}")
-    with Writer(filename, attributes=_save.str_metadata(metadata),
-                storage_options=storage_options) as w:
+    with Writer(
+        filename, attributes=_save.str_metadata(metadata), storage_options=storage_options
+    ) as w:
         for name, array in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             if not isinstance(array, np.ndarray):
-                raise ValueError(f"Key `{name}` is invalid, expected np.ndarray but received "
-                                 f"{type(array)}")
+                raise ValueError(
+                    f"Key `{name}` is invalid, expected np.ndarray but received {type(array)}"
+                )
             w.write_numpy(name, array, compress=compression, checksum=checksum)
 
 
-def load_file(filename: Any, *, copy: bool = False, dequantize: bool = False,
-              threads: Optional[int] = None,
-              storage_options: Optional[Dict[str, Any]] = None) -> Dict[str, np.ndarray]:
+def load_file(
+    filename: Any,
+    *,
+    copy: bool = False,
+    dequantize: bool = False,
+    threads: Optional[int] = None,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
     read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
     owned arrays, copied in ``threads`` threads (default: every core).
@@ -72,24 +86,39 @@ def load_file(filename: Any, *, copy: bool = False, dequantize: bool = False,
         entries = checkpoint.entries(r, dequantize)
         if copy:  # the plain objects in one batch (ztensor/container/batch.py)
             format_of = r.internals.format_of  # no spec built per object (reader.py)
-            plain = [name for name, role in entries.values()
-                     if role is None and format_of(name) == "dense"]
+            plain = [
+                name
+                for name, role in entries.values()
+                if role is None and format_of(name) == "dense"
+            ]
             owned = r.read_numpy(plain, copy=True, threads=threads)
         else:
             owned = {}
-        return {key: owned[name] if role is None and name in owned
-                else checkpoint.array(r, name, role, copy=copy)
-                for key, (name, role) in entries.items()}
+        return {
+            key: owned[name]
+            if role is None and name in owned
+            else checkpoint.array(r, name, role, copy=copy)
+            for key, (name, role) in entries.items()
+        }
 
 
-def save(tensors: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None, *,
-         compress: Any = None, checksum: Optional[str] = None,
-         compression: Any = None) -> bytes:
+def save(
+    tensors: Dict[str, np.ndarray],
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+) -> bytes:
     """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
     ``checksum`` as for :func:`save_file`)."""
-    return _save.to_bytes(save_file, tensors, metadata,
-                          compress=_save.compress_option(compress, compression),
-                          checksum=checksum)
+    return _save.to_bytes(
+        save_file,
+        tensors,
+        metadata,
+        compress=_save.compress_option(compress, compression),
+        checksum=checksum,
+    )
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

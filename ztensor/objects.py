@@ -4,6 +4,7 @@
 form of a manifest entry (v0.1 and v1.1 entries are lifted to v1.2 terms by
 ``manifest.py``).  They are what :meth:`ztensor.Reader.metadata` returns.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,13 +59,38 @@ class ComponentSpec:
         files: their components are disjoint).
     """
 
-    __slots__ = ("role", "dtype", "type", "offset", "length", "encoding",
-                 "uncompressed_length", "digest", "byteorder", "aligned", "digest_over",
-                 "shard", "shared")
+    __slots__ = (
+        "role",
+        "dtype",
+        "type",
+        "offset",
+        "length",
+        "encoding",
+        "uncompressed_length",
+        "digest",
+        "byteorder",
+        "aligned",
+        "digest_over",
+        "shard",
+        "shared",
+    )
 
-    def __init__(self, role, dtype, type, offset, length, encoding="raw",
-                 uncompressed_length=None, digest=None, byteorder="<", aligned=True,
-                 digest_over="stored", shard=None, shared=False):
+    def __init__(
+        self,
+        role,
+        dtype,
+        type,
+        offset,
+        length,
+        encoding="raw",
+        uncompressed_length=None,
+        digest=None,
+        byteorder="<",
+        aligned=True,
+        digest_over="stored",
+        shard=None,
+        shared=False,
+    ):
         self.role = role
         self.dtype = dtype
         self.type = type
@@ -90,14 +116,22 @@ class ComponentSpec:
 
     def to_dict(self) -> dict:
         """The component as a plain dict (v1.2 field names)."""
-        return {"dtype": self.dtype, "type": self.type, "offset": self.offset,
-                "length": self.length, "encoding": self.encoding,
-                "uncompressed_length": self.uncompressed_length, "digest": self.digest}
+        return {
+            "dtype": self.dtype,
+            "type": self.type,
+            "offset": self.offset,
+            "length": self.length,
+            "encoding": self.encoding,
+            "uncompressed_length": self.uncompressed_length,
+            "digest": self.digest,
+        }
 
     def __repr__(self) -> str:
         extra = f" type={self.type!r}" if self.type else ""
-        return (f"<ComponentSpec {self.role!r} dtype={self.dtype!r}{extra} offset={self.offset} "
-                f"length={self.length} encoding={self.encoding!r}>")
+        return (
+            f"<ComponentSpec {self.role!r} dtype={self.dtype!r}{extra} offset={self.offset} "
+            f"length={self.length} encoding={self.encoding!r}>"
+        )
 
 
 class ObjectSpec:
@@ -118,7 +152,7 @@ class ObjectSpec:
         self.attributes = attributes
         self.components = components  # role name -> ComponentSpec
         self.legacy = legacy  # v0.1 sparse (layout, value dtype), else None
-        self.plan = None      # set by the reader: formats.dense.view_plan, cached
+        self.plan = None  # set by the reader: formats.dense.view_plan, cached
 
     @property
     def primary(self) -> ComponentSpec | None:
@@ -158,11 +192,19 @@ class ObjectSpec:
         return sum(c.length for c in self.components.values())
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "format": self.format,
-                "dtype": self.dtype, "storage_dtype": self.storage_dtype, "type": self.type,
-                "attributes": dict(self.attributes),
-                "components": {r: c.to_dict() for r, c in self.components.items()}}
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "format": self.format,
+            "dtype": self.dtype,
+            "storage_dtype": self.storage_dtype,
+            "type": self.type,
+            "attributes": dict(self.attributes),
+            "components": {r: c.to_dict() for r, c in self.components.items()},
+        }
 
     def __repr__(self) -> str:
-        return (f"<ObjectSpec {self.name!r} format={self.format!r} shape={list(self.shape)} "
-                f"dtype={self.dtype!r}>")
+        return (
+            f"<ObjectSpec {self.name!r} format={self.format!r} shape={list(self.shape)} "
+            f"dtype={self.dtype!r}>"
+        )

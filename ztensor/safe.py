@@ -5,6 +5,7 @@
 ...     w = f.get_tensor("embed.weight")
 ...     rows = f.get_slice("embed.weight")[10:20]   # reads only those rows' bytes
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,15 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         :class:`ztensor.Reader` takes them.
     """
 
-    def __init__(self, filename: Union[str, "os.PathLike[str]"], framework: str = "np",
-                 device: str = "cpu", *, dequantize: bool = False,
-                 storage_options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        filename: Union[str, "os.PathLike[str]"],
+        framework: str = "np",
+        device: str = "cpu",
+        *,
+        dequantize: bool = False,
+        storage_options: Optional[Dict[str, Any]] = None,
+    ) -> None:
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
@@ -50,14 +57,14 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._dequantize = dequantize
         self._checkpoint = None
         self._decoded: Dict[str, Any] = {}  # zstd components decoded for slices, by name
-        self._tables: Dict[str, Any] = {}   # their seek tables (None: written without)
+        self._tables: Dict[str, Any] = {}  # their seek tables (None: written without)
         try:
-            self._reader = Reader(filename, copy_on_write=self._framework == "pt",
-                                  storage_options=storage_options)
+            self._reader = Reader(
+                filename, copy_on_write=self._framework == "pt", storage_options=storage_options
+            )
         except FileNotFoundError:
             # safetensors' words, which name the path
-            raise FileNotFoundError(f"No such file or directory: {os.fspath(filename)}") \
-                from None
+            raise FileNotFoundError(f"No such file or directory: {os.fspath(filename)}") from None
         # what the slices read through: the Reader's source, verify, limits (reader.py)
         self._internals = self._reader.internals
 
@@ -71,8 +78,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         try:
             self._internals.require_open()
         except ClosedError:  # safetensors: the handle is unusable after `with`
-            raise ClosedError("the file was closed (safe_open is used after its with block)",
-                              path=self._reader.path) from None
+            raise ClosedError(
+                "the file was closed (safe_open is used after its with block)",
+                path=self._reader.path,
+            ) from None
         return self._reader
 
     def _entries(self):
@@ -92,8 +101,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     def offset_keys(self) -> List[str]:
         """Object names in the order of their bytes in the file."""
         r = self._open_reader()
-        return sorted(r.keys(), key=lambda n: min((c.offset for c in r.metadata(n)
-                                                   .components.values()), default=0))
+        return sorted(
+            r.keys(),
+            key=lambda n: min((c.offset for c in r.metadata(n).components.values()), default=0),
+        )
 
     def metadata(self) -> Optional[Dict[str, Any]]:
         """The file's attributes (safetensors' ``__metadata__``), or None if empty."""
@@ -124,8 +135,15 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
         the bytes of other rows are never touched)."""
         self._open_reader()
-        return _Slice(name, self._reader, self._internals, framework=self._framework,
-                      device=self._device, decoded=self._decoded, tables=self._tables)
+        return _Slice(
+            name,
+            self._reader,
+            self._internals,
+            framework=self._framework,
+            device=self._device,
+            decoded=self._decoded,
+            tables=self._tables,
+        )
 
     def close(self) -> None:
         self._decoded.clear()
@@ -161,8 +179,9 @@ class _safe_open_handle(safe_open):  # noqa: N801 - safetensors' name
     with ``ztensor.Reader(f)``; zTensor or safetensors bytes with ``ztensor.numpy.load(data)``.
     """
 
-    def __init__(self, f: Any, framework: str = "np", device: str = "cpu", *,
-                 dequantize: bool = False) -> None:
+    def __init__(
+        self, f: Any, framework: str = "np", device: str = "cpu", *, dequantize: bool = False
+    ) -> None:
         super().__init__(handle_path(f), framework, device, dequantize=dequantize)
 
 
@@ -174,33 +193,41 @@ def handle_path(f: Any) -> str:
     hint = "a zTensor file in a file-like object opens with ztensor.Reader(f)"
     fileno = _attribute(f, "fileno")
     if not callable(fileno):
-        raise UnsupportedError(f"_safe_open_handle takes an open file (with fileno() and a "
-                               f"name, as open() returns), not a {what}: {hint}")
+        raise UnsupportedError(
+            f"_safe_open_handle takes an open file (with fileno() and a "
+            f"name, as open() returns), not a {what}: {hint}"
+        )
     if _attribute(f, "closed") is True:
         raise ClosedError(f"the {what} handle is closed")
     try:
         fd = fileno()
     except Exception as exc:  # io.UnsupportedOperation (BytesIO), or whatever f raises
-        raise UnsupportedError(f"the {what} handle has no file descriptor "
-                               f"({type(exc).__name__}): {hint}") from None
+        raise UnsupportedError(
+            f"the {what} handle has no file descriptor ({type(exc).__name__}): {hint}"
+        ) from None
     try:
         name = _attribute(f, "name")
         name = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else None
     except Exception:  # a PathLike whose __fspath__ fails, or returns no path
         name = None
     if type(fd) is not int or fd < 0 or not name:
-        raise UnsupportedError(f"the {what} handle has no file name (descriptor {show(fd)}, "
-                               f"name {show(_attribute(f, 'name'))}): _safe_open_handle "
-                               "opens the file by its name, as safetensors does")
+        raise UnsupportedError(
+            f"the {what} handle has no file name (descriptor {show(fd)}, "
+            f"name {show(_attribute(f, 'name'))}): _safe_open_handle "
+            "opens the file by its name, as safetensors does"
+        )
     try:
         held, named = os.fstat(fd), os.stat(name)
         same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
     except (OSError, ValueError):  # ValueError: a NUL in the name
         same = False
     if not same:
-        raise UnsupportedError("this name no longer leads to the handle's file (renamed, "
-                               "replaced or deleted since it was opened, or a relative name "
-                               "after a change of directory)", path=name)
+        raise UnsupportedError(
+            "this name no longer leads to the handle's file (renamed, "
+            "replaced or deleted since it was opened, or a relative name "
+            "after a change of directory)",
+            path=name,
+        )
     return name
 
 
@@ -227,8 +254,11 @@ class _Slice:
         self._tables = tables
         self._meta = reader.metadata(name)
         if self._meta.format != "dense":
-            raise UnsupportedError(f"get_slice reads dense objects, this one is "
-                                   f"{self._meta.format!r}", path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"get_slice reads dense objects, this one is {self._meta.format!r}",
+                path=reader.path,
+                obj=name,
+            )
 
     def get_shape(self) -> List[int]:
         return list(self._meta.shape)
@@ -249,7 +279,6 @@ class _Slice:
             return numpy_to_torch(part, self._meta, self._device)
         return part
 
-
     def _selected(self, selection):
         """The selection of the stored elements (a view of a raw component; a zstd
         component decoded once per handle and kept), converted afterwards: bf16/FP8
@@ -265,8 +294,9 @@ class _Slice:
             if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
                 self._decoded[self._name] = stored
         where = {"path": reader.path, "obj": self._name, "component": "data"}
-        elements = logical.as_elements(stored, comp.dtype, comp.type,
-                                       **where).reshape(self._meta.shape)
+        elements = logical.as_elements(stored, comp.dtype, comp.type, **where).reshape(
+            self._meta.shape
+        )
         return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
 
     def _frames_only(self, selection):
@@ -277,17 +307,25 @@ class _Slice:
 
         reader, internals = self._reader, self._internals
         shape, comp = self._meta.shape, self._meta.components.get("data")
-        if (internals.foreign is not None or internals.verify or not shape or not shape[0]
-                or not selection or comp is None or comp.encoding != "zstd"
-                or self._name in self._decoded
-                or not isinstance(selection[0], (int, slice))):
+        if (
+            internals.foreign is not None
+            or internals.verify
+            or not shape
+            or not shape[0]
+            or not selection
+            or comp is None
+            or comp.encoding != "zstd"
+            or self._name in self._decoded
+            or not isinstance(selection[0], (int, slice))
+        ):
             return None
         where = {"path": reader.path, "obj": self._name, "component": "data"}
         components.require_readable(comp, **where)  # as every read: shards, v2 types
         tables = self._tables
         if self._name not in tables:
             tables[self._name] = seekable.read_seek_table(
-                internals.source, comp, path=reader.path, obj=self._name, component="data")
+                internals.source, comp, path=reader.path, obj=self._name, component="data"
+            )
         table = tables[self._name]
         if table is None:
             return None
@@ -295,15 +333,28 @@ class _Slice:
         if end == start:
             return None
         row_bytes = comp.uncompressed_length // shape[0]
-        data, at = seekable.decode_range(internals.source, comp, table, start * row_bytes,
-                                         end * row_bytes, internals.limits, path=reader.path,
-                                         obj=self._name, component="data")
-        stored = np.frombuffer(data, components.storage_dtype(comp), (end - start) * row_bytes
-                               // components.storage_dtype(comp).itemsize, at)
+        data, at = seekable.decode_range(
+            internals.source,
+            comp,
+            table,
+            start * row_bytes,
+            end * row_bytes,
+            internals.limits,
+            path=reader.path,
+            obj=self._name,
+            component="data",
+        )
+        stored = np.frombuffer(
+            data,
+            components.storage_dtype(comp),
+            (end - start) * row_bytes // components.storage_dtype(comp).itemsize,
+            at,
+        )
         elements = logical.as_elements(stored, comp.dtype, comp.type, **where)
         block = elements.reshape((end - start,) + tuple(shape[1:]))
-        return logical.as_values(np.array(block[(local,) + tuple(selection[1:])]), comp.dtype,
-                                 comp.type, **where)
+        return logical.as_values(
+            np.array(block[(local,) + tuple(selection[1:])]), comp.dtype, comp.type, **where
+        )
 
     def _rows_only(self, selection):
         """On a source that is not mapped (a URL, a file object, mmap=False), the rows
@@ -322,8 +373,13 @@ class _Slice:
         start, end, local = _row_span(first, shape[0])
         storage, _, offset = plan
         row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * storage.itemsize
-        stored = source.view(offset + start * row_bytes, (end - start) * row_bytes,
-                             "component", obj=self._name, component="data")
+        stored = source.view(
+            offset + start * row_bytes,
+            (end - start) * row_bytes,
+            "component",
+            obj=self._name,
+            component="data",
+        )
         block = np.frombuffer(stored, storage).reshape((end - start,) + tuple(shape[1:]))
         return np.array(block[(local,) + tuple(selection[1:])])
 
@@ -343,10 +399,14 @@ def _row_span(first, rows):
 def _render(index) -> str:
     def one(i):
         if isinstance(i, slice):
-            text = ("" if i.start is None else str(i.start)) + ":" + \
-                ("" if i.stop is None else str(i.stop))
+            text = (
+                ("" if i.start is None else str(i.start))
+                + ":"
+                + ("" if i.stop is None else str(i.stop))
+            )
             return text + (f":{i.step}" if i.step is not None else "")
         return repr(i)
+
     return "[" + ", ".join(one(i) for i in index) + "]"
 
 
@@ -358,11 +418,15 @@ def _selection(index: Any, shape, name, path):
     if any(i is Ellipsis for i in items):
         at = items.index(Ellipsis)
         fill = len(shape) - (len(items) - 1)
-        items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1:]
+        items = items[:at] + (slice(None),) * max(fill, 0) + items[at + 1 :]
     if len(items) > len(shape):
-        raise _slice_error(f"Error during slicing {_render(items)} with shape "
-                           f"{list(shape)}: too many indices ({len(items)} for {len(shape)} "
-                           "dimensions)", name, path)
+        raise _slice_error(
+            f"Error during slicing {_render(items)} with shape "
+            f"{list(shape)}: too many indices ({len(items)} for {len(shape)} "
+            "dimensions)",
+            name,
+            path,
+        )
     out: List[Any] = []  # per dimension: an int, a slice or an empty index array
     for dim, item in enumerate(items):
         size = shape[dim]
@@ -374,34 +438,54 @@ def _selection(index: Any, shape, name, path):
         if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
             i = int(item)
             if i < -size:
-                raise _slice_error(f"Invalid index {i} for dimension {dim} of size {size}",
-                                   name, path)
+                raise _slice_error(
+                    f"Invalid index {i} for dimension {dim} of size {size}", name, path
+                )
             if i >= size:
-                raise _slice_error(f"Error during slicing {_render(items)} with shape "
-                                   f"{list(shape)}: index {i} out of bounds for tensor "
-                                   f"dimension #{dim} of size {size}", name, path)
+                raise _slice_error(
+                    f"Error during slicing {_render(items)} with shape "
+                    f"{list(shape)}: index {i} out of bounds for tensor "
+                    f"dimension #{dim} of size {size}",
+                    name,
+                    path,
+                )
             out.append(i)
             continue
         if isinstance(item, slice):
             if item.step is not None and (not isinstance(item.step, int) or item.step < 1):
-                raise _slice_error(f"Error during slicing {_render(items)} with shape "
-                                   f"{list(shape)}: step {item.step!r} is not a positive "
-                                   "integer", name, path)
+                raise _slice_error(
+                    f"Error during slicing {_render(items)} with shape "
+                    f"{list(shape)}: step {item.step!r} is not a positive "
+                    "integer",
+                    name,
+                    path,
+                )
             for bound in (item.start, item.stop):
                 if bound is not None and not isinstance(bound, (int, np.integer)):
-                    raise _slice_error(f"Error during slicing {_render(items)}: slice bounds "
-                                       "must be integers", name, path)
+                    raise _slice_error(
+                        f"Error during slicing {_render(items)}: slice bounds must be integers",
+                        name,
+                        path,
+                    )
                 if bound is not None and bound < -size:
-                    raise _slice_error(f"Invalid index {bound} for dimension {dim} of size "
-                                       f"{size}", name, path)
+                    raise _slice_error(
+                        f"Invalid index {bound} for dimension {dim} of size {size}", name, path
+                    )
             if item.stop is not None and item.stop > size:
-                raise _slice_error(f"Error during slicing {_render(items)} with shape "
-                                   f"{list(shape)}: index {item.stop - 1} out of bounds for "
-                                   f"tensor dimension #{dim} of size {size}", name, path)
+                raise _slice_error(
+                    f"Error during slicing {_render(items)} with shape "
+                    f"{list(shape)}: index {item.stop - 1} out of bounds for "
+                    f"tensor dimension #{dim} of size {size}",
+                    name,
+                    path,
+                )
             out.append(item)
             continue
-        raise _slice_error(f"Error during slicing {_render(items)}: unsupported index "
-                           f"{type(item).__name__}", name, path)
+        raise _slice_error(
+            f"Error during slicing {_render(items)}: unsupported index {type(item).__name__}",
+            name,
+            path,
+        )
     return tuple(out)
 
 

@@ -5,6 +5,7 @@ A tensor is given as ``{"dtype": str, "shape": [int], "data": bytes}`` (the dtyp
 by torch's name without ``torch.``, e.g. ``"float32"``, ``"bfloat16"``, or by
 safetensors', e.g. ``"F32"``); the bytes are the elements, little-endian, row-major.
 ``deserialize`` reads zTensor and safetensors bytes alike."""
+
 from __future__ import annotations
 
 import math
@@ -36,13 +37,17 @@ def _arrays(tensor_dict: Any):
         if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
             raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", obj=name)
         dtype_name = info["dtype"]
-        kind = (_TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
-                if isinstance(dtype_name, str) else None)
+        kind = (
+            _TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
+            if isinstance(dtype_name, str)
+            else None
+        )
         if kind is None:
             raise FormatError(f"unknown dtype {show(dtype_name)}", obj=name)
         shape = info["shape"]
         if not isinstance(shape, (list, tuple)) or not all(
-                type(d) is int and d >= 0 for d in shape):
+            type(d) is int and d >= 0 for d in shape
+        ):
             raise FormatError("shape must be a list of sizes", obj=name)
         dtype = np.dtype(kind[0])
         # numpy's own limits (a dimension or an extent of 2**63 or more), as the reader
@@ -55,14 +60,17 @@ def _arrays(tensor_dict: Any):
         except (TypeError, ValueError) as exc:
             raise FormatError(f"'data' must be bytes-like: {exc}", obj=name) from None
         if len(data) != math.prod(shape) * dtype.itemsize:
-            raise FormatError(f"{len(data)} bytes of data, shape {list(shape)} of "
-                              f"{dtype_name} needs {math.prod(shape) * dtype.itemsize}",
-                              obj=name)
+            raise FormatError(
+                f"{len(data)} bytes of data, shape {list(shape)} of "
+                f"{dtype_name} needs {math.prod(shape) * dtype.itemsize}",
+                obj=name,
+            )
         yield name, np.frombuffer(data, dtype).reshape(shape), kind[1]
 
 
-def serialize_file(tensor_dict: Dict[str, Dict[str, Any]], filename: Any,
-                   metadata: Optional[Dict[str, str]] = None) -> None:
+def serialize_file(
+    tensor_dict: Dict[str, Dict[str, Any]], filename: Any, metadata: Optional[Dict[str, str]] = None
+) -> None:
     """Write tensors given as dtype/shape/bytes dicts to a zTensor file."""
 
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
@@ -70,8 +78,9 @@ def serialize_file(tensor_dict: Dict[str, Dict[str, Any]], filename: Any,
             w.write(name, Tensor({"data": arr}, types={"data": ltype} if ltype else None))
 
 
-def serialize(tensor_dict: Dict[str, Dict[str, Any]],
-              metadata: Optional[Dict[str, str]] = None) -> bytes:
+def serialize(
+    tensor_dict: Dict[str, Dict[str, Any]], metadata: Optional[Dict[str, str]] = None
+) -> bytes:
     """The zTensor file of tensors given as dtype/shape/bytes dicts, as bytes."""
     return _save.to_bytes(serialize_file, tensor_dict, metadata)
 
@@ -85,17 +94,21 @@ def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
         for name in r.keys():
             meta = r.metadata(name)
             if meta.format != "dense":  # a dtype/shape/bytes dict holds dense tensors only
-                raise UnsupportedError(f"deserialize returns dense tensors; this object is "
-                                       f"{meta.format!r}: read it with ztensor.Reader(...)"
-                                       ".read()", path=r.path, obj=name)
+                raise UnsupportedError(
+                    f"deserialize returns dense tensors; this object is "
+                    f"{meta.format!r}: read it with ztensor.Reader(...)"
+                    ".read()",
+                    path=r.path,
+                    obj=name,
+                )
             comp = meta.components["data"]
             arr = np.ascontiguousarray(r.read(name).components["data"])
             if arr.dtype.itemsize > 1 and not arr.dtype.isnative or arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             name_of = _NAME_OF.get(comp.type or comp.dtype) or dtypes.REFERENCE_NAMES.get(
-                comp.dtype, comp.dtype)
+                comp.dtype, comp.dtype
+            )
             if comp.type in ("complex64", "complex128"):
                 name_of = comp.type
-            out.append((name, {"dtype": name_of, "shape": list(meta.shape),
-                               "data": arr.tobytes()}))
+            out.append((name, {"dtype": name_of, "shape": list(meta.shape), "data": arr.tobytes()}))
     return out

@@ -17,6 +17,7 @@ Reading (:func:`open_sharded`): a directory (its ``*.zt.index.json`` or
 ``*.safetensors.index.json``, or a single checkpoint file in it) or an index file; the
 Reader API over all shards, each shard opened on first use.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,18 @@ from ztensor.io.source import is_url, network_errors, open_local_input, open_url
 from ztensor.safe import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "TIB": 1 << 40,
+}
 
 
 def parse_size(size: Union[int, str]) -> int:
@@ -64,12 +75,18 @@ def _nbytes(value: Any) -> int:
     return int(np.asarray(value).nbytes)
 
 
-def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
-                 max_shard_size: Union[int, str] = "5GB", prefix: str = "model",
-                 metadata: Optional[Dict[str, str]] = None, compress: Any = False,
-                 checksum: Optional[str] = None,
-                 progress: Optional[Callable[[int, int], None]] = None,
-                 storage_options: Optional[Dict[str, Any]] = None) -> List[str]:
+def save_sharded(
+    tensors: Dict[str, Any],
+    directory: PathLike,
+    *,
+    max_shard_size: Union[int, str] = "5GB",
+    prefix: str = "model",
+    metadata: Optional[Dict[str, str]] = None,
+    compress: Any = False,
+    checksum: Optional[str] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> List[str]:
     """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
     ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
     Tensors are taken in name order (``_save.canonical_order``), so the same
@@ -112,8 +129,7 @@ def save_sharded(tensors: Dict[str, Any], directory: PathLike, *,
     done = 0
     weight_map = {}
     for file, names in zip(files, plan):
-        with Writer(place(folder, file), attributes=metadata,
-                    storage_options=storage_options) as w:
+        with Writer(place(folder, file), attributes=metadata, storage_options=storage_options) as w:
             for name in names:
                 value = tensors[name]
                 if type(value).__module__.startswith("torch"):
@@ -163,11 +179,14 @@ def check_shard_name(file: Any, index: Optional[str] = None) -> str:
     surrogate (JSON's ``"\ud800"``: no path or URL can encode it)."""
     if not isinstance(file, str) or not file:
         raise FormatError(f"shard name {_show(file)} is not a file name", path=index)
-    bad = next((c for c in file if c in _NOT_IN_SHARD_NAMES
-                or unicodedata.category(c) in ("Cc", "Cs")), None)
+    bad = next(
+        (c for c in file if c in _NOT_IN_SHARD_NAMES or unicodedata.category(c) in ("Cc", "Cs")),
+        None,
+    )
     if bad is not None:
-        raise FormatError(f"shard {_show(file)} is not a file beside the index: it holds "
-                          f"{bad!r}", path=index)
+        raise FormatError(
+            f"shard {_show(file)} is not a file beside the index: it holds {bad!r}", path=index
+        )
     if file in (".", ".."):
         raise FormatError(f"shard {_show(file)} is not a file beside the index", path=index)
     return file
@@ -191,26 +210,32 @@ def find_index(path: PathLike) -> Optional[str]:
     path = os.fspath(path)
     if _is_url(path):
         if not path.endswith(".index.json"):
-            raise FormatError("a sharded checkpoint behind a URL is opened by its index "
-                              "(.../model.zt.index.json)", path=path)
+            raise FormatError(
+                "a sharded checkpoint behind a URL is opened by its index "
+                "(.../model.zt.index.json)",
+                path=path,
+            )
         return path
     if not os.path.isdir(path):
         return path if path.endswith(".index.json") else None
-    found = sorted(n for n in os.listdir(path) if n.endswith((".zt.index.json",
-                                                               ".safetensors.index.json")))
+    found = sorted(
+        n for n in os.listdir(path) if n.endswith((".zt.index.json", ".safetensors.index.json"))
+    )
     zt = [n for n in found if n.endswith(".zt.index.json")]
-    pick = zt or found   # a converted checkpoint keeps its source's index beside ours
+    pick = zt or found  # a converted checkpoint keeps its source's index beside ours
     if len(pick) > 1:
-        raise FormatError(f"more than one index ({', '.join(map(repr, pick[:4]))}): open "
-                          "the one meant by its path", path=path)
+        raise FormatError(
+            f"more than one index ({', '.join(map(repr, pick[:4]))}): open "
+            "the one meant by its path",
+            path=path,
+        )
     return os.path.join(path, pick[0]) if pick else None
 
 
 class ShardedReader:
     """The Reader API over the shards of a checkpoint (see :func:`open_sharded`)."""
 
-    def __init__(self, path: PathLike, storage_options: Optional[Dict[str, Any]] = None
-                 ) -> None:
+    def __init__(self, path: PathLike, storage_options: Optional[Dict[str, Any]] = None) -> None:
         self.path = os.fspath(path)
         # fsspec's options for the index's URL, and for every shard beside it
         self._options = remote_write.check_storage_options(self.path, storage_options)
@@ -233,9 +258,9 @@ class ShardedReader:
             raise FormatError(f"not a readable index: {exc}", path=index) from None
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-            raise FormatError("an index needs a 'weight_map' of names to shard files",
-                              path=index)
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise FormatError("an index needs a 'weight_map' of names to shard files", path=index)
         for file in set(weight_map.values()):
             check_shard_name(file, index)
         self._map = dict(weight_map)
@@ -251,17 +276,23 @@ class ShardedReader:
             # a URL path segment: '?', '#', spaces and non-ASCII are escaped, so the
             # server sees exactly this name ('%' itself is never in a shard name)
             return f"{self.folder}/{urllib.parse.quote(file, safe='')}"
-        return f"{self.folder}/{file}"   # s3://, memory://...: keys, not URL-encoded
+        return f"{self.folder}/{file}"  # s3://, memory://...: keys, not URL-encoded
 
     @staticmethod
     def _single_file(path):
         if os.path.isfile(path):
             return path
-        candidates = sorted(n for n in os.listdir(path)
-                            if n.endswith((".zt", ".safetensors")) and not n.startswith("."))
+        candidates = sorted(
+            n
+            for n in os.listdir(path)
+            if n.endswith((".zt", ".safetensors")) and not n.startswith(".")
+        )
         if len(candidates) != 1:
-            raise FormatError("no index (*.zt.index.json / *.safetensors.index.json) and not "
-                              "exactly one checkpoint file", path=path)
+            raise FormatError(
+                "no index (*.zt.index.json / *.safetensors.index.json) and not "
+                "exactly one checkpoint file",
+                path=path,
+            )
         return os.path.join(path, candidates[0])
 
     def _reader(self, name: str) -> Reader:
@@ -272,33 +303,51 @@ class ShardedReader:
             self._readers[file] = self._open_checked(file, name)
         return self._readers[file]
 
-    def _open_checked(self, file: str, name: Optional[str] = None, *,
-                      unlisted_ok: bool = False, **reader_options: Any) -> Reader:
+    def _open_checked(
+        self,
+        file: str,
+        name: Optional[str] = None,
+        *,
+        unlisted_ok: bool = False,
+        **reader_options: Any,
+    ) -> Reader:
         """A new Reader of shard ``file``, checked to hold exactly the tensors the
         index places there: the one place a shard is opened for reading."""
         try:
-            reader = Reader(self._shard(file), storage_options=self._options,
-                            **reader_options)
+            reader = Reader(self._shard(file), storage_options=self._options, **reader_options)
         except ZTensorError:
-            raise   # says what is wrong, and where
+            raise  # says what is wrong, and where
         except OSError as exc:  # the index names a shard that is not there
-            raise FormatError(f"the index names shard {file!r}, which cannot be opened: "
-                              f"{exc.strerror or exc}", path=self.path, obj=name) from None
+            raise FormatError(
+                f"the index names shard {file!r}, which cannot be opened: {exc.strerror or exc}",
+                path=self.path,
+                obj=name,
+            ) from None
         missing = self._missing(file, reader)
         if missing:
             reader.close()
-            raise FormatError(f"the index names {missing[0]!r} in {file}, which does not "
-                              "hold it", path=self.path)
+            raise FormatError(
+                f"the index names {missing[0]!r} in {file}, which does not hold it", path=self.path
+            )
         # a tensor the index places nowhere, or in another shard, would be dropped
         # without a word: the index and its shards disagree
-        extra = next((n for n in reader.keys() if self._map.get(n) != file
-                      and not (unlisted_ok and n not in self._map)), None)
+        extra = next(
+            (
+                n
+                for n in reader.keys()
+                if self._map.get(n) != file and not (unlisted_ok and n not in self._map)
+            ),
+            None,
+        )
         if extra is not None:
             reader.close()
             elsewhere = self._map.get(extra)
-            raise FormatError(f"shard {file} holds {extra!r}, which the index "
-                              + (f"places in {elsewhere}" if elsewhere else "does not list"),
-                              path=self.path, obj=extra)
+            raise FormatError(
+                f"shard {file} holds {extra!r}, which the index "
+                + (f"places in {elsewhere}" if elsewhere else "does not list"),
+                path=self.path,
+                obj=extra,
+            )
         return reader
 
     # shard by shard, for callers that load or convert one shard at a time
@@ -323,8 +372,7 @@ class ShardedReader:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._shard(file)
 
-    def open_shard(self, file: str, *, unlisted_ok: bool = False,
-                   **reader_options: Any) -> Reader:
+    def open_shard(self, file: str, *, unlisted_ok: bool = False, **reader_options: Any) -> Reader:
         """A new :class:`ztensor.Reader` of shard ``file`` (``reader_options`` as
         Reader takes them, e.g. ``copy_on_write=True``), checked to hold every tensor
         the index places there and none it places in another shard; with
@@ -395,11 +443,16 @@ class ShardedReader:
         """safe_open's lazy slice of ``name``, over its shard (only the rows asked
         for are read)."""
         self._reader(name)  # the name must be in its shard
-        return safe_open(self._shard(self._map[name]), framework="np",
-                         storage_options=self._options).get_slice(name)
+        return safe_open(
+            self._shard(self._map[name]), framework="np", storage_options=self._options
+        ).get_slice(name)
 
-    def verify(self, progress: Optional[Callable[[int, int], None]] = None, *,
-               errors: Optional[List[Exception]] = None) -> int:
+    def verify(
+        self,
+        progress: Optional[Callable[[int, int], None]] = None,
+        *,
+        errors: Optional[List[Exception]] = None,
+    ) -> int:
         """Every shard checked as :meth:`ztensor.Reader.verify` checks a file (every
         object read, every digest), and every tensor the index names present in its
         shard.  Returns how many digests matched.  ``progress(bytes done, bytes
@@ -425,17 +478,23 @@ class ShardedReader:
             try:
                 with Reader(path, storage_options=self._options) as r:
                     for name in self._missing(file, r):
-                        problem(FormatError(f"the index names this tensor in {file}, which "
-                                            "does not hold it", path=self.path, obj=name))
+                        problem(
+                            FormatError(
+                                f"the index names this tensor in {file}, which does not hold it",
+                                path=self.path,
+                                obj=name,
+                            )
+                        )
 
                     def shard_progress(d, t, base=done):  # this shard's bytes after base
                         progress(base + d, total)
-                    checked += r.verify(None if progress is None else shard_progress,
-                                        errors=errors)
+
+                    checked += r.verify(None if progress is None else shard_progress, errors=errors)
             except (ZTensorError, OSError) as exc:
                 if not isinstance(exc, ZTensorError):  # a missing or unreadable shard
-                    exc = FormatError(f"cannot open shard {file}: "
-                                      f"{exc.strerror or exc}", path=self.path)
+                    exc = FormatError(
+                        f"cannot open shard {file}: {exc.strerror or exc}", path=self.path
+                    )
                 problem(exc)
             done += sizes[file]
             if progress is not None:
@@ -446,8 +505,9 @@ class ShardedReader:
         """The tensors the index places in shard ``file`` that ``reader`` lacks."""
         return [n for n, f in self._map.items() if f == file and n not in reader]
 
-    def read_all(self, *, copy: bool = True,
-                 progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
+    def read_all(
+        self, *, copy: bool = True, progress: Optional[Callable[[int, int], None]] = None
+    ) -> Dict[str, Any]:
         """name -> array of every tensor, shard by shard (each shard in one batch:
         ztensor/container/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
         out: Dict[str, Any] = {}
@@ -474,8 +534,10 @@ class ShardedReader:
         return False
 
     def __repr__(self) -> str:
-        return f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, " \
-               f"{len(self)} tensor(s)]>"
+        return (
+            f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, "
+            f"{len(self)} tensor(s)]>"
+        )
 
 
 def _read_index(index: str, storage_options: Any = None) -> bytes:
@@ -507,6 +569,7 @@ def _read_bounded(f, index: str) -> bytes:
 def _size(path: str, storage_options: Any = None) -> int:
     if _is_url(path):
         import fsspec
+
         with network_errors(path):
             fs, inner = fsspec.core.url_to_fs(path, **url_options(path, storage_options))
             return int(fs.size(inner))
@@ -525,8 +588,9 @@ def is_checkpoint(path: Any) -> bool:
     return text.endswith(".index.json") or (not _is_url(text) and os.path.isdir(text))
 
 
-def open_sharded(path: PathLike, *, storage_options: Optional[Dict[str, Any]] = None
-                 ) -> ShardedReader:
+def open_sharded(
+    path: PathLike, *, storage_options: Optional[Dict[str, Any]] = None
+) -> ShardedReader:
     """The Reader API over a sharded checkpoint: a directory or an index file
     (``.zt.index.json``, or ``.safetensors.index.json`` of safetensors shards), or an
     index's fsspec URL (its shards are read with range requests, as Reader(url));

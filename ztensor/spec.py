@@ -14,6 +14,7 @@ version is a table row and a small lifting step in ``legacy.py``.  The magic byt
 of every file kind ztensor recognises are here too (:data:`MAGICS`), for the
 readers and the format sniffers to share.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -28,22 +29,35 @@ MAGIC_V2 = b"\x89ZT2\r\n\x1a\n"  # the v2 container (container_v2.py), head and 
 MAGIC_GGUF = b"GGUF"
 MAGIC_NPY = b"\x93NUMPY"
 MAGIC_HDF5 = b"\x89HDF\r\n\x1a\n"
-MAGIC_ZIP = b"PK\x03\x04"        # a zip's first local file header (npz, torch.save)
+MAGIC_ZIP = b"PK\x03\x04"  # a zip's first local file header (npz, torch.save)
 MAGIC_ZIP_EMPTY = b"PK\x05\x06"  # an empty zip: its end-of-central-directory record
 # every magic above by name: the one table (tests check that no module spells one out)
-MAGICS = {"zt_v1": MAGIC_V1, "zt_v0": MAGIC_V0, "zt_v2": MAGIC_V2, "gguf": MAGIC_GGUF,
-          "npy": MAGIC_NPY, "hdf5": MAGIC_HDF5, "zip": MAGIC_ZIP, "zip_empty": MAGIC_ZIP_EMPTY}
-TAIL_SIZE = 16          # v1: manifest size (u64 LE) + footer magic
-ALIGNMENT = 64          # every blob offset is a multiple of this
+MAGICS = {
+    "zt_v1": MAGIC_V1,
+    "zt_v0": MAGIC_V0,
+    "zt_v2": MAGIC_V2,
+    "gguf": MAGIC_GGUF,
+    "npy": MAGIC_NPY,
+    "hdf5": MAGIC_HDF5,
+    "zip": MAGIC_ZIP,
+    "zip_empty": MAGIC_ZIP_EMPTY,
+}
+TAIL_SIZE = 16  # v1: manifest size (u64 LE) + footer magic
+ALIGNMENT = 64  # every blob offset is a multiple of this
 WRITE_VERSION = "1.2.0"  # what Writer puts in "version"
 SPEC_MAX_MANIFEST = 1 << 30  # the spec's 1 GB manifest ceiling
-MAX_RANK = 64           # the spec's rank ceiling: Limits' default, and v2's hard limit
+MAX_RANK = 64  # the spec's rank ceiling: Limits' default, and v2's hard limit
 
 DEFAULT_ZSTD_LEVEL = 3
 
 # The component whose dtype and type an object reports, per format (others: the first).
-PRIMARY_ROLES = {"dense": "data", "sparse_csr": "values", "sparse_coo": "values",
-                 "quantized_group": "packed_weight", "gguf_blocks": "blocks"}
+PRIMARY_ROLES = {
+    "dense": "data",
+    "sparse_csr": "values",
+    "sparse_coo": "values",
+    "quantized_group": "packed_weight",
+    "gguf_blocks": "blocks",
+}
 
 # The most a zstd stream can expand: every block has a 3-byte header and yields at
 # most 128 KiB, and the densest block is RLE (header + 1 byte), so n bytes of zstd
@@ -62,8 +76,8 @@ class VersionInfo:
     """What differs between the format versions ztensor reads."""
 
     name: str
-    magic: bytes                        # the header's (and v1's footer's) magic
-    tail_size: int                      # bytes after the manifest
+    magic: bytes  # the header's (and v1's footer's) magic
+    tail_size: int  # bytes after the manifest
     requires_uncompressed_length: bool  # zstd components must declare their size
 
 

@@ -1,5 +1,6 @@
 """The in-memory form of one zTensor object: shape, format, attributes and named
 component arrays.  ``Reader.read`` returns one; ``Writer.write`` takes one."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
@@ -42,9 +43,16 @@ class Tensor:
 
     __slots__ = ("components", "shape", "format", "attributes", "types")
 
-    def __init__(self, components: Dict[str, Any], *, shape: Optional[Sequence[int]] = None,
-                 format: str = "dense", attributes: Optional[Dict[str, Any]] = None,
-                 types: Optional[Dict[str, str]] = None, type: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        components: Dict[str, Any],
+        *,
+        shape: Optional[Sequence[int]] = None,
+        format: str = "dense",
+        attributes: Optional[Dict[str, Any]] = None,
+        types: Optional[Dict[str, str]] = None,
+        type: Optional[str] = None,
+    ) -> None:
         if not isinstance(components, dict):
             raise TypeError("components must be a dict of role name -> array")
         self.components = dict(components)
@@ -70,18 +78,21 @@ class Tensor:
         """A checked sparse_csr/sparse_coo object as a scipy.sparse array (needs scipy)."""
         # at call time: formats (which holds the sparse rules) imports this module
         from ztensor.formats import sparse
+
         return sparse.to_scipy(self)
 
     @classmethod
-    def from_scipy(cls, matrix: Any, *, attributes: Optional[Dict[str, Any]] = None
-                   ) -> "Tensor":
+    def from_scipy(cls, matrix: Any, *, attributes: Optional[Dict[str, Any]] = None) -> "Tensor":
         """A sparse_coo (COO input) or sparse_csr (any other layout) object from a
         scipy.sparse matrix or array."""
         from ztensor.formats import sparse  # at call time, as in to_scipy
+
         fmt, shape, comps = sparse.from_scipy(matrix)
         return cls(comps, shape=shape, format=fmt, attributes=attributes)
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"
-                          for k, v in self.components.items())
+        parts = ", ".join(
+            f"{k}: {getattr(v, 'dtype', '?')}{list(np.shape(v))}"
+            for k, v in self.components.items()
+        )
         return f"<ztensor.Tensor format={self.format!r} shape={list(self.shape)} {{{parts}}}>"

@@ -16,6 +16,7 @@ non-contiguous tensors are stored (safetensors refuses them), and shared-memory
 errors are a ``ztensor.FormatError``, which is both the ``RuntimeError``
 safetensors raises and the ``ValueError`` the reference ztensor raised.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,12 +71,14 @@ def _end_ptr(tensor: torch.Tensor) -> int:
 
 def _is_complete(tensor: torch.Tensor) -> bool:
     """The tensor covers its whole storage, from its first byte."""
-    return (tensor.data_ptr() == storage_ptr(tensor)
-            and tensor.nelement() * tensor.element_size() == storage_size(tensor))
+    return tensor.data_ptr() == storage_ptr(
+        tensor
+    ) and tensor.nelement() * tensor.element_size() == storage_size(tensor)
 
 
-def _filter_shared_not_shared(groups: List[Set[str]], state_dict: Dict[str, torch.Tensor]
-                              ) -> List[Set[str]]:
+def _filter_shared_not_shared(
+    groups: List[Set[str]], state_dict: Dict[str, torch.Tensor]
+) -> List[Set[str]]:
     """Split each storage group into sets of names whose byte ranges overlap:
     disjoint views of one storage are not shared (each is saved on its own)."""
     out = []
@@ -106,10 +109,12 @@ def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
     return _filter_shared_not_shared(list(by_storage.values()), state_dict)
 
 
-def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
-                            preferred_names: Optional[Iterable[str]] = None,
-                            discard_names: Optional[Iterable[str]] = None
-                            ) -> Dict[str, List[str]]:
+def _remove_duplicate_names(
+    state_dict: Dict[str, torch.Tensor],
+    *,
+    preferred_names: Optional[Iterable[str]] = None,
+    discard_names: Optional[Iterable[str]] = None,
+) -> Dict[str, List[str]]:
     """For each group of tied tensors: the name to keep -> the names to drop.  The
     kept name covers its whole storage; among those, a preferred name wins, then one
     not to discard, then the first in sorted order."""
@@ -123,7 +128,8 @@ def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *,
                 "Error while trying to find names to remove to save state dict, but found no "
                 f"suitable name to keep for saving amongst: {shared}. None is covering the "
                 "entire storage. Refusing to save/load the model since you could be storing "
-                "much more memory than needed.")
+                "much more memory than needed."
+            )
         keep = sorted(complete)[0]
         kept_not_discarded = complete - discard
         if kept_not_discarded:
@@ -145,30 +151,39 @@ remove_duplicate_names = _remove_duplicate_names
 def _check_tensors(tensors: Any) -> None:
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
-    sparse = [k for k, v in tensors.items()
-              if isinstance(v, torch.Tensor) and v.layout != torch.strided]
+    sparse = [
+        k for k, v in tensors.items() if isinstance(v, torch.Tensor) and v.layout != torch.strided
+    ]
     if sparse:
-        raise ValueError(f"You are trying to save a sparse tensors: `{sparse}` which this "
-                         "library does not support. You can make it a dense tensor before "
-                         "saving with `.to_dense()` but be aware this might make a much "
-                         "larger file than needed.")
+        raise ValueError(
+            f"You are trying to save a sparse tensors: `{sparse}` which this "
+            "library does not support. You can make it a dense tensor before "
+            "saving with `.to_dense()` but be aware this might make a much "
+            "larger file than needed."
+        )
     for k, v in tensors.items():
         if not isinstance(v, torch.Tensor):
-            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received "
-                             f"{type(v)}")
+            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
     failing = [names for names in _find_shared_tensors(tensors) if len(names) > 1]
     if failing:
         raise FormatError(
             f"Some tensors share memory, this will lead to duplicate memory on disk and "
             f"potential differences when loading them again: {failing}. A potential way to "
-            "correctly save your model is to use `save_model`.")
+            "correctly save your model is to use `save_model`."
+        )
 
 
 # ------------------------------------------------------------------ files
-def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
-              metadata: Optional[Dict[str, str]] = None, *, compress: Any = None,
-              checksum: Optional[str] = None, compression: Any = None,
-              storage_options: Optional[Dict[str, Any]] = None) -> None:
+def save_file(
+    tensors: Dict[str, torch.Tensor],
+    filename: Any,
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> None:
     """Write ``tensors`` (name -> torch.Tensor) as a zTensor file.
 
     ``compress``: zstd for every tensor (True: level 3; an int: that level), the
@@ -182,18 +197,31 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Any,
     :class:`ztensor.Writer` takes them."""
     compression = _save.compress_option(compress, compression)
     _check_tensors(tensors)
-    with Writer(filename, attributes=_save.str_metadata(metadata),
-                storage_options=storage_options) as w:
+    with Writer(
+        filename, attributes=_save.str_metadata(metadata), storage_options=storage_options
+    ) as w:
         for name, t in _save.canonical_order(tensors):  # one order: same tensors, same bytes
             arr, type_name = to_numpy_for_writing(t, name)
-            w.write(name, Tensor({"data": arr}, shape=tuple(t.shape),
-                                 types={"data": type_name} if type_name else None),
-                    compress=compression, checksum=checksum)
+            w.write(
+                name,
+                Tensor(
+                    {"data": arr},
+                    shape=tuple(t.shape),
+                    types={"data": type_name} if type_name else None,
+                ),
+                compress=compression,
+                checksum=checksum,
+            )
 
 
-def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
-              dequantize: bool = False, threads: Optional[int] = None
-              ) -> Dict[str, torch.Tensor]:
+def load_file(
+    filename: Any,
+    device: Any = "cpu",
+    *,
+    copy: bool = False,
+    dequantize: bool = False,
+    threads: Optional[int] = None,
+) -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor for every tensor of a file, on ``device``.
 
     ``filename`` may also be a sharded checkpoint: its directory or its index
@@ -216,8 +244,9 @@ def load_file(filename: Any, device: Any = "cpu", *, copy: bool = False,
         return _load_reader(r, device, copy, dequantize, threads)
 
 
-def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
-                    threads: Optional[int]):
+def _shard_by_shard(
+    checkpoint: Any, device: Any, copy: bool, dequantize: bool, threads: Optional[int]
+):
     """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
     :func:`load_file` loads one file, restricted to the tensors the index places
     there.  A checkpoint name given by two shards is refused (a GPTQ object's
@@ -226,8 +255,7 @@ def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
             with ckpt.open_shard(file, copy_on_write=True) as r:
-                part = _load_reader(r, device, copy, dequantize, threads,
-                                    set(ckpt.names_in(file)))
+                part = _load_reader(r, device, copy, dequantize, threads, set(ckpt.names_in(file)))
             for key in part:
                 taken.claim(key, f"{key} in {file}")
             yield file, part
@@ -238,9 +266,14 @@ def _shard_by_shard(checkpoint: Any, device: Any, copy: bool, dequantize: bool,
 shard_by_shard = _shard_by_shard
 
 
-def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
-                 threads: Optional[int], only: Optional[Set[str]] = None
-                 ) -> Dict[str, torch.Tensor]:
+def _load_reader(
+    r: Reader,
+    device: Any,
+    copy: bool,
+    dequantize: bool,
+    threads: Optional[int],
+    only: Optional[Set[str]] = None,
+) -> Dict[str, torch.Tensor]:
     """load_file's work on one open Reader (``only``: these objects, else all)."""
     out = {}
     on_cpu = is_cpu(device)
@@ -250,18 +283,23 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
     owned = {}
     format_of = r.internals.format_of  # no spec built per object (reader.py)
     if copy and on_cpu:
-        plain = [name for name, role in entries.values()
-                 if role is None and format_of(name) == "dense"]
+        plain = [
+            name for name, role in entries.values() if role is None and format_of(name) == "dense"
+        ]
         owned = r.read_numpy(plain, copy=True, threads=threads)
     elif not on_cpu:  # one staging buffer, sized once for the largest object
         staging = staging_for(device)
-        staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()),
-                            default=0))
+        staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()), default=0))
     views = on_cpu and not copy
     for key, (name, role) in entries.items():
         arr = owned.get(name) if role is None else None
-        if arr is None and views and role is None and format_of(name) == "dense" \
-                and r.metadata(name).components["data"].type is None:
+        if (
+            arr is None
+            and views
+            and role is None
+            and format_of(name) == "dense"
+            and r.metadata(name).components["data"].type is None
+        ):
             # a plain dense object: read_numpy's view of the private (copy-on-write)
             # mapping through its hot path; a read-only view (a foreign file mapped
             # read-only) or a big-endian host's little-endian view goes the general way
@@ -273,8 +311,7 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
         elif role is None and format_of(name) == "dense":
             out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
         else:
-            arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None
-                                   else None)
+            arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None else None)
             out[key] = numpy_to_torch_plain(arr, device, sync=False)
     if not on_cpu:
         staging.sync()  # every tensor complete, as after tensor.to(device)
@@ -283,18 +320,29 @@ def _load_reader(r: Reader, device: Any, copy: bool, dequantize: bool,
 
 def _stored_bytes(reader, name):
     """The largest component of ``name``, decoded."""
-    return max((c.uncompressed_length or c.length
-                for c in reader.metadata(name).components.values()), default=0)
+    return max(
+        (c.uncompressed_length or c.length for c in reader.metadata(name).components.values()),
+        default=0,
+    )
 
 
-def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None, *,
-         compress: Any = None, checksum: Optional[str] = None,
-         compression: Any = None) -> bytes:
+def save(
+    tensors: Dict[str, torch.Tensor],
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+) -> bytes:
     """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
     ``checksum`` as for :func:`save_file`)."""
-    return _save.to_bytes(save_file, tensors, metadata,
-                          compress=_save.compress_option(compress, compression),
-                          checksum=checksum)
+    return _save.to_bytes(
+        save_file,
+        tensors,
+        metadata,
+        compress=_save.compress_option(compress, compression),
+        checksum=checksum,
+    )
 
 
 def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
@@ -304,10 +352,17 @@ def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
 
 
 # ------------------------------------------------------------------ models
-def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[str, str]] = None,
-               force_contiguous: bool = False, *, max_shard_size: Any = None,
-               compress: Any = None, checksum: Optional[str] = None,
-               compression: Any = None) -> None:
+def save_model(
+    model: torch.nn.Module,
+    filename: Any,
+    metadata: Optional[Dict[str, str]] = None,
+    force_contiguous: bool = False,
+    *,
+    max_shard_size: Any = None,
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+) -> None:
     """Save a model's state dict, keeping one copy of tied weights (the others are
     named in the metadata, ``dropped name -> kept name``, as safetensors does).
 
@@ -325,14 +380,21 @@ def save_model(model: torch.nn.Module, filename: Any, metadata: Optional[Dict[st
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
     if max_shard_size is not None or os.path.isdir(os.fspath(filename)):
         _check_tensors(state_dict)
-        save_sharded(state_dict, filename, max_shard_size=max_shard_size or "5GB",
-                     metadata=metadata, compress=compress, checksum=checksum)
+        save_sharded(
+            state_dict,
+            filename,
+            max_shard_size=max_shard_size or "5GB",
+            metadata=metadata,
+            compress=compress,
+            checksum=checksum,
+        )
         return
     save_file(state_dict, filename, metadata, compress=compress, checksum=checksum)
 
 
-def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
-               device: Any = "cpu") -> Tuple[List[str], List[str]]:
+def load_model(
+    model: torch.nn.Module, filename: Any, strict: bool = True, device: Any = "cpu"
+) -> Tuple[List[str], List[str]]:
     """Load a file written by :func:`save_model` (or any state dict file) into
     ``model``; tied weights dropped at save time are not reported missing.
 
@@ -349,8 +411,9 @@ def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
             result = model.load_state_dict(part, strict=False)
             del part  # the shard's mapping goes with its last view
             # missing overall: what no shard gave; unexpected: what any shard gave
-            missing = set(result.missing_keys) if missing is None \
-                else missing & set(result.missing_keys)
+            missing = (
+                set(result.missing_keys) if missing is None else missing & set(result.missing_keys)
+            )
             unexpected += result.unexpected_keys
         missing = set(model.state_dict()) if missing is None else missing
     else:
@@ -370,11 +433,19 @@ def load_model(model: torch.nn.Module, filename: Any, strict: bool = True,
     if strict and (missing or unexpected):
         parts = []
         if unexpected:
-            parts.append("Unexpected key(s) in state_dict: "
-                         + ", ".join(f'"{k}"' for k in sorted(unexpected)) + ".")
+            parts.append(
+                "Unexpected key(s) in state_dict: "
+                + ", ".join(f'"{k}"' for k in sorted(unexpected))
+                + "."
+            )
         if missing:
-            parts.append("Missing key(s) in state_dict: "
-                         + ", ".join(f'"{k}"' for k in sorted(missing)) + ".")
-        raise RuntimeError(f"Error(s) in loading state_dict for {model.__class__.__name__}:\n\t"
-                           + "\n\t".join(parts))
+            parts.append(
+                "Missing key(s) in state_dict: "
+                + ", ".join(f'"{k}"' for k in sorted(missing))
+                + "."
+            )
+        raise RuntimeError(
+            f"Error(s) in loading state_dict for {model.__class__.__name__}:\n\t"
+            + "\n\t".join(parts)
+        )
     return sorted(missing), unexpected

@@ -21,6 +21,7 @@ owns its memory: the files may be replaced or deleted once it is loaded.
 This module imports torch and transformers; ``import ztensor`` never imports it.
 docs/transformers.md says what is supported and what is not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,7 +46,7 @@ __all__ = ["from_pretrained", "save_pretrained"]
 
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
-WEIGHTS_PREFIX = "model"            # model-00001-of-00002.zt, model.zt.index.json
+WEIGHTS_PREFIX = "model"  # model-00001-of-00002.zt, model.zt.index.json
 INDEX_NAME = f"{WEIGHTS_PREFIX}.zt.index.json"
 # a config is a few kilobytes of JSON; no honest one comes near this
 MAX_CONFIG_BYTES = 16 << 20
@@ -88,11 +89,12 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
 
     config_dict = _read_json(_beside(folder, CONFIG_NAME), what="config")
     if config_dict is None:
-        raise FormatError(f"no {CONFIG_NAME} beside the weights: a transformers model is "
-                          "built from it", path=_beside(folder, CONFIG_NAME))
+        raise FormatError(
+            f"no {CONFIG_NAME} beside the weights: a transformers model is built from it",
+            path=_beside(folder, CONFIG_NAME),
+        )
     config_class = _config_class(cls, config_dict, source)
-    config, model_kwargs = config_class.from_dict(config_dict, return_unused_kwargs=True,
-                                                  **kwargs)
+    config, model_kwargs = config_class.from_dict(config_dict, return_unused_kwargs=True, **kwargs)
     resolved = _resolve_dtype(dtype, config, checkpoint)
 
     with _parameters_on_meta():
@@ -142,8 +144,7 @@ def _read_json(where: str, what: str) -> Optional[Dict[str, Any]]:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"not a readable {what}: {exc}", path=where) from None
     if not isinstance(value, dict):
-        raise FormatError(f"a {what} is a JSON object, not {type(value).__name__}",
-                          path=where)
+        raise FormatError(f"a {what} is a JSON object, not {type(value).__name__}", path=where)
     return value
 
 
@@ -156,9 +157,11 @@ def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:
     model_type = config_dict.get("model_type")
     mapping = transformers.CONFIG_MAPPING
     if not isinstance(model_type, str) or model_type not in mapping:
-        raise UnsupportedError(f"config.json names model_type {model_type!r}, which this "
-                               f"transformers ({transformers.__version__}) does not know",
-                               path=source)
+        raise UnsupportedError(
+            f"config.json names model_type {model_type!r}, which this "
+            f"transformers ({transformers.__version__}) does not know",
+            path=source,
+        )
     return mapping[model_type]
 
 
@@ -172,14 +175,16 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str) -> torch.dtype:
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', "
-                         f"not {dtype!r}")
+        raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', not {dtype!r}")
     return dtype
 
 
 def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
-    opened = sharded.open_sharded(checkpoint) if sharded.is_checkpoint(checkpoint) \
+    opened = (
+        sharded.open_sharded(checkpoint)
+        if sharded.is_checkpoint(checkpoint)
         else Reader(checkpoint)
+    )
     with opened as r:
         for name in r.keys():
             found = getattr(torch, str(r.metadata(name).dtype), None)
@@ -193,8 +198,9 @@ def _build(cls: Any, config: Any, dtype: torch.dtype, model_kwargs: Dict[str, An
     concrete class's ``_from_config`` (what the Auto class calls)."""
     build = getattr(cls, "from_config", None) or getattr(cls, "_from_config", None)
     if build is None:
-        raise UnsupportedError(f"{getattr(cls, '__name__', cls)!r} is not a transformers "
-                               "model class (no from_config)")
+        raise UnsupportedError(
+            f"{getattr(cls, '__name__', cls)!r} is not a transformers model class (no from_config)"
+        )
     return build(config, dtype=dtype, **model_kwargs)
 
 
@@ -212,8 +218,7 @@ def _parameters_on_meta() -> Iterator[None]:
 
     def register(module, name, param):
         if param is not None and param.device.type != "meta":
-            param = torch.nn.Parameter(param.detach().to("meta"),
-                                       requires_grad=param.requires_grad)
+            param = torch.nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
         original(module, name, param)
 
     # method-assign: torch's method is swapped for the load's duration, then restored
@@ -248,11 +253,12 @@ def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
 def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> None:
     """Fill the meta-built ``model`` from ``checkpoint``, shard by shard (see
     :func:`from_pretrained` for the rules on tied, missing and unexpected names)."""
-    expected = model.state_dict(keep_vars=True)    # the meta parameters, the buffers
+    expected = model.state_dict(keep_vars=True)  # the meta parameters, the buffers
     tied = _tied_groups(model)
     fp32 = _fp32_patterns(model, dtype)
-    ignore = [re.compile(p) for p in
-              (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
+    ignore = [
+        re.compile(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    ]
     loaded: Dict[str, torch.Tensor] = {}
     unexpected: List[str] = []
     for part in _shards(checkpoint):
@@ -264,9 +270,12 @@ def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> 
                     unexpected.append(key)
                 continue
             if tuple(value.shape) != tuple(target.shape):
-                raise FormatError(f"shape {list(value.shape)} in the checkpoint, "
-                                  f"{type(model).__name__} has {list(target.shape)}",
-                                  path=checkpoint, obj=key)
+                raise FormatError(
+                    f"shape {list(value.shape)} in the checkpoint, "
+                    f"{type(model).__name__} has {list(target.shape)}",
+                    path=checkpoint,
+                    obj=key,
+                )
             want = target.dtype
             if fp32 and want.is_floating_point and any(re.search(p, key) for p in fp32):
                 want = torch.float32
@@ -278,19 +287,26 @@ def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> 
         loaded.update(own)
         del own
     _retie(model, tied, loaded)
-    missing = [name for name, value in model.state_dict(keep_vars=True).items()
-               if value.device.type == "meta"]
+    missing = [
+        name
+        for name, value in model.state_dict(keep_vars=True).items()
+        if value.device.type == "meta"
+    ]
     if missing:
         shown = ", ".join(repr(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
-        raise ObjectNotFoundError(f"{len(missing)} weight(s) of {type(model).__name__} are "
-                                  f"not in the checkpoint: {shown}", path=checkpoint,
-                                  obj=missing[0])
+        raise ObjectNotFoundError(
+            f"{len(missing)} weight(s) of {type(model).__name__} are "
+            f"not in the checkpoint: {shown}",
+            path=checkpoint,
+            obj=missing[0],
+        )
     if unexpected:
-        shown = ", ".join(repr(n) for n in unexpected[:8]) + \
-            (" ..." if len(unexpected) > 8 else "")
-        warnings.warn(f"{checkpoint}: {len(unexpected)} tensor(s) the model "
-                      f"{type(model).__name__} has no place for were not loaded: {shown}",
-                      stacklevel=3)
+        shown = ", ".join(repr(n) for n in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
+        warnings.warn(
+            f"{checkpoint}: {len(unexpected)} tensor(s) the model "
+            f"{type(model).__name__} has no place for were not loaded: {shown}",
+            stacklevel=3,
+        )
 
 
 def _tied_groups(model: Any) -> List[List[str]]:
@@ -311,10 +327,13 @@ def _retie(model: Any, groups: List[List[str]], loaded: Dict[str, torch.Tensor])
     for names in groups:
         present = [n for n in names if n in loaded]
         if not present:
-            continue       # reported missing
+            continue  # reported missing
         if any(not torch.equal(loaded[present[0]], loaded[n]) for n in present[1:]):
-            warnings.warn(f"{', '.join(present)} are tied in the model but differ in the "
-                          "checkpoint: they are loaded untied", stacklevel=4)
+            warnings.warn(
+                f"{', '.join(present)} are tied in the model but differ in the "
+                "checkpoint: they are loaded untied",
+                stacklevel=4,
+            )
             source_names, source = [n for n in names if n not in loaded], present[0]
         else:
             source_names, source = [n for n in names if n != present[0]], present[0]
@@ -325,9 +344,15 @@ def _retie(model: Any, groups: List[List[str]], loaded: Dict[str, torch.Tensor])
 
 
 # ------------------------------------------------------------------ saving
-def save_pretrained(model: Any, save_directory: Any, *, max_shard_size: Any = "5GB",
-                    compress: Any = None, checksum: Optional[str] = None,
-                    compression: Any = None) -> List[str]:
+def save_pretrained(
+    model: Any,
+    save_directory: Any,
+    *,
+    max_shard_size: Any = "5GB",
+    compress: Any = None,
+    checksum: Optional[str] = None,
+    compression: Any = None,
+) -> List[str]:
     """Write ``model`` (a transformers ``PreTrainedModel``) into ``save_directory`` as
     :func:`from_pretrained` reads it: ``config.json`` (with the model's dtype and
     class, as transformers writes it), ``generation_config.json`` for a model that
@@ -348,7 +373,8 @@ def save_pretrained(model: Any, save_directory: Any, *, max_shard_size: Any = "5
     state_dict = model.state_dict()
     metadata = {"format": "pt"}
     for kept, dropped in remove_duplicate_names(
-            state_dict, discard_names=_tied_targets(model)).items():
+        state_dict, discard_names=_tied_targets(model)
+    ).items():
         for name in dropped:
             metadata.setdefault(name, kept)
             del state_dict[name]
@@ -361,14 +387,24 @@ def save_pretrained(model: Any, save_directory: Any, *, max_shard_size: Any = "5
     if generation is not None and model.can_generate():
         generation.save_pretrained(folder)
 
-    files = save_sharded(state_dict, folder, max_shard_size=max_shard_size,
-                         prefix=WEIGHTS_PREFIX, metadata=metadata, compress=compress,
-                         checksum=checksum)
+    files = save_sharded(
+        state_dict,
+        folder,
+        max_shard_size=max_shard_size,
+        prefix=WEIGHTS_PREFIX,
+        metadata=metadata,
+        compress=compress,
+        checksum=checksum,
+    )
     stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
-        if stale.fullmatch(name) and name not in files and os.path.isfile(path) \
-                and not os.path.islink(path):
+        if (
+            stale.fullmatch(name)
+            and name not in files
+            and os.path.isfile(path)
+            and not os.path.islink(path)
+        ):
             os.unlink(path)
     return files
 

@@ -6,6 +6,7 @@ Both backends call these (``_kernels.pyx`` before it takes pointers,
 arithmetic is Python's: sizes multiply without wrapping, so no product of huge
 arguments can pass a check by overflowing to a small number, as ``size_t`` would.
 """
+
 from ztensor import dtypes
 from ztensor.errors import KernelArgumentError
 
@@ -13,13 +14,13 @@ from ztensor.errors import KernelArgumentError
 # Both backends take them from here (kernels.py re-exports them); the compiled
 # extension exports the headers' own values and tests/test_c_constants.py asserts
 # each equal, so the numpy fallback cannot drift from C.
-F32, F16, BF16 = 0, 1, 2           # zt_float_type (floatconv.h)
-FLOAT_WIDTHS = (4, 2, 2)          # bytes of each zt_float_type, by code
-FP8_KINDS = dtypes.FP8_TYPES       # zt_fp8_kind (floatconv.h): a kind's code is its index
+F32, F16, BF16 = 0, 1, 2  # zt_float_type (floatconv.h)
+FLOAT_WIDTHS = (4, 2, 2)  # bytes of each zt_float_type, by code
+FP8_KINDS = dtypes.FP8_TYPES  # zt_fp8_kind (floatconv.h): a kind's code is its index
 FP8_KIND_COUNT = len(FP8_KINDS)
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18  # quant.h: zero_type beyond floats
-FAMILY_V0, FAMILY_V1 = 0, 1        # footer.h: zt_footer.family
-BLOB_EXTENT = 2 << 20              # blobwrite.h ZT_BW_EXTENT: the blob writer's write unit
+FAMILY_V0, FAMILY_V1 = 0, 1  # footer.h: zt_footer.family
+BLOB_EXTENT = 2 << 20  # blobwrite.h ZT_BW_EXTENT: the blob writer's write unit
 BITS = (2, 3, 4, 8)
 
 
@@ -31,6 +32,8 @@ def block_codes(bits: int) -> int:
 def stream_words(codes: int, bits: int) -> int:
     """int32 words holding ``codes`` codes (a whole number of blocks)."""
     return codes // block_codes(bits) * (3 if bits == 3 else 1)
+
+
 SWAP_WIDTHS = (1, 2, 4, 8)
 
 
@@ -60,8 +63,9 @@ def copy_spans(src_size: int, dst_size: int, src_offsets, dst_offsets, lengths):
     import numpy as np
 
     try:
-        src_offsets, dst_offsets, lengths = (np.ascontiguousarray(a, np.uint64)
-                                             for a in (src_offsets, dst_offsets, lengths))
+        src_offsets, dst_offsets, lengths = (
+            np.ascontiguousarray(a, np.uint64) for a in (src_offsets, dst_offsets, lengths)
+        )
     except (TypeError, ValueError, OverflowError):
         fail("copy_spans", "offsets and lengths must be unsigned 64-bit integers")
     if not src_offsets.shape == dst_offsets.shape == lengths.shape or lengths.ndim != 1:
@@ -73,25 +77,33 @@ def copy_spans(src_size: int, dst_size: int, src_offsets, dst_offsets, lengths):
     return src_offsets, dst_offsets, lengths
 
 
-def manifest_encode(names_size, name_len, plain, rank, dims, dtype, offset, length, pre_size,
-                    pre_len, dtype_count):
+def manifest_encode(
+    names_size, name_len, plain, rank, dims, dtype, offset, length, pre_size, pre_len, dtype_count
+):
     """The encoder's columns as contiguous arrays, checked against each other, and an
     upper bound on the output's size."""
     import numpy as np
 
     try:
-        u64 = [np.ascontiguousarray(a, np.uint64).reshape(-1)
-               for a in (name_len, rank, dims, dtype, offset, length, pre_len)]
+        u64 = [
+            np.ascontiguousarray(a, np.uint64).reshape(-1)
+            for a in (name_len, rank, dims, dtype, offset, length, pre_len)
+        ]
         plain = np.ascontiguousarray(plain, np.uint8).reshape(-1)
     except (TypeError, ValueError, OverflowError):
         fail("manifest_encode", "columns must hold unsigned 64-bit integers")
     name_len, rank, dims, dtype, offset, length, pre_len = u64
     plains = int(np.count_nonzero(plain))
-    if (len(plain) != len(name_len) or int(name_len.sum()) != names_size
-            or not len(rank) == len(dtype) == len(offset) == len(length) == plains
-            or int(rank.sum()) != len(dims) or len(pre_len) != len(plain) - plains
-            or int(pre_len.sum()) != pre_size or (dtype >= dtype_count).any()
-            or (plain > 1).any()):
+    if (
+        len(plain) != len(name_len)
+        or int(name_len.sum()) != names_size
+        or not len(rank) == len(dtype) == len(offset) == len(length) == plains
+        or int(rank.sum()) != len(dims)
+        or len(pre_len) != len(plain) - plains
+        or int(pre_len.sum()) != pre_size
+        or (dtype >= dtype_count).any()
+        or (plain > 1).any()
+    ):
         fail("manifest_encode", "columns that do not fit each other")
     # every head is at most 9 bytes; a plain entry's constant keys are under 80
     cap = 9 + names_size + pre_size + 9 * len(name_len) + plains * 160 + 9 * len(dims)
@@ -101,8 +113,11 @@ def manifest_encode(names_size, name_len, plain, rank, dims, dtype, offset, leng
 # the ggml types csrc/ggml_blocks.c decodes, and their (elements, bytes) per block from
 # the one ggml type table (dtypes.GGML_TYPES); the C side's sizes are checked equal
 GGML_DECODED = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-GGML_BLOCKS = {gtype: (per, nbytes) for gtype, (name, per, nbytes, _) in dtypes.GGML_TYPES.items()
-               if name in GGML_DECODED}
+GGML_BLOCKS = {
+    gtype: (per, nbytes)
+    for gtype, (name, per, nbytes, _) in dtypes.GGML_TYPES.items()
+    if name in GGML_DECODED
+}
 
 
 def ggml_dequant(ggml_type: int, n_blocks_bytes: int, n_out_bytes: int) -> int:
@@ -150,13 +165,38 @@ def unpack_codes(n_word_bytes: int, count: int, bits: int, n_out: int) -> None:
         fail("unpack_codes", "sizes do not match")
 
 
-def dequant(n_qweight: int, n_scales: int, zeros_len, g_idx_len, K: int, N: int, G: int,
-            group_size: int, bits: int, scale_type: int, zero_type: int, out_type: int,
-            n_out: int, row_begin: int, row_end: int) -> None:
+def dequant(
+    n_qweight: int,
+    n_scales: int,
+    zeros_len,
+    g_idx_len,
+    K: int,
+    N: int,
+    G: int,
+    group_size: int,
+    bits: int,
+    scale_type: int,
+    zero_type: int,
+    out_type: int,
+    n_out: int,
+    row_begin: int,
+    row_end: int,
+) -> None:
     """Every length against K, N, G; ``zeros_len``/``g_idx_len`` are None when absent."""
     kernel = "dequant_rows"
-    integers(kernel, K=K, N=N, G=G, group_size=group_size, bits=bits, scale_type=scale_type,
-             zero_type=zero_type, out_type=out_type, row_begin=row_begin, row_end=row_end)
+    integers(
+        kernel,
+        K=K,
+        N=N,
+        G=G,
+        group_size=group_size,
+        bits=bits,
+        scale_type=scale_type,
+        zero_type=zero_type,
+        out_type=out_type,
+        row_begin=row_begin,
+        row_end=row_end,
+    )
     if bits not in BITS:
         fail(kernel, f"bits must be 2, 3, 4 or 8, got {bits}")
     if not 0 <= row_begin <= row_end <= N:

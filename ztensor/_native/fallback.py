@@ -8,6 +8,7 @@ the manifest is read and written the general way (cbor2 + ``manifest_checks.Chec
 The kernels' numbers (float and FP8 codes, zero types, footer families, ggml block
 sizes) come from ``_contract.py``, their one Python home.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,10 @@ from ztensor._native import status as _status
 
 # ------------------------------------------------------------------- footer
 # header magic -> (family, the version row with its tail size); v1.1 and v1.2 share both
-_FAMILIES = {spec.MAGIC_V1: (_contract.FAMILY_V1, spec.VERSIONS["1.2"]),
-             spec.MAGIC_V0: (_contract.FAMILY_V0, spec.VERSIONS["0.1"])}
+_FAMILIES = {
+    spec.MAGIC_V1: (_contract.FAMILY_V1, spec.VERSIONS["1.2"]),
+    spec.MAGIC_V0: (_contract.FAMILY_V0, spec.VERSIONS["0.1"]),
+}
 
 
 def footer_parse(head, tail, file_size, max_manifest, path=None):
@@ -39,7 +42,7 @@ def footer_parse(head, tail, file_size, max_manifest, path=None):
     tail_size = info.tail_size
     if file_size < magic_size + tail_size or len(tail) < tail_size:
         _status.raise_for_status(_status.TRUNCATED, what, path)
-    t = tail[len(tail) - tail_size:]
+    t = tail[len(tail) - tail_size :]
     if family == _contract.FAMILY_V1 and t[8:] != info.magic:  # v1 ends with its magic
         _status.raise_for_status(_status.BAD_FOOTER_MAGIC, what, path)
     size = int.from_bytes(t[:8], "little")
@@ -65,18 +68,19 @@ def bswap(src, dst, width):
     # be dst: each chunk is read whole before it is written back)
     step = _SWAP_CHUNK - _SWAP_CHUNK % width
     for start in range(0, src.size, step):
-        part = src[start:start + step].view(_UINT[width])
-        dst[start:start + step].view(_UINT[width])[...] = part.byteswap()
+        part = src[start : start + step].view(_UINT[width])
+        dst[start : start + step].view(_UINT[width])[...] = part.byteswap()
 
 
 def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
     """dst[d:d+n] = src[s:s+n] for each span."""
     src = np.frombuffer(src, np.uint8)
     dst = np.frombuffer(dst, np.uint8)
-    src_offsets, dst_offsets, lengths = _contract.copy_spans(src.size, dst.size, src_offsets,
-                                                             dst_offsets, lengths)
+    src_offsets, dst_offsets, lengths = _contract.copy_spans(
+        src.size, dst.size, src_offsets, dst_offsets, lengths
+    )
     for s, d, n in zip(src_offsets.tolist(), dst_offsets.tolist(), lengths.tolist()):
-        dst[d:d + n] = src[s:s + n]
+        dst[d : d + n] = src[s : s + n]
 
 
 # ------------------------------------------------------------------- ggml blocks
@@ -92,7 +96,7 @@ def ggml_dequant(ggml_type, blocks, out):
 
 
 def _half(b, at):
-    return b[:, at:at + 2].copy().view("<f2").astype(np.float32)  # (n, 1)
+    return b[:, at : at + 2].copy().view("<f2").astype(np.float32)  # (n, 1)
 
 
 def _q4_q5(b, has_min, five):
@@ -100,10 +104,10 @@ def _q4_q5(b, has_min, five):
     m = _half(b, 2) if has_min else None
     p = 4 if has_min else 2
     j = np.arange(32)
-    qs = b[:, p + (4 if five else 0):]
+    qs = b[:, p + (4 if five else 0) :]
     q = np.where(j < 16, qs[:, j % 16] & 0x0F, qs[:, j % 16] >> 4).astype(np.int32)
     if five:
-        qh = b[:, p:p + 4].copy().view("<u4").astype(np.int64)  # (n, 1)
+        qh = b[:, p : p + 4].copy().view("<u4").astype(np.int64)  # (n, 1)
         q = q | (((qh >> j) & 1) << 4).astype(np.int32)
     if has_min:
         return (d * q.astype(np.float32)) + m
@@ -143,8 +147,9 @@ def _q3_k(b):
 def _scale_min_k4(s):
     j = np.arange(4)
     sc = np.concatenate([s[:, j] & 63, (s[:, 8 + j] & 0x0F) | ((s[:, j] >> 2) & 0x30)], axis=1)
-    mn = np.concatenate([s[:, 4 + j] & 63, (s[:, 8 + j] >> 4) | ((s[:, 4 + j] >> 2) & 0x30)],
-                        axis=1)
+    mn = np.concatenate(
+        [s[:, 4 + j] & 63, (s[:, 8 + j] >> 4) | ((s[:, 4 + j] >> 2) & 0x30)], axis=1
+    )
     return sc.astype(np.float32), mn.astype(np.float32)
 
 
@@ -170,10 +175,18 @@ def _q6_k(b):
     return dl * ((low | (high << 4)).astype(np.int32) - 32).astype(np.float32)
 
 
-_GGML = {2: lambda b: _q4_q5(b, False, False), 3: lambda b: _q4_q5(b, True, False),
-         6: lambda b: _q4_q5(b, False, True), 7: lambda b: _q4_q5(b, True, True),
-         8: _q8_0, 10: _q2_k, 11: _q3_k, 12: lambda b: _q4_q5_k(b, False),
-         13: lambda b: _q4_q5_k(b, True), 14: _q6_k}
+_GGML = {
+    2: lambda b: _q4_q5(b, False, False),
+    3: lambda b: _q4_q5(b, True, False),
+    6: lambda b: _q4_q5(b, False, True),
+    7: lambda b: _q4_q5(b, True, True),
+    8: _q8_0,
+    10: _q2_k,
+    11: _q3_k,
+    12: lambda b: _q4_q5_k(b, False),
+    13: lambda b: _q4_q5_k(b, True),
+    14: _q6_k,
+}
 
 
 # ------------------------------------------------------------------- crc32c
@@ -209,6 +222,8 @@ def crc32c_hardware():
 
 # ------------------------------------------------------------------- blob writer
 EXTENT = _contract.BLOB_EXTENT  # csrc/blobwrite.h ZT_BW_EXTENT
+
+
 class BlobWriter:
     """Python twin of csrc/blobwrite.c: stage small writes, pad with zeros, and end
     every write(2) but the last on an extent boundary (the C file says why)."""
@@ -271,10 +286,11 @@ class BlobWriter:
     def _write_all(self, view):
         try:
             while len(view):
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         except OSError as exc:
-            raise errors.WriteError(f"write failed: {exc.strerror}", path=self._path,
-                                    errno=exc.errno) from None
+            raise errors.WriteError(
+                f"write failed: {exc.strerror}", path=self._path, errno=exc.errno
+            ) from None
 
     def close(self):
         self._open = False
@@ -404,8 +420,11 @@ def f32_to_bf16(values: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------- group dequantization
-ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (_contract.ZERO_NONE, _contract.ZERO_PACKED_V1,
-                                             _contract.ZERO_PACKED_V2)
+ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (
+    _contract.ZERO_NONE,
+    _contract.ZERO_PACKED_V1,
+    _contract.ZERO_PACKED_V2,
+)
 
 
 def stream_codes(words, bits):
@@ -429,8 +448,8 @@ def unpack_codes(words, count, bits, out):
     _contract.unpack_codes(memoryview(words).nbytes, count, bits, memoryview(out).nbytes)
     blocks = -(-count // _contract.block_codes(bits))
     w = np.zeros(_contract.stream_words(blocks * _contract.block_codes(bits), bits), np.uint32)
-    held = np.frombuffer(words, "<u4")[:w.size]
-    w[:held.size] = held
+    held = np.frombuffer(words, "<u4")[: w.size]
+    w[: held.size] = held
     np.frombuffer(out, np.uint8)[...] = stream_codes(w[:, None], bits)[:count, 0]
 
 
@@ -440,15 +459,42 @@ def _floats(buf, ftype, shape):
     return np.frombuffer(buf, "<f4" if ftype == F32 else "<f2").astype(np.float32).reshape(shape)
 
 
-def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale_type,
-                 zero_type, out_type, out, row_begin, row_end):
+def dequant_rows(
+    qweight,
+    scales,
+    zeros,
+    g_idx,
+    K,
+    N,
+    G,
+    group_size,
+    bits,
+    scale_type,
+    zero_type,
+    out_type,
+    out,
+    row_begin,
+    row_end,
+):
     """numpy twin of csrc/quant.c: W[n, k] = s[g, n] * (code(k, n) - z[g, n])."""
     no_zeros = zero_type == ZERO_NONE or zeros is None
-    _contract.dequant(memoryview(qweight).nbytes, memoryview(scales).nbytes,
-                      None if no_zeros else memoryview(zeros).nbytes,
-                      None if g_idx is None else memoryview(g_idx).nbytes, K, N, G, group_size,
-                      bits, scale_type, zero_type, out_type, memoryview(out).nbytes,
-                      row_begin, row_end)
+    _contract.dequant(
+        memoryview(qweight).nbytes,
+        memoryview(scales).nbytes,
+        None if no_zeros else memoryview(zeros).nbytes,
+        None if g_idx is None else memoryview(g_idx).nbytes,
+        K,
+        N,
+        G,
+        group_size,
+        bits,
+        scale_type,
+        zero_type,
+        out_type,
+        memoryview(out).nbytes,
+        row_begin,
+        row_end,
+    )
     if g_idx is not None and K:
         groups = np.frombuffer(g_idx, "<i4").view("<u4")
         if groups.max() >= G:
@@ -469,8 +515,11 @@ def dequant_rows(qweight, scales, zeros, g_idx, K, N, G, group_size, bits, scale
         z = unpacked[:, rows].astype(np.float32)
     else:
         z = _floats(zeros, zero_type, (G, N))[:, rows]
-    g = (np.frombuffer(g_idx, "<u4").astype(np.intp) if g_idx is not None
-         else np.arange(K) // group_size)
+    g = (
+        np.frombuffer(g_idx, "<u4").astype(np.intp)
+        if g_idx is not None
+        else np.arange(K) // group_size
+    )
     w = ((codes.astype(np.float32) - z[g]) * s[g]).T
     target = np.frombuffer(out, {F32: np.float32, F16: np.float16, BF16: np.uint16}[out_type])
     target = target.reshape(N, K)[rows]
@@ -509,7 +558,7 @@ def cbor_scan(data, max_depth, path=None):
         size = 1 << (info - 24)
         if n - pos < size:
             fail(_status.CBOR_MALFORMED, f"the bytes end inside {head}")
-        value = int.from_bytes(buf[pos:pos + size], "big")
+        value = int.from_bytes(buf[pos : pos + size], "big")
         pos += size
         return value
 
@@ -556,14 +605,15 @@ def cbor_scan(data, max_depth, path=None):
                     pos += 1
                     break
                 if cb >> 5 != major or cb & 31 == 31:
-                    fail(_status.CBOR_MALFORMED,
-                         "an indefinite-length string chunk of the wrong type")
+                    fail(
+                        _status.CBOR_MALFORMED,
+                        "an indefinite-length string chunk of the wrong type",
+                    )
                 pos += 1
                 items += 1
                 size = argument(cb & 31, "a chunk head")
                 if size > n - pos:
-                    fail(_status.CBOR_MALFORMED,
-                         "a string chunk longer than the bytes that remain")
+                    fail(_status.CBOR_MALFORMED, "a string chunk longer than the bytes that remain")
                 pos += size
         elif major in (4, 5, 6):
             if major == 6 and arg not in _ALLOWED_TAGS:
@@ -572,8 +622,10 @@ def cbor_scan(data, max_depth, path=None):
                 fail(_status.CBOR_MALFORMED, "a bignum tag that does not hold a byte string")
             count = 1 if major == 6 else arg
             if info != 31 and count > (n - pos) // (2 if major == 5 else 1):
-                fail(_status.CBOR_MALFORMED, "a container declaring more items than the "
-                     "bytes that remain can hold")
+                fail(
+                    _status.CBOR_MALFORMED,
+                    "a container declaring more items than the bytes that remain can hold",
+                )
             if len(stack) > max_depth:
                 fail(_status.CBOR_DEPTH, "")
             stack.append([2 * count if major == 5 else count, 0, info == 31, major == 5])
@@ -614,7 +666,7 @@ def cbor_check_canonical(data, max_depth, path=None):
             size = 1 << (info - 24)
             if n - pos < size:
                 fail(_status.CBOR_MALFORMED, "the bytes end inside a head")
-            arg = int.from_bytes(buf[pos:pos + size], "big")
+            arg = int.from_bytes(buf[pos : pos + size], "big")
             pos += size
             if major != 7 and arg < (24, 0x100, 0x10000, 0x100000000)[info - 24]:
                 fail(_status.CBOR_MALFORMED, "a head not in shortest form")
@@ -638,7 +690,7 @@ def cbor_check_canonical(data, max_depth, path=None):
         elif major == 7:
             if info == 24 and arg < 32:
                 fail(_status.CBOR_MALFORMED, "a simple value in two bytes")
-            if 25 <= info <= 27 and not _float_canonical(info, buf[pos - (2 << (info - 25)):pos]):
+            if 25 <= info <= 27 and not _float_canonical(info, buf[pos - (2 << (info - 25)) : pos]):
                 fail(_status.CBOR_MALFORMED, "a float not in its shortest form")
         if opens:
             continue
@@ -646,7 +698,7 @@ def cbor_check_canonical(data, max_depth, path=None):
         while stack:
             f = stack[-1]
             if f[5] and f[1] % 2 == 0:
-                if f[1] > 0 and buf[f[3]:f[4]] >= buf[child:pos]:
+                if f[1] > 0 and buf[f[3] : f[4]] >= buf[child:pos]:
                     fail(_status.CBOR_MALFORMED, "map keys not in strictly increasing order")
                 f[3], f[4] = child, pos
             f[1] += 1
@@ -679,7 +731,8 @@ _XXH_SECRET = bytes.fromhex(
     "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
     "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
     "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
-    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e")
+    "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e"
+)
 _M64 = (1 << 64) - 1
 _P32_1, _P32_2, _P32_3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
 _P64_1, _P64_2, _P64_3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
@@ -688,7 +741,7 @@ _MX1, _MX2 = 0x165667919E3779F9, 0x9FB21C651E98DF25
 
 
 def _r64(b, at):
-    return int.from_bytes(b[at:at + 8], "little")
+    return int.from_bytes(b[at : at + 8], "little")
 
 
 def _fold(a, b):
@@ -703,8 +756,9 @@ def _avalanche(x):
 
 
 def _mix16(p, at, s_at):
-    return _fold(_r64(p, at) ^ _r64(_XXH_SECRET, s_at),
-                 _r64(p, at + 8) ^ _r64(_XXH_SECRET, s_at + 8))
+    return _fold(
+        _r64(p, at) ^ _r64(_XXH_SECRET, s_at), _r64(p, at + 8) ^ _r64(_XXH_SECRET, s_at + 8)
+    )
 
 
 def xxh3_64(data):
@@ -722,7 +776,7 @@ def xxh3_64(data):
             return _avalanche((n + swapped + hi + _fold(lo, hi)) & _M64)
         if n >= 4:
             first = int.from_bytes(b[:4], "little")
-            last = int.from_bytes(b[n - 4:], "little")
+            last = int.from_bytes(b[n - 4 :], "little")
             v = (_r64(s, 8) ^ _r64(s, 16)) ^ (last | (first << 32))
             rot = lambda x, r: ((x << r) | (x >> (64 - r))) & _M64  # noqa: E731
             v ^= rot(v, 49) ^ rot(v, 24)
@@ -758,23 +812,24 @@ def xxh3_64(data):
     windows = np.array([np.frombuffer(s, "<u8", 8, 8 * k) for k in range(16)], np.uint64)
     swap = np.arange(8) ^ 1
     blocks = (n - 1) // 1024
-    full = np.frombuffer(p[:blocks * 1024], "<u8").reshape(blocks, 16, 8).astype(np.uint64)
+    full = np.frombuffer(p[: blocks * 1024], "<u8").reshape(blocks, 16, 8).astype(np.uint64)
     scramble = np.frombuffer(s, "<u8", 8, 128).astype(np.uint64)
     lo32 = np.uint64(0xFFFFFFFF)
     with np.errstate(over="ignore"):
         for start in range(0, blocks, 4096):  # bounded temporaries
-            part = full[start:start + 4096]
+            part = full[start : start + 4096]
             v = part ^ windows[None]
-            sums = ((v & lo32) * (v >> np.uint64(32))).sum(axis=1, dtype=np.uint64) \
-                + part.sum(axis=1, dtype=np.uint64)[:, swap]
+            sums = ((v & lo32) * (v >> np.uint64(32))).sum(axis=1, dtype=np.uint64) + part.sum(
+                axis=1, dtype=np.uint64
+            )[:, swap]
             for row in sums:
                 acc += row
                 acc ^= acc >> np.uint64(47)
                 acc ^= scramble
                 acc *= np.uint64(_P32_1)
-        last = bytes(p[blocks * 1024:])
+        last = bytes(p[blocks * 1024 :])
         stripes = [np.frombuffer(last, "<u8", 8, 64 * k) for k in range((len(last) - 1) // 64)]
-        stripes.append(np.frombuffer(bytes(p[n - 64:]), "<u8"))
+        stripes.append(np.frombuffer(bytes(p[n - 64 :]), "<u8"))
         offsets = [8 * k for k in range(len(stripes) - 1)] + [192 - 71]
         for stripe, off in zip(stripes, offsets):
             stripe = stripe.astype(np.uint64)

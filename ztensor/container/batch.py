@@ -11,6 +11,7 @@ objects, ``mmap=False``) fetch every planned range at once: neighbours coalesced
 fetches concurrent (Source.read_ranges).  Everything else (zstd, logical types, byte
 swaps, ``verify=True``) takes the per-object path.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,10 +49,14 @@ def read_owned(reader, names, threads=None):
         else:
             plans = _plan(reader, specs, names)
     if plans:
-        out = (_copy_planned(source, plans, threads) if source.mapped
-               else _fetch_planned(source, plans, threads))
-    return {name: out[name] if name in out else reader.read_numpy(name, copy=True)
-            for name in names}
+        out = (
+            _copy_planned(source, plans, threads)
+            if source.mapped
+            else _fetch_planned(source, plans, threads)
+        )
+    return {
+        name: out[name] if name in out else reader.read_numpy(name, copy=True) for name in names
+    }
 
 
 def _copy_columns(source, specs, names, threads):
@@ -76,8 +81,12 @@ def _copy_columns(source, specs, names, threads):
     if large.any():  # few: one allocation each, copied in pieces
         storage, _, _, shapes, _ = specs.plain_views(rows[large])
         for name, dt, shape, offset, n in zip(
-                itertools.compress(chosen, large.tolist()), storage, shapes,
-                offsets[large].tolist(), lengths[large].tolist()):
+            itertools.compress(chosen, large.tolist()),
+            storage,
+            shapes,
+            offsets[large].tolist(),
+            lengths[large].tolist(),
+        ):
             dst = np.empty(n, np.uint8)
             out[name] = dst.view(dt).reshape(shape)
             jobs.extend(_pieces(dst, offset, n))
@@ -93,8 +102,12 @@ def _plan(reader, specs, names):
         rows = np.fromiter((specs.index[n] for n in found), np.int64, len(found))
         storage, offsets, lengths, shapes, mask = specs.plain_views(rows)
         chosen = [n for n, ok in zip(found, mask.tolist()) if ok]
-        return {n: ((dt, ln // dt.itemsize, off), shape) for n, dt, off, ln, shape in
-                zip(chosen, storage, offsets.tolist(), lengths.tolist(), shapes)}
+        return {
+            n: ((dt, ln // dt.itemsize, off), shape)
+            for n, dt, off, ln, shape in zip(
+                chosen, storage, offsets.tolist(), lengths.tolist(), shapes
+            )
+        }
     plans = {}
     for name in names:
         if name in plans or name not in reader:
@@ -113,8 +126,9 @@ def _copy_planned(source, plans, threads):
     nbytes = [count * storage.itemsize for (storage, count, _), _ in plans.values()]
     offsets = [offset for (_, _, offset), _ in plans.values()]
     small = [n < _SHARED_BELOW for n in nbytes]
-    padded = np.array([-(-n // _ALIGN) * _ALIGN if s else 0 for n, s in zip(nbytes, small)],
-                      np.uint64)
+    padded = np.array(
+        [-(-n // _ALIGN) * _ALIGN if s else 0 for n, s in zip(nbytes, small)], np.uint64
+    )
     at = (np.cumsum(padded) - padded).tolist()
     shared = np.empty(int(padded.sum()), np.uint8)
     out, jobs = {}, []
@@ -141,8 +155,11 @@ def _fetch_planned(source, plans, threads):
     out = {}
     # a large tensor is one request of its own, read straight into its array (no copy
     # to spare); the small ones are coalesced, their requests concurrent
-    small = [n for n, ((storage, count, _), _) in plans.items()
-             if count * storage.itemsize < _SHARED_BELOW]
+    small = [
+        n
+        for n, ((storage, count, _), _) in plans.items()
+        if count * storage.itemsize < _SHARED_BELOW
+    ]
     for name, ((storage, count, offset), shape) in plans.items():
         if count * storage.itemsize >= _SHARED_BELOW:
             out[name] = source.array(storage, count, offset).reshape(shape)
@@ -160,7 +177,7 @@ def _pieces(dst, offset, n):
     pieces of _PIECE that the threads share.  Each is a Source.read_into: ``pread``
     straight into the array for a mapped file (from a cold page cache, faulting the
     mapping in reads in readahead-sized pieces: bench/bench_cold.py)."""
-    return [(dst[start:start + _PIECE], offset + start) for start in range(0, n, _PIECE)]
+    return [(dst[start : start + _PIECE], offset + start) for start in range(0, n, _PIECE)]
 
 
 def _split(dst, spans, parts):
@@ -169,9 +186,13 @@ def _split(dst, spans, parts):
     if not len(lengths):
         return []
     cuts = np.searchsorted(np.cumsum(lengths), np.arange(1, parts) * (lengths.sum() / parts))
-    return [(dst, s, d, n) for s, d, n in zip(np.split(src_offsets, cuts),
-                                              np.split(dst_offsets, cuts),
-                                              np.split(lengths, cuts)) if len(n)]
+    return [
+        (dst, s, d, n)
+        for s, d, n in zip(
+            np.split(src_offsets, cuts), np.split(dst_offsets, cuts), np.split(lengths, cuts)
+        )
+        if len(n)
+    ]
 
 
 def _run(source, jobs, threads):
@@ -180,13 +201,19 @@ def _run(source, jobs, threads):
     small spans out of the mapping (kernels.copy_spans, the GIL released)."""
     src = source.all_bytes() if any(len(job) == 4 for job in jobs) else None
     with source.reading() as read_into:
+
         def one(job):
             if len(job) == 2:
                 read_into(job[1], job[0])
                 return
             dst, s, d, n = job
-            kernels.copy_spans(src, dst, np.asarray(s, np.uint64), np.asarray(d, np.uint64),
-                               np.asarray(n, np.uint64))
+            kernels.copy_spans(
+                src,
+                dst,
+                np.asarray(s, np.uint64),
+                np.asarray(d, np.uint64),
+                np.asarray(n, np.uint64),
+            )
 
         if threads == 1 or len(jobs) < 2:
             for job in jobs:

@@ -11,6 +11,7 @@ safetensors-style loaders (``ztensor.numpy.load_file``, ``ztensor.torch.load_fil
 * other formats (sparse, unknown): a FormatError naming the object and saying what
   to use instead (``Reader.read``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -32,17 +33,21 @@ def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optio
         if fmt == "dense" or (fmt == "quantized_group" and dequantize):
             out[name] = (name, None)
         elif fmt == "quantized_group":
-            prefix = name[:-len(".weight")] if name.endswith(".weight") else name
+            prefix = name[: -len(".weight")] if name.endswith(".weight") else name
             for role in GPTQ_ROLES:
                 out[f"{prefix}.{role}"] = (name, role)
         else:
-            raise UnsupportedError(f"a {fmt} object has no flat tensor form: read it with "
-                                   "Reader.read()", path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"a {fmt} object has no flat tensor form: read it with Reader.read()",
+                path=reader.path,
+                obj=name,
+            )
     return out
 
 
-def array(reader: Any, name: str, role: Optional[str], *, copy: bool = False,
-          dtype: Any = None) -> np.ndarray:
+def array(
+    reader: Any, name: str, role: Optional[str], *, copy: bool = False, dtype: Any = None
+) -> np.ndarray:
     """The numpy array behind one checkpoint name."""
     meta = reader.metadata(name)
     if meta.format == "dense":

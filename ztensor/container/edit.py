@@ -7,6 +7,7 @@ A crash at any moment leaves the old file or the complete new one, never a mix
 (docs/editing.md); the file's permission bits are kept.  The price is one copy of
 the file's bytes per edit, which is the reference's remove_tensors cost too; its
 replace_tensor wrote in place, which a crash could tear."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ from ztensor.tensor import Tensor
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def remove_tensors(path: PathLike, output_or_names: Any, names: Optional[Iterable[str]] = None
-                   ) -> None:
+def remove_tensors(
+    path: PathLike, output_or_names: Any, names: Optional[Iterable[str]] = None
+) -> None:
     """Remove objects from a zTensor file.
 
     ``remove_tensors(path, names)`` edits ``path``; ``remove_tensors(input, output,
@@ -41,16 +43,18 @@ def remove_tensors(path: PathLike, output_or_names: Any, names: Optional[Iterabl
         _require_zt(old)
         missing = [n for n in drop if n not in old]
         if missing:
-            raise ObjectNotFoundError(f"no such object to remove: {missing[0]!r}",
-                                      path=old.path, obj=missing[0])
+            raise ObjectNotFoundError(
+                f"no such object to remove: {missing[0]!r}", path=old.path, obj=missing[0]
+            )
         with Writer(output, attributes=dict(old.attributes)) as new:
             for name in old.keys():
                 if name not in drop:
                     new.copy_from(old, name)
 
 
-def replace_tensor(path: PathLike, name: str, data: Any, *, compress: Any = None,
-                   checksum: Optional[str] = None) -> None:
+def replace_tensor(
+    path: PathLike, name: str, data: Any, *, compress: Any = None, checksum: Optional[str] = None
+) -> None:
     """Replace the data of dense object ``name`` with ``data`` (a numpy array or a
     torch tensor of the same shape and element type), keeping every other object
     as stored and the object's attributes.  ``compress``/``checksum`` default to
@@ -59,16 +63,21 @@ def replace_tensor(path: PathLike, name: str, data: Any, *, compress: Any = None
         _require_zt(old)
         meta = old.metadata(name)
         if meta.format != "dense":
-            raise FormatError(f"replace_tensor replaces dense objects; this one is "
-                              f"{meta.format!r}", path=old.path, obj=name)
+            raise FormatError(
+                f"replace_tensor replaces dense objects; this one is {meta.format!r}",
+                path=old.path,
+                obj=name,
+            )
         comp = meta.components["data"]
         arr = _as_array(data, name)
         current = old.read_numpy(name) if comp.type is None else None
         if tuple(arr.shape) != tuple(meta.shape) or (
-                current is not None and arr.dtype.newbyteorder("=")
-                != current.dtype.newbyteorder("=")):
-            raise ValueError(f"{old.path}: object {name!r}: the new data is {arr.dtype}"
-                             f"{list(arr.shape)}, the object is {meta.dtype}{list(meta.shape)}")
+            current is not None and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
+        ):
+            raise ValueError(
+                f"{old.path}: object {name!r}: the new data is {arr.dtype}"
+                f"{list(arr.shape)}, the object is {meta.dtype}{list(meta.shape)}"
+            )
         if compress is None:
             compress = comp.encoding == "zstd"
         if checksum is None and comp.digest is not None:
@@ -78,17 +87,29 @@ def replace_tensor(path: PathLike, name: str, data: Any, *, compress: Any = None
                 if other != name:
                     new.copy_from(old, other)
                     continue
-                types = {"data": comp.type} if comp.type else (
-                    {"data": "bf16"} if comp.dtype == "bf16" else {})
-                new.write(name, Tensor({"data": arr}, shape=tuple(meta.shape), types=types,
-                                       attributes=dict(meta.attributes)),
-                          compress=compress, checksum=checksum)
+                types = (
+                    {"data": comp.type}
+                    if comp.type
+                    else ({"data": "bf16"} if comp.dtype == "bf16" else {})
+                )
+                new.write(
+                    name,
+                    Tensor(
+                        {"data": arr},
+                        shape=tuple(meta.shape),
+                        types=types,
+                        attributes=dict(meta.attributes),
+                    ),
+                    compress=compress,
+                    checksum=checksum,
+                )
 
 
 def _require_zt(reader):
     if reader.format != "zt":
-        raise FormatError(f"only zTensor files can be edited, this is {reader.format}",
-                          path=reader.path)
+        raise FormatError(
+            f"only zTensor files can be edited, this is {reader.format}", path=reader.path
+        )
     require_writable_version(reader)
 
 

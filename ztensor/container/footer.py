@@ -8,6 +8,7 @@
 The header magic (first 8 bytes) says which tail to expect.  The checks run in
 C (csrc/footer.c) on the first 8 and last 16 bytes alone.
 """
+
 from __future__ import annotations
 
 import struct
@@ -18,8 +19,8 @@ from ztensor import kernels, spec
 
 @dataclass(frozen=True)
 class Footer:
-    family: int            # 0: v0.1 ("ZTEN0001"), 1: v1.x ("ZTEN1000")
-    manifest_offset: int   # also the end of the blob region
+    family: int  # 0: v0.1 ("ZTEN0001"), 1: v1.x ("ZTEN1000")
+    manifest_offset: int  # also the end of the blob region
     manifest_size: int
 
 
@@ -28,8 +29,9 @@ def read_footer(source, limits) -> Footer:
     size = source.size
     head = source.view(0, min(spec.MAGIC_SIZE, size), "header")
     tail = source.view(size - min(spec.TAIL_SIZE, size), min(spec.TAIL_SIZE, size), "footer")
-    family, offset, length = kernels.footer_parse(head, tail, size, limits.max_manifest_size,
-                                                  source.name)
+    family, offset, length = kernels.footer_parse(
+        head, tail, size, limits.max_manifest_size, source.name
+    )
     return Footer(family, offset, length)
 
 

@@ -7,6 +7,7 @@ hosts), zstd data is decoded into it directly when it is contiguous.  A torch
 tensor on another device is filled in host memory and copied over through the
 process's staging buffer for that device (staging.py: pinned for CUDA, reused by
 every call)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Tuple
@@ -26,53 +27,85 @@ _BITS = dtypes.BITS_DTYPES
 def read_into(reader: Any, name: str, dst: Any) -> None:
     obj = reader.metadata(name)
     if obj.format != "dense":
-        raise UnsupportedError(f"read_into fills dense objects; this one is {obj.format!r}",
-                               path=reader.path, obj=name)
+        raise UnsupportedError(
+            f"read_into fills dense objects; this one is {obj.format!r}", path=reader.path, obj=name
+        )
     comp = obj.components["data"]
     target, finish = _as_numpy(dst)
     if tuple(target.shape) != tuple(obj.shape):
-        raise ValueError(f"{reader.path}: object {name!r}: destination has shape "
-                         f"{tuple(target.shape)}, the object is {tuple(obj.shape)}")
+        raise ValueError(
+            f"{reader.path}: object {name!r}: destination has shape "
+            f"{tuple(target.shape)}, the object is {tuple(obj.shape)}"
+        )
     key = comp.type or comp.dtype
     elements = _element_dtype(comp)
     bits = _BITS.get(key)
-    ok = (target.dtype.newbyteorder("=") == elements.newbyteorder("=")
-          or (bits is not None and target.dtype == bits)
-          or (dtypes.is_ml_dtype(target.dtype) and bits is not None
-              and target.dtype.itemsize == bits.itemsize
-              and dtypes.ml_dtype(_ML_NAMES.get(key, "")) == target.dtype))
+    ok = (
+        target.dtype.newbyteorder("=") == elements.newbyteorder("=")
+        or (bits is not None and target.dtype == bits)
+        or (
+            dtypes.is_ml_dtype(target.dtype)
+            and bits is not None
+            and target.dtype.itemsize == bits.itemsize
+            and dtypes.ml_dtype(_ML_NAMES.get(key, "")) == target.dtype
+        )
+    )
     if not ok:
-        raise ValueError(f"{reader.path}: object {name!r}: destination dtype {target.dtype} "
-                         f"does not hold {key} elements (expected {elements}"
-                         + (f" or {bits}" if bits is not None else "") + ")")
+        raise ValueError(
+            f"{reader.path}: object {name!r}: destination dtype {target.dtype} "
+            f"does not hold {key} elements (expected {elements}"
+            + (f" or {bits}" if bits is not None else "")
+            + ")"
+        )
     flat = target.reshape(-1) if target.flags.c_contiguous else None
     internals = reader.internals  # the Reader's source, verify and limits (reader.py)
     zt = internals.foreign is None
-    if (zt and comp.encoding == "zstd" and flat is not None and target.dtype.isnative
-            and comp.byteorder == "<"):
+    if (
+        zt
+        and comp.encoding == "zstd"
+        and flat is not None
+        and target.dtype.isnative
+        and comp.byteorder == "<"
+    ):
         # decoded straight into dst, through the function every read path uses: it
         # refuses what may not be decoded, checks the digest over the bytes it
         # covers (stored for v1, decoded for v2) and the size the stream yields
         internals.require_open()
         raw = flat.view(np.uint8)
         where = {"path": reader.path, "obj": name, "component": "data"}
-        components.read_component(internals.source, comp, verify=internals.verify,
-                                  limits=internals.limits, out=raw, **where)
+        components.read_component(
+            internals.source,
+            comp,
+            verify=internals.verify,
+            limits=internals.limits,
+            out=raw,
+            **where,
+        )
         # the element rules (a v2 bool byte is 0 or 1), as on every other path
-        logical.as_elements(raw.view(components.storage_dtype(comp)), comp.dtype, comp.type,
-                            **where)
-        width = dtypes.swap_width(target.dtype)   # 0 on little-endian hosts
+        logical.as_elements(
+            raw.view(components.storage_dtype(comp)), comp.dtype, comp.type, **where
+        )
+        width = dtypes.swap_width(target.dtype)  # 0 on little-endian hosts
         if width:  # little-endian bytes -> native order, in place
             kernels.bswap(raw, raw, width)
     else:
         source = reader.read(name).components["data"]
         source = np.asarray(source)
-        if source.dtype != target.dtype and source.dtype.itemsize == target.dtype.itemsize \
-                and source.dtype.newbyteorder("=") != target.dtype.newbyteorder("="):
-            source = source.view(target.dtype.newbyteorder(source.dtype.byteorder)
-                                 if source.dtype.byteorder in "<>" else target.dtype)
-        np.copyto(target, source.reshape(target.shape), casting="unsafe"
-                  if source.dtype.kind == target.dtype.kind else "same_kind")
+        if (
+            source.dtype != target.dtype
+            and source.dtype.itemsize == target.dtype.itemsize
+            and source.dtype.newbyteorder("=") != target.dtype.newbyteorder("=")
+        ):
+            source = source.view(
+                target.dtype.newbyteorder(source.dtype.byteorder)
+                if source.dtype.byteorder in "<>"
+                else target.dtype
+            )
+        np.copyto(
+            target,
+            source.reshape(target.shape),
+            casting="unsafe" if source.dtype.kind == target.dtype.kind else "same_kind",
+        )
     finish()
 
 
@@ -94,8 +127,9 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
     module = type(dst).__module__
     if module.startswith("torch"):
         return _torch_target(dst)
-    raise TypeError(f"read_into: dst must be a numpy array or a torch tensor, not "
-                    f"{type(dst).__name__}")
+    raise TypeError(
+        f"read_into: dst must be a numpy array or a torch tensor, not {type(dst).__name__}"
+    )
 
 
 def _torch_target(dst):
@@ -122,4 +156,5 @@ def _torch_target(dst):
         else:
             dst.copy_(buffer.put(arr, dst.dtype, dst.shape))
         buffer.sync()
+
     return arr, finish

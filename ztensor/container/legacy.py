@@ -13,6 +13,7 @@ nnz follows from the blob size and the shape, so the split is checked at open;
 the parts are cut out when the object is read, and returned as v1.2 sparse
 components (COO coordinates re-laid out as structure-of-arrays).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,12 +37,22 @@ class InternalKey:
         return f"<internal {self.name}>"
 
 
-BYTEORDER = InternalKey("byteorder")   # ">" for v0.1 big-endian blobs
-UNALIGNED = InternalKey("unaligned")   # parts of a v0.1 sparse blob
-LEGACY = InternalKey("legacy")         # v0.1 sparse layout name
+BYTEORDER = InternalKey("byteorder")  # ">" for v0.1 big-endian blobs
+UNALIGNED = InternalKey("unaligned")  # parts of a v0.1 sparse blob
+LEGACY = InternalKey("legacy")  # v0.1 sparse layout name
 
-_V01_KNOWN = {"name", "offset", "size", "dtype", "shape", "encoding", "layout",
-              "data_endianness", "checksum", "sparse_format"}
+_V01_KNOWN = {
+    "name",
+    "offset",
+    "size",
+    "dtype",
+    "shape",
+    "encoding",
+    "layout",
+    "data_endianness",
+    "checksum",
+    "sparse_format",
+}
 
 
 def _kind(value) -> str:
@@ -67,24 +78,38 @@ def lift_v01(entries, path):
             raise FormatError(f"unknown v0.1 dtype {show(dtype)}", path=path, obj=name)
         order = entry.get("data_endianness", "little")
         if order not in ("little", "big"):
-            raise FormatError(f"data_endianness must be 'little' or 'big', got {show(order)}",
-                              path=path, obj=name)
+            raise FormatError(
+                f"data_endianness must be 'little' or 'big', got {show(order)}", path=path, obj=name
+            )
         layout = entry.get("layout", "dense")
         if type(layout) is not str:
-            raise FormatError(f"v0.1 'layout' must be a string, got {_kind(layout)}",
-                              path=path, obj=name)
+            raise FormatError(
+                f"v0.1 'layout' must be a string, got {_kind(layout)}", path=path, obj=name
+            )
         if layout == "sparse":
             sparse_format = entry.get("sparse_format", "")
             if type(sparse_format) is not str:
-                raise FormatError(f"v0.1 'sparse_format' must be a string, got "
-                                  f"{_kind(sparse_format)}", path=path, obj=name)
+                raise FormatError(
+                    f"v0.1 'sparse_format' must be a string, got {_kind(sparse_format)}",
+                    path=path,
+                    obj=name,
+                )
             layout = "sparse" + sparse_format[:40]
-        data = {"dtype": storage, "offset": entry.get("offset"), "length": entry.get("size"),
-                "encoding": entry.get("encoding", "raw"), "digest": entry.get("checksum"),
-                BYTEORDER: ">" if order == "big" else "<"}
+        data = {
+            "dtype": storage,
+            "offset": entry.get("offset"),
+            "length": entry.get("size"),
+            "encoding": entry.get("encoding", "raw"),
+            "digest": entry.get("checksum"),
+            BYTEORDER: ">" if order == "big" else "<",
+        }
         attributes = {k: v for k, v in entry.items() if k not in _V01_KNOWN}
-        obj = {"shape": entry.get("shape"), "format": "dense", "attributes": attributes,
-               "components": {"data": data}}
+        obj = {
+            "shape": entry.get("shape"),
+            "format": "dense",
+            "attributes": attributes,
+            "components": {"data": data},
+        }
         if layout != "dense":
             split_v01_sparse(name, obj, layout, path)
         objects[name] = obj
@@ -112,8 +137,9 @@ def _nnz(layout, shape, itemsize, size, **where):
     else:
         nnz, rest = divmod(size, len(shape) * 8 + itemsize) if shape else (-1, 0)
     if nnz < 0 or rest:
-        raise FormatError(f"v0.1 {layout} blob of {size} bytes does not fit shape "
-                          f"{list(shape)}", **where)
+        raise FormatError(
+            f"v0.1 {layout} blob of {size} bytes does not fit shape {list(shape)}", **where
+        )
     return nnz
 
 
@@ -127,19 +153,28 @@ def assemble(spec, blob: np.ndarray, **where):
     nnz = _nnz(layout, spec.shape, base.itemsize, blob.size, **where)
     if layout == "sparsecsr":
         rows1 = spec.shape[0] + 1
-        indptr = blob[:rows1 * 8].view(u64)
-        indices = blob[rows1 * 8:(rows1 + nnz) * 8].view(u64)
-        values = blob[(rows1 + nnz) * 8:].view(value_dtype)
+        indptr = blob[: rows1 * 8].view(u64)
+        indices = blob[rows1 * 8 : (rows1 + nnz) * 8].view(u64)
+        values = blob[(rows1 + nnz) * 8 :].view(value_dtype)
         if indptr[-1] != nnz:
-            raise FormatError(f"v0.1 CSR indptr ends at {indptr[-1]}, blob holds {nnz} values",
-                              **where)
+            raise FormatError(
+                f"v0.1 CSR indptr ends at {indptr[-1]}, blob holds {nnz} values", **where
+            )
         comps = {"values": values, "indices": indices, "indptr": indptr}
     else:
         ndim = len(spec.shape)
-        record = np.dtype({"names": ["coords", "value"], "formats": [(u64, (ndim,)), value_dtype],
-                           "offsets": [0, ndim * 8], "itemsize": ndim * 8 + base.itemsize})
+        record = np.dtype(
+            {
+                "names": ["coords", "value"],
+                "formats": [(u64, (ndim,)), value_dtype],
+                "offsets": [0, ndim * 8],
+                "itemsize": ndim * 8 + base.itemsize,
+            }
+        )
         recs = blob.view(record)
-        comps = {"values": np.ascontiguousarray(recs["value"]),
-                 "coords": np.ascontiguousarray(recs["coords"].T).reshape(-1)}
+        comps = {
+            "values": np.ascontiguousarray(recs["value"]),
+            "coords": np.ascontiguousarray(recs["coords"].T).reshape(-1),
+        }
     sparse.validate(sparse.Parts(LAYOUTS[layout], spec.shape, comps), **where)
     return comps

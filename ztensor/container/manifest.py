@@ -23,6 +23,7 @@ depends on the version after this module is the version string
 (``Manifest.version``, ``Reader.version``) and a v0.1 object's ``legacy`` marks
 (its byte order and unaligned blobs, legacy.py), which the readers honour.
 """
+
 from __future__ import annotations
 
 import io
@@ -62,8 +63,9 @@ def _decode(raw, footer, path, limits) -> Manifest:
     else:
         version, attributes, objects, info = _root_v1(data, path)
     if len(objects) > limits.max_objects:
-        raise LimitError(f"{len(objects)} objects exceed the limit of {limits.max_objects}",
-                         path=path)
+        raise LimitError(
+            f"{len(objects)} objects exceed the limit of {limits.max_objects}", path=path
+        )
     # The specs are built now, while the collector is paused, and the decoded CBOR
     # containers go: the specs are a fifth as many objects for it to track later.
     checker = Checker(path, info, footer.manifest_offset, limits)
@@ -77,21 +79,26 @@ def _check_disjoint(specs, path):
     (torch) would otherwise alias one tensor's memory with another's, and no
     writer produces overlaps (safetensors refuses them too).  Empty components
     occupy nothing."""
-    spans = sorted((c.offset, c.offset + c.length, name, c.role)
-                   for name, obj in specs.items() for c in obj.components.values()
-                   if c.length and c.aligned)
+    spans = sorted(
+        (c.offset, c.offset + c.length, name, c.role)
+        for name, obj in specs.items()
+        for c in obj.components.values()
+        if c.length and c.aligned
+    )
     for (_, end, name, role), (start, _, other, other_role) in zip(spans, spans[1:]):
         if start < end:
-            raise FormatError(f"component {_show(role)} overlaps component "
-                              f"{_show(other_role)} of object {_show(other)}", path=path,
-                              obj=name)
+            raise FormatError(
+                f"component {_show(role)} overlaps component "
+                f"{_show(other_role)} of object {_show(other)}",
+                path=path,
+                obj=name,
+            )
 
 
 def _check_plain(raw, path):
     end, _, _ = kernels.cbor_scan(raw, MAX_CBOR_DEPTH, path)
     if end != len(raw):
-        raise FormatError(f"manifest has {len(raw) - end} bytes after its CBOR item",
-                          path=path)
+        raise FormatError(f"manifest has {len(raw) - end} bytes after its CBOR item", path=path)
 
 
 def _cbor_loads(raw, path):
@@ -101,8 +108,9 @@ def _cbor_loads(raw, path):
     except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, OverflowError...
         raise FormatError(f"manifest is not valid CBOR: {exc}", path=path) from None
     if stream.tell() != len(raw):
-        raise FormatError(f"manifest has {len(raw) - stream.tell()} bytes after its CBOR item",
-                          path=path)
+        raise FormatError(
+            f"manifest has {len(raw) - stream.tell()} bytes after its CBOR item", path=path
+        )
     return value
 
 
@@ -112,13 +120,15 @@ def _root_v1(root, path):
     version = root.get("version")
     parsed = spec.parse_version(version)
     if parsed is None:
-        raise FormatError("manifest 'version' must be a string like \"1.2.0\", got "
-                          f"{_show(version)}", path=path)
+        raise FormatError(
+            f"manifest 'version' must be a string like \"1.2.0\", got {_show(version)}", path=path
+        )
     if parsed[0] != 1:
-        raise UnsupportedError(f"format version {version} is not supported (this reader "
-                               "reads 0.1, 1.1 and 1.2)", path=path)
-    attributes = attrs.check_optional_map(root.get("attributes"), "file attributes",
-                                          path=path)
+        raise UnsupportedError(
+            f"format version {version} is not supported (this reader reads 0.1, 1.1 and 1.2)",
+            path=path,
+        )
+    attributes = attrs.check_optional_map(root.get("attributes"), "file attributes", path=path)
     objects = root.get("objects")
     if type(objects) is not dict:
         raise FormatError(f"manifest 'objects' must be a map, got {kind_of(objects)}", path=path)
@@ -142,8 +152,12 @@ def encode_manifest(objects, attributes) -> bytes:
     root = bytes([0xA0 + (len(head) + 1) // 2]) + b"".join(head)  # pairs, "objects" included
     if hasattr(kernels, "manifest_encode"):
         return root + _objects_from_columns(objects)
-    return root + cbor2.dumps({name: _encode_object(_as_spec(name, objects[name]))
-                               for name in sorted(objects, key=lambda n: n.encode("utf-8"))})
+    return root + cbor2.dumps(
+        {
+            name: _encode_object(_as_spec(name, objects[name]))
+            for name in sorted(objects, key=lambda n: n.encode("utf-8"))
+        }
+    )
 
 
 _DTYPE_CODES = {name: i for i, name in enumerate(dtypes.STORAGE)}
@@ -165,25 +179,38 @@ def _objects_from_columns(objects) -> bytes:
         else:
             plain.append(0)
             pre.append(cbor2.dumps(_encode_object(entry)))
-    return kernels.manifest_encode(b"".join(encoded), list(map(len, encoded)), plain, rank,
-                                   dims, codes, offsets, lengths, b"".join(pre),
-                                   list(map(len, pre)), _DTYPE_WORDS)
+    return kernels.manifest_encode(
+        b"".join(encoded),
+        list(map(len, encoded)),
+        plain,
+        rank,
+        dims,
+        codes,
+        offsets,
+        lengths,
+        b"".join(pre),
+        list(map(len, pre)),
+        _DTYPE_WORDS,
+    )
 
 
 def _as_spec(name, entry) -> ObjectSpec:
     if type(entry) is not tuple:
         return entry
     shape, storage, offset, length = entry
-    return ObjectSpec(name, shape, "dense", {}, {"data": ComponentSpec("data", storage, None,
-                                                                       offset, length)})
+    return ObjectSpec(
+        name, shape, "dense", {}, {"data": ComponentSpec("data", storage, None, offset, length)}
+    )
 
 
 def _encode_object(obj: ObjectSpec) -> dict:
     out = {"shape": list(obj.shape), "format": obj.format}
     if obj.attributes:
         out["attributes"] = _sorted_map(obj.attributes)
-    out["components"] = {role: _encode_component(obj.components[role])
-                         for role in sorted(obj.components, key=lambda r: r.encode("utf-8"))}
+    out["components"] = {
+        role: _encode_component(obj.components[role])
+        for role in sorted(obj.components, key=lambda r: r.encode("utf-8"))
+    }
     return out
 
 
@@ -206,8 +233,10 @@ def _sorted_map(mapping) -> dict:
     sorted by UTF-8 bytes: the same attributes give the same bytes whatever order
     their dicts were built in (docs/format-decisions.md, "Canonical order").  The
     depth is bounded: attributes.check_map refused deeper nesting before this."""
-    return {k: _canonical_value(mapping[k])
-            for k in sorted(mapping, key=lambda k: str(k).encode("utf-8"))}
+    return {
+        k: _canonical_value(mapping[k])
+        for k in sorted(mapping, key=lambda k: str(k).encode("utf-8"))
+    }
 
 
 def _canonical_value(value):

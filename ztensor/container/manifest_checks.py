@@ -6,6 +6,7 @@ path over columns (manifest_table.py, which may only decline) and the writer all
 apply this one class, so a rule written here holds on every path.
 :class:`Manifest` is what a decoded manifest becomes, whichever path read it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -111,18 +112,21 @@ class Checker:
         if type(shape) is not list:
             self.fail(f"'shape' must be an array of integers, got {kind_of(shape)}", name)
         if len(shape) > self.limits.max_rank:
-            self.fail(f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}", name,
-                      cls=LimitError)
+            self.fail(
+                f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}",
+                name,
+                cls=LimitError,
+            )
         for dim in shape:
             if type(dim) is not int or dim < 0 or dim >= _MAX_DIM:
-                self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}",
-                          name)
+                self.fail(f"'shape' entries must be integers in [0, 2**63), got {_show(dim)}", name)
         fmt = obj.get("format")
         if type(fmt) is not str or not fmt:
             self.fail(f"'format' must be a non-empty string, got {_show(fmt)}", name)
         self.check_name(fmt, "'format'", path=self.path, obj=name)
-        attributes = attrs.check_optional_map(obj.get("attributes"), "attributes",
-                                              path=self.path, obj=name)
+        attributes = attrs.check_optional_map(
+            obj.get("attributes"), "attributes", path=self.path, obj=name
+        )
         raw_components = obj.get("components")
         if type(raw_components) is not dict:
             self.fail(f"'components' must be a map, got {kind_of(raw_components)}", name)
@@ -147,42 +151,64 @@ class Checker:
             itemsize *= dtypes.element_ratio(dtype, ltype)
         offset, length = c.get("offset"), c.get("length")
         if type(offset) is not int or offset < 0 or offset >= _U64:
-            self.fail(f"'offset' must be an unsigned 64-bit integer, got {_show(offset)}",
-                      name, role)
+            self.fail(
+                f"'offset' must be an unsigned 64-bit integer, got {_show(offset)}", name, role
+            )
         if type(length) is not int or length < 0 or length >= _U64:
-            self.fail(f"'length' must be an unsigned 64-bit integer, got {_show(length)}",
-                      name, role)
+            self.fail(
+                f"'length' must be an unsigned 64-bit integer, got {_show(length)}", name, role
+            )
         unaligned = c.get(UNALIGNED, False)
         if offset % spec.ALIGNMENT and not unaligned:
             self.fail(f"offset {offset} is not a multiple of {spec.ALIGNMENT}", name, role)
         if offset < spec.MAGIC_SIZE:
             self.fail(f"offset {offset} points into the file header", name, role)
         if offset + length > self.data_end:
-            self.fail(f"bytes {offset}..{offset + length} run past the end of the data region "
-                      f"({self.data_end})", name, role)
+            self.fail(
+                f"bytes {offset}..{offset + length} run past the end of the data region "
+                f"({self.data_end})",
+                name,
+                role,
+            )
         encoding = c.get("encoding", "raw")
         ulen = c.get("uncompressed_length")
         if ulen is not None and (type(ulen) is not int or ulen < 0 or ulen >= _U64):
-            self.fail(f"'uncompressed_length' must be an unsigned 64-bit integer, got "
-                      f"{_show(ulen)}", name, role)
+            self.fail(
+                f"'uncompressed_length' must be an unsigned 64-bit integer, got {_show(ulen)}",
+                name,
+                role,
+            )
         if encoding == "raw":
             if ulen is not None and ulen != length:
-                self.fail(f"raw component has uncompressed_length {ulen} != length {length}",
-                          name, role)
+                self.fail(
+                    f"raw component has uncompressed_length {ulen} != length {length}", name, role
+                )
             ulen = None
             if length % itemsize:
-                self.fail(f"length {length} is not a whole number of {ltype or dtype} "
-                          "elements", name, role)
+                self.fail(
+                    f"length {length} is not a whole number of {ltype or dtype} elements",
+                    name,
+                    role,
+                )
         elif encoding == "zstd":
             self.check_zstd_size(name, role, ulen, itemsize, ltype or dtype, length)
         else:
-            self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')",
-                      name, role)
+            self.fail(f"unknown encoding {_show(encoding)} (expected 'raw' or 'zstd')", name, role)
         digest = c.get("digest")
         if digest is not None:
             self.check_digest(name, role, digest)
-        return ComponentSpec(role, dtype, ltype, offset, length, encoding, ulen, digest,
-                             c.get(BYTEORDER, "<"), not unaligned)
+        return ComponentSpec(
+            role,
+            dtype,
+            ltype,
+            offset,
+            length,
+            encoding,
+            ulen,
+            digest,
+            c.get(BYTEORDER, "<"),
+            not unaligned,
+        )
 
     def lift_dtype(self, name, role, dtype, ltype):
         """v1.1 dtypes that are really logical types -> (storage, type)."""
@@ -199,38 +225,54 @@ class Checker:
         ltype = dtypes.TYPE_ALIASES.get(ltype, ltype)
         known = dtypes.LOGICAL.get(ltype)
         if known is not None and known.storage != dtype:
-            self.fail(f"type {_show(ltype)} needs dtype {known.storage!r}, "
-                      f"not {_show(dtype)}", name, role)
+            self.fail(
+                f"type {_show(ltype)} needs dtype {known.storage!r}, not {_show(dtype)}", name, role
+            )
         return ltype
 
     def check_zstd_size(self, name, role, ulen, itemsize, dtype, length):
         if ulen is None:
             if self.info.requires_uncompressed_length:
-                self.fail("zstd component lacks 'uncompressed_length' (required since 1.2)",
-                          name, role)
+                self.fail(
+                    "zstd component lacks 'uncompressed_length' (required since 1.2)", name, role
+                )
             return  # v0.1/v1.1: dense objects derive it from the shape (formats/dense.py)
         if ulen > self.limits.max_component_size:
-            self.fail(f"uncompressed_length {ulen} exceeds the per-component limit of "
-                      f"{self.limits.max_component_size}", name, role, cls=LimitError)
+            self.fail(
+                f"uncompressed_length {ulen} exceeds the per-component limit of "
+                f"{self.limits.max_component_size}",
+                name,
+                role,
+                cls=LimitError,
+            )
         self.total_decoded += ulen
         if self.total_decoded > self.limits.max_total_decompressed:
-            self.fail(f"total uncompressed size {self.total_decoded} exceeds the per-file "
-                      f"limit of {self.limits.max_total_decompressed}", name, role,
-                      cls=LimitError)
+            self.fail(
+                f"total uncompressed size {self.total_decoded} exceeds the per-file "
+                f"limit of {self.limits.max_total_decompressed}",
+                name,
+                role,
+                cls=LimitError,
+            )
         if ulen > spec.zstd_max_output(length):
-            self.fail(f"uncompressed_length {ulen} is more than {length} bytes of zstd data "
-                      f"can produce (at most {spec.ZSTD_MAX_RATIO}x)", name, role)
+            self.fail(
+                f"uncompressed_length {ulen} is more than {length} bytes of zstd data "
+                f"can produce (at most {spec.ZSTD_MAX_RATIO}x)",
+                name,
+                role,
+            )
         if ulen % itemsize:
-            self.fail(f"uncompressed_length {ulen} is not a whole number of {dtype} elements",
-                      name, role)
+            self.fail(
+                f"uncompressed_length {ulen} is not a whole number of {dtype} elements", name, role
+            )
 
     def check_digest(self, name, role, digest):
         if type(digest) is not str or ":" not in digest:
-            self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}",
-                      name, role)
+            self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}", name, role)
         algorithm = digest.split(":", 1)[0].lower()
         if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
-                algorithm + digest[len(algorithm):]):
+            algorithm + digest[len(algorithm) :]
+        ):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
 
 

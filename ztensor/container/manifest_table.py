@@ -14,6 +14,7 @@ here that fails, goes to ``manifest.py``'s general path (cbor2 + Checker), which
 then reports the first problem in manifest order.  So both paths give one verdict
 and one message, and a differential fuzz target (tools/fuzz) holds them to it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,10 +32,33 @@ from ztensor.objects import ComponentSpec, ObjectSpec
 # columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
 # compiled extension exports the structs' field order, HEADER_CONSTANTS, and
 # tests/test_c_constants.py checks these names against it)
-(NAME_OFF, NAME_LEN, FORMAT, ATTRS_OFF, ATTRS_LEN, DIMS_START, RANK, COMPS_START, NCOMPS,
- NUMEL, EXTENT_OK) = range(11)
-(ROLE_OFF, ROLE_LEN, ROLE, DTYPE, TYPE, OFFSET, LENGTH, ENCODING, ULEN, DIGEST_OFF,
- DIGEST_LEN, OBJECT) = range(12)
+(
+    NAME_OFF,
+    NAME_LEN,
+    FORMAT,
+    ATTRS_OFF,
+    ATTRS_LEN,
+    DIMS_START,
+    RANK,
+    COMPS_START,
+    NCOMPS,
+    NUMEL,
+    EXTENT_OK,
+) = range(11)
+(
+    ROLE_OFF,
+    ROLE_LEN,
+    ROLE,
+    DTYPE,
+    TYPE,
+    OFFSET,
+    LENGTH,
+    ENCODING,
+    ULEN,
+    DIGEST_OFF,
+    DIGEST_LEN,
+    OBJECT,
+) = range(12)
 NONE = (1 << 64) - 1  # ZT_MF_NONE
 
 FORMATS = tuple(formats.HANDLERS)
@@ -67,8 +91,11 @@ def _resolve(dtype_word, type_word):
 
 # (dtype index, type index or len(TYPE_WORDS) for none) -> resolved, and its item size
 # as a lookup array (0: refused)
-_RESOLVED = {(d, t): _resolve(dw, TYPE_WORDS[t] if t < len(TYPE_WORDS) else None)
-             for d, dw in enumerate(DTYPE_WORDS) for t in range(len(TYPE_WORDS) + 1)}
+_RESOLVED = {
+    (d, t): _resolve(dw, TYPE_WORDS[t] if t < len(TYPE_WORDS) else None)
+    for d, dw in enumerate(DTYPE_WORDS)
+    for t in range(len(TYPE_WORDS) + 1)
+}
 _ITEMSIZE = np.zeros((len(DTYPE_WORDS), len(TYPE_WORDS) + 1), np.uint64)
 for (_d, _t), _r in _RESOLVED.items():
     _ITEMSIZE[_d, _t] = 0 if _r is None else _r[2]
@@ -80,8 +107,7 @@ _PAIR_WIDTH = len(TYPE_WORDS) + 1
 _PAIRS = [None] * (len(DTYPE_WORDS) * _PAIR_WIDTH + 1)
 for (_d, _t), _r in _RESOLVED.items():
     _PAIRS[_d * _PAIR_WIDTH + _t] = None if _r is None else _r[:2]
-_DTYPE_NAMES = [None if _p is None else dtypes.REFERENCE_NAMES.get(_p[0], _p[0])
-                for _p in _PAIRS]
+_DTYPE_NAMES = [None if _p is None else dtypes.REFERENCE_NAMES.get(_p[0], _p[0]) for _p in _PAIRS]
 
 
 def _shape_list(starts, ranks, dims):
@@ -107,18 +133,25 @@ def _shape_list(starts, ranks, dims):
         rep = first[group]
         if all((column == column[rep]).all() for column in columns):
             dims_list = dims.tolist()
-            made = [tuple(dims_list[s:s + k])
-                    for s, k in zip(starts[first].tolist(), ranks[first].tolist())]
+            made = [
+                tuple(dims_list[s : s + k])
+                for s, k in zip(starts[first].tolist(), ranks[first].tolist())
+            ]
             return list(map(made.__getitem__, group.tolist()))
     dims_list = dims.tolist()
-    return [tuple(dims_list[s:s + k]) for s, k in zip(starts.tolist(), ranks.tolist())]
+    return [tuple(dims_list[s : s + k]) for s, k in zip(starts.tolist(), ranks.tolist())]
 
 
 # dtype index -> numpy dtype of a plain view (None: never one: bf16, v1.1 aliases of
 # logical types, and multi-byte types on big-endian hosts, which need a swap)
-_VIEW_DTYPES = [dtypes.STORAGE[w].numpy if w in dtypes.STORAGE and w != "bf16"
-                and (dtypes.STORAGE[w].numpy.isnative or dtypes.STORAGE[w].itemsize == 1)
-                else None for w in DTYPE_WORDS]
+_VIEW_DTYPES = [
+    dtypes.STORAGE[w].numpy
+    if w in dtypes.STORAGE
+    and w != "bf16"
+    and (dtypes.STORAGE[w].numpy.isnative or dtypes.STORAGE[w].itemsize == 1)
+    else None
+    for w in DTYPE_WORDS
+]
 _VIEWABLE = np.array([d is not None for d in _VIEW_DTYPES])
 
 
@@ -138,7 +171,7 @@ def decode(raw, footer, path, limits, max_depth):
         return None
     (version_off, version_len), (attrs_off, attrs_len), objects, comps, dims = scanned
     try:
-        version = raw[version_off:version_off + version_len].decode("utf-8")
+        version = raw[version_off : version_off + version_len].decode("utf-8")
         parsed = spec.parse_version(version)
         if parsed is None or parsed[0] != 1:
             raise _Slow
@@ -165,7 +198,7 @@ def decode(raw, footer, path, limits, max_depth):
 def _attributes(raw, off, length, what, path, name=None):
     if not length:
         return {}
-    value = cbor2.loads(raw[off:off + length])
+    value = cbor2.loads(raw[off : off + length])
     return attrs.check_optional_map(value, what, path=path, obj=name)
 
 
@@ -173,15 +206,16 @@ def _derive_sizes(objects, comps, info):
     """v1.1 zstd components may omit uncompressed_length: a dense object's data then
     decodes to its shape's bytes (formats/dense.py), written into the table as the
     general path writes it into the spec; any other component goes the general way."""
-    missing = np.flatnonzero((comps[ENCODING] == ENCODINGS.index("zstd"))
-                             & (comps[ULEN] == NONE))
+    missing = np.flatnonzero((comps[ENCODING] == ENCODINGS.index("zstd")) & (comps[ULEN] == NONE))
     if not len(missing):
         return
     owners = comps[OBJECT, missing].astype(np.int64)
-    if (info.requires_uncompressed_length
-            or (objects[FORMAT, owners] != DENSE).any()
-            or (comps[ROLE, missing] != ROLES.index("data")).any()
-            or not objects[EXTENT_OK, owners].all()):
+    if (
+        info.requires_uncompressed_length
+        or (objects[FORMAT, owners] != DENSE).any()
+        or (comps[ROLE, missing] != ROLES.index("data")).any()
+        or not objects[EXTENT_OK, owners].all()
+    ):
         raise _Slow
     comps[ULEN, missing] = objects[NUMEL, owners] * _itemsizes(comps[:, missing])
 
@@ -189,8 +223,9 @@ def _derive_sizes(objects, comps, info):
 def _pair_codes(dtype, ctype):
     """The (dtype, type) code of components, from their DTYPE and TYPE columns:
     dtype * _PAIR_WIDTH + type, an absent type counting as len(TYPE_WORDS)."""
-    return (dtype * np.uint64(_PAIR_WIDTH)
-            + np.where(ctype == NONE, len(TYPE_WORDS), ctype)).astype(np.int64)
+    return (
+        dtype * np.uint64(_PAIR_WIDTH) + np.where(ctype == NONE, len(TYPE_WORDS), ctype)
+    ).astype(np.int64)
 
 
 def _itemsizes(rows):
@@ -205,13 +240,18 @@ def _check_components(raw, comps, itemsize, checker):
     limits = checker.limits
     offset, length, ulen = comps[OFFSET], comps[LENGTH], comps[ULEN]
     data_end = np.uint64(checker.data_end)
-    if (not itemsize.all() or (offset % spec.ALIGNMENT).any()
-            or (offset < spec.MAGIC_SIZE).any() or (offset > data_end).any()
-            or (length > data_end - offset).any()):
+    if (
+        not itemsize.all()
+        or (offset % spec.ALIGNMENT).any()
+        or (offset < spec.MAGIC_SIZE).any()
+        or (offset > data_end).any()
+        or (length > data_end - offset).any()
+    ):
         raise _Slow
     raw_enc = comps[ENCODING] == ENCODINGS.index("raw")
-    if ((raw_enc & (ulen != NONE) & (ulen != length)).any()
-            or (raw_enc & (length % itemsize != 0)).any()):
+    if (raw_enc & (ulen != NONE) & (ulen != length)).any() or (
+        raw_enc & (length % itemsize != 0)
+    ).any():
         raise _Slow
     zstd = ~raw_enc
     if zstd.any():
@@ -232,7 +272,7 @@ def _check_components(raw, comps, itemsize, checker):
             raise _Slow
     for row in np.flatnonzero(comps[DIGEST_OFF]).tolist():
         off, n = int(comps[DIGEST_OFF, row]), int(comps[DIGEST_LEN, row])
-        checker.check_digest(None, None, raw[off:off + n].decode("utf-8"))
+        checker.check_digest(None, None, raw[off : off + n].decode("utf-8"))
 
 
 def _check_objects(specs, itemsize, checker):
@@ -249,8 +289,9 @@ def _check_objects(specs, itemsize, checker):
         if (rows < 0).any() or not objects[EXTENT_OK, dense].all():
             raise _Slow
         expected = objects[NUMEL, dense] * itemsize[rows]  # < 2**63: extent_ok bounds it
-        decoded = np.where(comps[ENCODING, rows] == ENCODINGS.index("raw"),
-                           comps[LENGTH, rows], comps[ULEN, rows])
+        decoded = np.where(
+            comps[ENCODING, rows] == ENCODINGS.index("raw"), comps[LENGTH, rows], comps[ULEN, rows]
+        )
         if (decoded != expected).any():
             raise _Slow
     # the rest, one by one with the general path's code (and attributes decoded once)
@@ -258,8 +299,7 @@ def _check_objects(specs, itemsize, checker):
     for row in special:
         obj = specs.build(row, checker)
         if not dense[row]:
-            formats.handler(obj.format).check_entry(checker, obj.name, obj.shape,
-                                                    obj.components)
+            formats.handler(obj.format).check_entry(checker, obj.name, obj.shape, obj.components)
 
 
 def _check_disjoint(comps):
@@ -353,8 +393,10 @@ class TableSpecs:
             names = map(self.names.__getitem__, np.flatnonzero(mask).tolist())
             views = self._views = {
                 name: (dt, ln // dt.itemsize, off, shape)
-                for name, dt, off, ln, shape in zip(names, storage, offsets.tolist(),
-                                                    lengths.tolist(), shapes)}
+                for name, dt, off, ln, shape in zip(
+                    names, storage, offsets.tolist(), lengths.tolist(), shapes
+                )
+            }
         return views
 
     def plain_views(self, rows, shapes=True):
@@ -377,9 +419,13 @@ class TableSpecs:
             objects, comps = self.objects, self.comps
             data_of = self.data_component_rows()
             safe = np.maximum(data_of, 0)
-            plain = ((objects[FORMAT] == DENSE) & (data_of >= 0)
-                     & (comps[ENCODING, safe] == ENCODINGS.index("raw"))
-                     & (comps[TYPE, safe] == NONE) & _VIEWABLE[comps[DTYPE, safe]])
+            plain = (
+                (objects[FORMAT] == DENSE)
+                & (data_of >= 0)
+                & (comps[ENCODING, safe] == ENCODINGS.index("raw"))
+                & (comps[TYPE, safe] == NONE)
+                & _VIEWABLE[comps[DTYPE, safe]]
+            )
             self._plain = np.where(plain, data_of, -1)
         return self._plain
 
@@ -419,9 +465,16 @@ class TableSpecs:
         starts[rows] = np.asarray(at, np.uint64) // sizes
         stops[rows] = starts[rows] + chosen[LENGTH] // sizes
         objects = self.objects
-        return kernels.ViewTable(self.index, typed, which, starts, stops,
-                                 np.ascontiguousarray(objects[DIMS_START]),
-                                 np.ascontiguousarray(objects[RANK]), self.dims)
+        return kernels.ViewTable(
+            self.index,
+            typed,
+            which,
+            starts,
+            stops,
+            np.ascontiguousarray(objects[DIMS_START]),
+            np.ascontiguousarray(objects[RANK]),
+            self.dims,
+        )
 
     def build(self, row, checker=None):
         """The spec of object ``row``, its attributes decoded now (errors name
@@ -436,8 +489,9 @@ class TableSpecs:
         attributes = {}
         if o[ATTRS_LEN]:
             path = checker.path if checker is not None else None
-            attributes = _attributes(self.raw, o[ATTRS_OFF], o[ATTRS_LEN], "attributes",
-                                     path, self.names[row])
+            attributes = _attributes(
+                self.raw, o[ATTRS_OFF], o[ATTRS_LEN], "attributes", path, self.names[row]
+            )
         spec_ = self.built[row] = TableObjectSpec(self, row, attributes)
         return spec_
 
@@ -483,18 +537,30 @@ class TableSpecs:
         """role -> ComponentSpec of object ``row``."""
         raw, components = self.raw, {}
         start, count = int(self.objects[COMPS_START, row]), int(self.objects[NCOMPS, row])
-        rows = ([self.comps[:, start].tolist()] if count == 1
-                else self.comps[:, start:start + count].T.tolist())
+        rows = (
+            [self.comps[:, start].tolist()]
+            if count == 1
+            else self.comps[:, start : start + count].T.tolist()
+        )
         for c in rows:
-            role = raw[c[ROLE_OFF]:c[ROLE_OFF] + c[ROLE_LEN]].decode("utf-8")
-            storage, ltype, _ = _RESOLVED[c[DTYPE], len(TYPE_WORDS) if c[TYPE] == NONE
-                                          else c[TYPE]]
+            role = raw[c[ROLE_OFF] : c[ROLE_OFF] + c[ROLE_LEN]].decode("utf-8")
+            storage, ltype, _ = _RESOLVED[c[DTYPE], len(TYPE_WORDS) if c[TYPE] == NONE else c[TYPE]]
             encoding = ENCODINGS[c[ENCODING]]
-            digest = (raw[c[DIGEST_OFF]:c[DIGEST_OFF] + c[DIGEST_LEN]].decode("utf-8")
-                      if c[DIGEST_OFF] else None)
-            components[role] = ComponentSpec(role, storage, ltype, c[OFFSET], c[LENGTH],
-                                             encoding, None if encoding == "raw" else c[ULEN],
-                                             digest)
+            digest = (
+                raw[c[DIGEST_OFF] : c[DIGEST_OFF] + c[DIGEST_LEN]].decode("utf-8")
+                if c[DIGEST_OFF]
+                else None
+            )
+            components[role] = ComponentSpec(
+                role,
+                storage,
+                ltype,
+                c[OFFSET],
+                c[LENGTH],
+                encoding,
+                None if encoding == "raw" else c[ULEN],
+                digest,
+            )
         return components
 
 

@@ -9,6 +9,7 @@ and ONNX.  Opening validates the whole manifest (see manifest.py; container_v2
 and foreign/ check theirs) before any data byte is touched; reading an object
 touches only that object's bytes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,14 +49,15 @@ from ztensor.tensor import Tensor
 def _memory_is_a_limit(method):
     """A legitimate object larger than the memory left is a LimitError naming it,
     never a bare MemoryError (docs/safety.md)."""
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except MemoryError:
             name = args[0] if args and isinstance(args[0], str) else None
-            raise LimitError("not enough memory for this read", path=self.path,
-                             obj=name) from None
+            raise LimitError("not enough memory for this read", path=self.path, obj=name) from None
+
     return wrapper
 
 
@@ -147,11 +149,16 @@ class Reader:
     threads; reads do not modify it.
     """
 
-    def __init__(self, source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any],
-                 *,
-                 verify: bool = False, limits: Optional[spec.Limits] = None,
-                 copy_on_write: bool = False, mmap: bool = True,
-                 storage_options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any],
+        *,
+        verify: bool = False,
+        limits: Optional[spec.Limits] = None,
+        copy_on_write: bool = False,
+        mmap: bool = True,
+        storage_options: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self._closed = True  # until the manifest is checked (and for __del__)
         storage_options = check_storage_options(source, storage_options)
         self._limits = limits or spec.DEFAULT_LIMITS
@@ -162,26 +169,36 @@ class Reader:
         # a local path is opened through source.open_local_input by sniff (and Source):
         # a directory, FIFO or device is refused there, before any reader sees it
         try:
-            kind = foreign.sniff(os.fspath(source)) if isinstance(source, (str, os.PathLike)) \
-                and not is_url(source) else None
+            kind = (
+                foreign.sniff(os.fspath(source))
+                if isinstance(source, (str, os.PathLike)) and not is_url(source)
+                else None
+            )
         except NotAFileError as exc:
             # only a local path (str or PathLike) was sniffed, so only one gets here
             if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
                 raise
-            raise NotAFileError("is a directory, not a tensor file: open a checkpoint "
-                                "directory with ztensor.open_sharded(path)",
-                                path=exc.path) from None
+            raise NotAFileError(
+                "is a directory, not a tensor file: open a checkpoint "
+                "directory with ztensor.open_sharded(path)",
+                path=exc.path,
+            ) from None
         if kind is not None:  # another tensor format: read-only, through ztensor/foreign
             self._source = None
             self.path = os.fspath(cast("Union[str, os.PathLike[str]]", source))  # sniffed: local
-            self._foreign = foreign.open_foreign(self.path, kind, self._limits,
-                                                 copy_on_write=copy_on_write, mmap=mmap)
-            self._manifest = Manifest(None, self._foreign.attributes,
-                                      {n: e.spec for n, e in self._foreign.entries.items()})
+            self._foreign = foreign.open_foreign(
+                self.path, kind, self._limits, copy_on_write=copy_on_write, mmap=mmap
+            )
+            self._manifest = Manifest(
+                None,
+                self._foreign.attributes,
+                {n: e.spec for n, e in self._foreign.entries.items()},
+            )
             self._closed = False
             return
-        self._source = Source(source, copy_on_write=copy_on_write, mmap=mmap,
-                              storage_options=storage_options)
+        self._source = Source(
+            source, copy_on_write=copy_on_write, mmap=mmap, storage_options=storage_options
+        )
         self.path = self._source.name
         try:
             head = self._source.view(0, min(8, self._source.size), "header")
@@ -202,9 +219,12 @@ class Reader:
             is_index = _is_index(self._source, self.path)
             self._source.close()
             if is_index:
-                raise FormatError("a sharded checkpoint's index, not a tensor file: open it "
-                                  "with ztensor.open_sharded(path) (ztensor.torch.load_file "
-                                  "and load_model take it too)", path=self.path) from None
+                raise FormatError(
+                    "a sharded checkpoint's index, not a tensor file: open it "
+                    "with ztensor.open_sharded(path) (ztensor.torch.load_file "
+                    "and load_model take it too)",
+                    path=self.path,
+                ) from None
             raise
         except BaseException:
             self._source.close()
@@ -260,9 +280,16 @@ class Reader:
         not public API.  Made anew on each access: it holds the Reader's methods, so
         a cached one would tie the Reader into a reference cycle, and an unclosed
         Reader must be released as soon as it is dropped."""
-        return ReaderInternals(self._source, self._manifest.specs, self._verify, self._limits,
-                               self._foreign, self._require_open, self._component,
-                               self._format_of)
+        return ReaderInternals(
+            self._source,
+            self._manifest.specs,
+            self._verify,
+            self._limits,
+            self._foreign,
+            self._require_open,
+            self._component,
+            self._format_of,
+        )
 
     def _format_of(self, name: str) -> str:
         """metadata(name).format, without building the spec where the manifest can."""
@@ -273,16 +300,23 @@ class Reader:
 
     # ------------------------------------------------------------ reading
     @overload
-    def read_numpy(self, name: str, *, copy: bool = ..., dtype: Any = ...,
-                   threads: Optional[int] = ...) -> np.ndarray: ...
+    def read_numpy(
+        self, name: str, *, copy: bool = ..., dtype: Any = ..., threads: Optional[int] = ...
+    ) -> np.ndarray: ...
 
     @overload
-    def read_numpy(self, name: List[str], *, copy: bool = ..., dtype: Any = ...,
-                   threads: Optional[int] = ...) -> Dict[str, np.ndarray]: ...
+    def read_numpy(
+        self, name: List[str], *, copy: bool = ..., dtype: Any = ..., threads: Optional[int] = ...
+    ) -> Dict[str, np.ndarray]: ...
 
-    def read_numpy(self, name: Union[str, List[str]], *, copy: bool = False, dtype: Any = None,
-                   threads: Optional[int] = None
-                   ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+    def read_numpy(
+        self,
+        name: Union[str, List[str]],
+        *,
+        copy: bool = False,
+        dtype: Any = None,
+        threads: Optional[int] = None,
+    ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
         """A dense object as a numpy array of its logical shape and dtype.
 
         Parameters
@@ -325,8 +359,9 @@ class Reader:
                 try:
                     return components.copy_array(view)
                 except MemoryError:
-                    raise LimitError("not enough memory for this read", path=self.path,
-                                     obj=name) from None
+                    raise LimitError(
+                        "not enough memory for this read", path=self.path, obj=name
+                    ) from None
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
     def _zero_copy_views(self):
@@ -372,8 +407,11 @@ class Reader:
                 return arr.reshape(shape)
         obj = self.metadata(name)
         if obj.format != "dense":  # foreign files too: a GGUF tensor may be gguf_blocks
-            raise UnsupportedError(f"read_numpy reads dense objects; this one is "
-                                   f"{obj.format!r}, use read()", path=self.path, obj=name)
+            raise UnsupportedError(
+                f"read_numpy reads dense objects; this one is {obj.format!r}, use read()",
+                path=self.path,
+                obj=name,
+            )
         if self._foreign is not None:
             return self._foreign_numpy(obj, copy)
         plan = obj.plan
@@ -389,8 +427,9 @@ class Reader:
             return arr.reshape(obj.shape)
         comp = obj.components["data"]
         arr = self._component(obj, comp, copy)
-        return logical.as_values(arr, comp.dtype, comp.type, path=self.path,
-                                 obj=name).reshape(obj.shape)
+        return logical.as_values(arr, comp.dtype, comp.type, path=self.path, obj=name).reshape(
+            obj.shape
+        )
 
     def _read_converted(self, name, dtype):
         obj = self.metadata(name)
@@ -411,8 +450,9 @@ class Reader:
     def read(self, name: List[str], *, copy: bool = ...) -> Dict[str, Tensor]: ...
 
     @_memory_is_a_limit
-    def read(self, name: Union[str, List[str]], *, copy: bool = False
-             ) -> Union[Tensor, Dict[str, Tensor]]:
+    def read(
+        self, name: Union[str, List[str]], *, copy: bool = False
+    ) -> Union[Tensor, Dict[str, Tensor]]:
         """Any object as a :class:`ztensor.Tensor` with every component as an array.
 
         Dense ``data`` has the object's shape; quantized_group components have their
@@ -425,36 +465,58 @@ class Reader:
             self._require_open()
             t = self._foreign.entries[name].load()
             if copy:
-                t = Tensor({r: np.array(a) for r, a in t.components.items()}, shape=t.shape,
-                           format=t.format, attributes=t.attributes, types=t.types)
+                t = Tensor(
+                    {r: np.array(a) for r, a in t.components.items()},
+                    shape=t.shape,
+                    format=t.format,
+                    attributes=t.attributes,
+                    types=t.types,
+                )
             return t
         if obj.legacy is not None:  # a v0.1 sparse blob: lifted to v1.2 sparse components
             blob = self._component(obj, obj.components["data"], copy)
             arrays = legacy.assemble(obj, blob, path=self.path, obj=name)
-            return Tensor(arrays, shape=obj.shape, format=obj.format,
-                          attributes=obj.attributes)
-        arrays = {role: logical.as_elements(self._component(obj, comp, copy), comp.dtype,
-                                            comp.type, path=self.path, obj=name, component=role)
-                  for role, comp in obj.components.items()}
+            return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes)
+        arrays = {
+            role: logical.as_elements(
+                self._component(obj, comp, copy),
+                comp.dtype,
+                comp.type,
+                path=self.path,
+                obj=name,
+                component=role,
+            )
+            for role, comp in obj.components.items()
+        }
         arrays = formats.handler(obj.format).assemble(obj, arrays, path=self.path)
-        return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes,
-                      types=formats.types_of(obj))
+        return Tensor(
+            arrays,
+            shape=obj.shape,
+            format=obj.format,
+            attributes=obj.attributes,
+            types=formats.types_of(obj),
+        )
 
     def read_sparse(self, name: str) -> Any:
         """A sparse_csr/sparse_coo object as a scipy.sparse array when scipy is
         installed, else as the checked :class:`ztensor.Tensor`."""
         obj = self.read(name)
         if obj.format not in ("sparse_csr", "sparse_coo"):
-            raise UnsupportedError(f"{obj.format!r} is not a sparse format", path=self.path,
-                                   obj=name)
+            raise UnsupportedError(
+                f"{obj.format!r} is not a sparse format", path=self.path, obj=name
+            )
         try:
             import scipy.sparse  # noqa: F401 - optional
         except ImportError:
             return obj
         return obj.to_scipy()
 
-    def verify(self, progress: Optional[Callable[[int, int], None]] = None, *,
-               errors: Optional[List[Exception]] = None) -> int:
+    def verify(
+        self,
+        progress: Optional[Callable[[int, int], None]] = None,
+        *,
+        errors: Optional[List[Exception]] = None,
+    ) -> int:
         """Check every object as a read would, one object at a time: every digest
         (over the stored bytes, or the decoded ones for v2), then the read itself
         (zstd streams decoded to their declared size, the format's rules: sparse
@@ -487,13 +549,15 @@ class Reader:
                             continue
                         where = {"path": self.path, "obj": name, "component": role}
                         if comp.digest_over == "decoded":  # v2: the digest names the content
-                            data = components.read_component(self._source, comp,
-                                                             limits=self._limits, **where)
+                            data = components.read_component(
+                                self._source, comp, limits=self._limits, **where
+                            )
                             digests.verify(data.view(np.uint8), comp.digest, **where)
                             del data
                         else:
-                            stored = self._source.view(comp.offset, comp.length, "component",
-                                                       obj=name, component=role)
+                            stored = self._source.view(
+                                comp.offset, comp.length, "component", obj=name, component=role
+                            )
                             digests.verify(stored, comp.digest, **where)
                         matched += 1
                 self.read(name)  # what a read refuses; the result is dropped at once
@@ -511,16 +575,23 @@ class Reader:
         self._require_open()
         comp = obj.components["data"]
         arr = self._foreign.entries[obj.name].load().components["data"]
-        arr = logical.as_values(np.asarray(arr), comp.dtype, comp.type, path=self.path,
-                                obj=obj.name)
+        arr = logical.as_values(
+            np.asarray(arr), comp.dtype, comp.type, path=self.path, obj=obj.name
+        )
         if copy:
-            arr = np.array(arr, dtype=arr.dtype.newbyteorder("=") if arr.dtype.itemsize > 1
-                           and arr.dtype.kind not in "V" else arr.dtype, order="C")
+            arr = np.array(
+                arr,
+                dtype=arr.dtype.newbyteorder("=")
+                if arr.dtype.itemsize > 1 and arr.dtype.kind not in "V"
+                else arr.dtype,
+                order="C",
+            )
         return arr.reshape(obj.shape)
 
     # ------------------------------------------------------------ the reference's calls
-    def read_tensors(self, names: List[str], *, copy: bool = False,
-                     threads: Optional[int] = None) -> Dict[str, np.ndarray]:
+    def read_tensors(
+        self, names: List[str], *, copy: bool = False, threads: Optional[int] = None
+    ) -> Dict[str, np.ndarray]:
         """name -> array for several dense objects (the reference's name for
         ``read_numpy(list)``)."""
         return self.read_numpy(list(names), copy=copy, threads=threads)
@@ -551,8 +622,12 @@ class Reader:
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
         match the object."""
         if isinstance(name, dict):
-            order = sorted(name, key=lambda n: min((c.offset for c in self.metadata(n)
-                                                    .components.values()), default=0))
+            order = sorted(
+                name,
+                key=lambda n: min(
+                    (c.offset for c in self.metadata(n).components.values()), default=0
+                ),
+            )
             kernels.each(lambda n: into.read_into(self, n, name[n]), order, threads)
             return
         if dst is None:
@@ -563,18 +638,22 @@ class Reader:
         """The stored (possibly compressed) bytes of one component, as in the file."""
         self._require_open()
         if self._foreign is not None or self._source is None:  # another format: no Source
-            raise UnsupportedError("stored bytes are a zTensor notion", path=self.path,
-                                   obj=name)
+            raise UnsupportedError("stored bytes are a zTensor notion", path=self.path, obj=name)
         comp = self.metadata(name).components[role]
         components.require_local(comp, path=self.path, obj=name, component=role)
-        return self._source.view(comp.offset, comp.length, "component", obj=name,
-                                 component=role)
+        return self._source.view(comp.offset, comp.length, "component", obj=name, component=role)
 
     def _component(self, obj, comp, copy):
         self._require_open()
-        arr = components.read_component(self._source, comp, verify=self._verify,
-                                        limits=self._limits, path=self.path, obj=obj.name,
-                                        component=comp.role)
+        arr = components.read_component(
+            self._source,
+            comp,
+            verify=self._verify,
+            limits=self._limits,
+            path=self.path,
+            obj=obj.name,
+            component=comp.role,
+        )
         if copy and not arr.dtype.isnative:
             return components.to_native(arr)
         if copy and comp.encoding == "raw" and self._source.mapped:
@@ -639,6 +718,7 @@ def open_bytes(data: Any, **kwargs: Any) -> Reader:
     view = memoryview(data).cast("B")
     if bytes(view[:4]) != spec.MAGIC_PREFIX and len(view) >= 9 and view[8] == ord("{"):
         import tempfile
+
         fd, path = tempfile.mkstemp(suffix=".safetensors")
         try:
             with os.fdopen(fd, "wb") as f:

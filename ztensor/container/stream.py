@@ -6,6 +6,7 @@ and digested on the way (components.ComponentSink), so memory stays at one chunk
 The sink knows the tensor's byte count from its shape and dtype and refuses a chunk
 that would overrun it, or a close that falls short.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,9 +58,12 @@ class TensorStream:
             raise FormatError("this stream is closed", path=self._writer.path, obj=self.name)
         data = self._bytes_of(chunk)
         if self.written + data.size > self.nbytes:
-            raise FormatError(f"chunk of {data.size} bytes would overrun the tensor: "
-                              f"{self.written} of {self.nbytes} bytes written",
-                              path=self._writer.path, obj=self.name)
+            raise FormatError(
+                f"chunk of {data.size} bytes would overrun the tensor: "
+                f"{self.written} of {self.nbytes} bytes written",
+                path=self._writer.path,
+                obj=self.name,
+            )
         self._guard(self._sink.write, data)
         self.written += data.size
 
@@ -68,8 +72,11 @@ class TensorStream:
             chunk, _ = to_numpy_for_writing(chunk, self.name)
         if isinstance(chunk, np.ndarray):
             if chunk.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
-                raise FormatError(f"chunk has dtype {chunk.dtype}, the stream "
-                                  f"{self.dtype}", path=self._writer.path, obj=self.name)
+                raise FormatError(
+                    f"chunk has dtype {chunk.dtype}, the stream {self.dtype}",
+                    path=self._writer.path,
+                    obj=self.name,
+                )
             arr = np.ascontiguousarray(chunk).reshape(-1)
             if dtypes.swap_width(arr.dtype):  # not little-endian yet
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
@@ -83,8 +90,12 @@ class TensorStream:
         self._open = False
         if self.written != self.nbytes:
             self._abandon()
-            raise FormatError(f"stream closed after {self.written} of {self.nbytes} bytes: "
-                              "the writer is abandoned", path=self._writer.path, obj=self.name)
+            raise FormatError(
+                f"stream closed after {self.written} of {self.nbytes} bytes: "
+                "the writer is abandoned",
+                path=self._writer.path,
+                obj=self.name,
+            )
         self._finish(self._guard(self._sink.finish))
 
     def __enter__(self) -> "TensorStream":

@@ -45,6 +45,7 @@ How the objects map:
   is refused with a message naming the shard (multi-file v2 models are not read).
 * A data shard (a footer with no manifest) opens with no objects.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,11 +63,11 @@ from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
 
 MAGIC = spec.MAGIC_V2
 FOOTER = 40
-VERSION = "2.0"             # what Reader.version reports for these files
+VERSION = "2.0"  # what Reader.version reports for these files
 ALIGN = 4096
 MAX_MANIFEST = 1 << 30
-MAX_DEPTH = 32              # item nesting below the root
-MAX_RANK = spec.MAX_RANK    # the spec's; Limits.max_rank may lower it
+MAX_DEPTH = 32  # item nesting below the root
+MAX_RANK = spec.MAX_RANK  # the spec's; Limits.max_rank may lower it
 MAX_NAME = 1024
 # v2's storage dtypes: v1's (dtypes.STORAGE) but bool, which v2 makes a logical type
 STORAGE_WIDTH = {name: st.itemsize for name, st in dtypes.STORAGE.items() if name != "bool"}
@@ -78,10 +79,15 @@ def _widths(per: int):
 
 # registered logical types: required storage, size of n elements in bytes; v1's
 # (dtypes.LOGICAL: FP8, complex) and three of v2's own
-LOGICAL = {**{name: (lt.storage, _widths(lt.ratio * dtypes.STORAGE[lt.storage].itemsize))
-              for name, lt in dtypes.LOGICAL.items()},
-           "bool": ("u8", _widths(1)), "f8_e8m0": ("u8", _widths(1)),
-           "f4_e2m1": ("u8", lambda n: -(-n // 2))}
+LOGICAL = {
+    **{
+        name: (lt.storage, _widths(lt.ratio * dtypes.STORAGE[lt.storage].itemsize))
+        for name, lt in dtypes.LOGICAL.items()
+    },
+    "bool": ("u8", _widths(1)),
+    "f8_e8m0": ("u8", _widths(1)),
+    "f4_e2m1": ("u8", lambda n: -(-n // 2)),
+}
 # the logical types read as values (the rest come back as their storage)
 DECODED_TYPES = dtypes.DECODED_TYPES
 ENCODINGS = {"zt.zstd-seekable/1": "zstd"}
@@ -102,22 +108,29 @@ def read(source, limits, path):
     tail = bytes(source.view(size - FOOTER, FOOTER, "footer"))
     offset, length, digest, version, _reserved = struct.unpack("<QQQII", tail[:32])
     if tail[32:] != MAGIC:
-        raise FormatError("v2 footer magic missing (truncated, or not a zTensor file)",
-                          path=path)
+        raise FormatError("v2 footer magic missing (truncated, or not a zTensor file)", path=path)
     if version != 2:
-        raise UnsupportedError(f"zTensor container version {version} (this reader knows "
-                               "v2, and v1.2/v1.1/v0.1)", path=path)
+        raise UnsupportedError(
+            f"zTensor container version {version} (this reader knows v2, and v1.2/v1.1/v0.1)",
+            path=path,
+        )
     if length == 0:
         if offset or digest:
-            raise FormatError("a data shard's footer must have manifest offset and hash 0",
-                              path=path)
-        return {}, {}   # a data shard: blobs only, described by its root's manifest
+            raise FormatError(
+                "a data shard's footer must have manifest offset and hash 0", path=path
+            )
+        return {}, {}  # a data shard: blobs only, described by its root's manifest
     if length > min(MAX_MANIFEST, limits.max_manifest_size):
-        raise LimitError(f"manifest of {length} bytes exceeds the limit of "
-                         f"{min(MAX_MANIFEST, limits.max_manifest_size)}", path=path)
+        raise LimitError(
+            f"manifest of {length} bytes exceeds the limit of "
+            f"{min(MAX_MANIFEST, limits.max_manifest_size)}",
+            path=path,
+        )
     if offset % ALIGN or offset < ALIGN or offset > size - FOOTER - length:
-        raise FormatError(f"manifest blob [{offset}, +{length}) is not a 4096-aligned range "
-                          "inside the file", path=path)
+        raise FormatError(
+            f"manifest blob [{offset}, +{length}) is not a 4096-aligned range inside the file",
+            path=path,
+        )
     raw = source.view(offset, length, "manifest")
     if kernels.xxh3_64(raw) != digest:
         raise FormatError("manifest hash (XXH3-64) does not match the footer", path=path)
@@ -151,8 +164,10 @@ class _Schema:
             self.shard_table(root["shards"])
         objects = root["objects"]
         if len(objects) > self.limits.max_objects:
-            raise LimitError(f"{len(objects)} objects exceed the limit of "
-                             f"{self.limits.max_objects}", path=self.path)
+            raise LimitError(
+                f"{len(objects)} objects exceed the limit of {self.limits.max_objects}",
+                path=self.path,
+            )
         specs = {}
         for name, obj in objects.items():
             self.name(name, "an object name")
@@ -164,10 +179,17 @@ class _Schema:
 
     # ------------------------------------------------------------ pieces
     def name(self, name, what, **where):
-        if not isinstance(name, str) or not name or "\0" in name or \
-                len(name.encode("utf-8")) > MAX_NAME:
-            self.fail(f"{what} must be non-empty text of at most {MAX_NAME} bytes without "
-                      f"NUL, got {name!r:.80}", **where)
+        if (
+            not isinstance(name, str)
+            or not name
+            or "\0" in name
+            or len(name.encode("utf-8")) > MAX_NAME
+        ):
+            self.fail(
+                f"{what} must be non-empty text of at most {MAX_NAME} bytes without "
+                f"NUL, got {name!r:.80}",
+                **where,
+            )
 
     def attributes(self, value, what, **where):
         if not isinstance(value, dict):
@@ -181,27 +203,42 @@ class _Schema:
             self.fail("'shards' must be a map")
         for name, entry in table.items():
             if not isinstance(name, str) or not _SHARD.match(name):
-                self.fail(f"shard name {name!r:.80} is not 1-64 of A-Z a-z 0-9 . _ - "
-                          "(not starting with '.')")
-            if not isinstance(entry, dict) or type(entry.get("size")) is not int or \
-                    not 0 <= entry["size"] <= _U64 or not isinstance(entry.get("digest"), str) \
-                    or not _DIGEST.match(entry["digest"]):
+                self.fail(
+                    f"shard name {name!r:.80} is not 1-64 of A-Z a-z 0-9 . _ - "
+                    "(not starting with '.')"
+                )
+            if (
+                not isinstance(entry, dict)
+                or type(entry.get("size")) is not int
+                or not 0 <= entry["size"] <= _U64
+                or not isinstance(entry.get("digest"), str)
+                or not _DIGEST.match(entry["digest"])
+            ):
                 self.fail(f"shard {name!r} needs 'size' and a lowercase 'digest'")
             self.shards[name] = entry["size"]
             self.blobs.setdefault(name, [])
 
     def shape(self, shape, where):
-        if not isinstance(shape, list) or len(shape) > MAX_RANK or any(
-                type(d) is not int or not 0 <= d <= _U64 for d in shape):
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_RANK
+            or any(type(d) is not int or not 0 <= d <= _U64 for d in shape)
+        ):
             self.fail(f"shape must be a list of at most {MAX_RANK} u64 dimensions", **where)
         if len(shape) > self.limits.max_rank:
-            raise LimitError(f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}",
-                             path=self.path, **where)
+            raise LimitError(
+                f"rank {len(shape)} exceeds the limit of {self.limits.max_rank}",
+                path=self.path,
+                **where,
+            )
         if math.prod(shape) > _U64:
             self.fail(f"shape {shape} has more than 2**64 - 1 elements", **where)
         if any(d >= 1 << 63 for d in shape):
-            raise UnsupportedError(f"shape {shape} has a dimension of 2**63 or more, which "
-                                   "no array can have", path=self.path, **where)
+            raise UnsupportedError(
+                f"shape {shape} has a dimension of 2**63 or more, which no array can have",
+                path=self.path,
+                **where,
+            )
         return tuple(shape)
 
     def part(self, role, part, where):
@@ -215,29 +252,37 @@ class _Schema:
             if not isinstance(ltype, str):
                 self.fail("'type' must be text", **where)
             if ltype in LOGICAL and LOGICAL[ltype][0] != dtype:
-                self.fail(f"type {ltype!r} needs dtype {LOGICAL[ltype][0]!r}, not {dtype!r}",
-                          **where)
+                self.fail(
+                    f"type {ltype!r} needs dtype {LOGICAL[ltype][0]!r}, not {dtype!r}", **where
+                )
         blob = part.get("blob")
-        if not isinstance(blob, list) or len(blob) != 2 or any(
-                type(v) is not int or not 0 <= v <= _U64 for v in blob):
+        if (
+            not isinstance(blob, list)
+            or len(blob) != 2
+            or any(type(v) is not int or not 0 <= v <= _U64 for v in blob)
+        ):
             self.fail("'blob' must be [offset, length]", **where)
         offset, length = blob
         shard = part.get("shard")
         if shard is not None and shard not in self.shards:
-            self.fail(f"part names shard {shard!r:.80}, which the shard table does not "
-                      "declare", **where)
+            self.fail(
+                f"part names shard {shard!r:.80}, which the shard table does not declare", **where
+            )
         file_size = self.size if shard is None else self.shards[shard]
         if offset % ALIGN or offset < ALIGN:
-            self.fail(f"blob offset {offset} is not a multiple of 4096 at or past 4096",
-                      **where)
+            self.fail(f"blob offset {offset} is not a multiple of 4096 at or past 4096", **where)
         if offset + length > file_size - FOOTER:
-            self.fail(f"blob [{offset}, +{length}) runs past the data of "
-                      f"{'this file' if shard is None else 'shard ' + repr(shard)}", **where)
+            self.fail(
+                f"blob [{offset}, +{length}) runs past the data of "
+                f"{'this file' if shard is None else 'shard ' + repr(shard)}",
+                **where,
+            )
         encoding, decoded = part.get("encoding"), part.get("decoded_length")
         if (encoding is None) != (decoded is None):
             self.fail("'decoded_length' must be present exactly when 'encoding' is", **where)
-        if encoding is not None and (not isinstance(encoding, str) or type(decoded) is not int
-                                     or not 0 <= decoded <= _U64):
+        if encoding is not None and (
+            not isinstance(encoding, str) or type(decoded) is not int or not 0 <= decoded <= _U64
+        ):
             self.fail("'encoding' must be text and 'decoded_length' a u64", **where)
         # decoded bytes are whole elements (a complex element is two floats), as
         # v1.2 requires: numpy could not view anything else as the part's dtype
@@ -248,20 +293,31 @@ class _Schema:
             # not know has no known bound (it is refused when decoded), so only the
             # limits and whole elements apply to it
             bound = length if ENCODINGS.get(encoding) == "zstd" else _U64
-            self.sizes.check_zstd_size(where["obj"], role, decoded, unit, ltype or dtype,
-                                       bound)
+            self.sizes.check_zstd_size(where["obj"], role, decoded, unit, ltype or dtype, bound)
         elif length % unit:
-            self.fail(f"blob of {length} bytes is not a whole number of "
-                      f"{ltype or dtype} elements", **where)
+            self.fail(
+                f"blob of {length} bytes is not a whole number of {ltype or dtype} elements",
+                **where,
+            )
         digest = part.get("digest")
         if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
-            self.fail(f"digest {digest!r:.80} is not 'xxh3:' or 'sha256:' with lowercase hex",
-                      **where)
+            self.fail(
+                f"digest {digest!r:.80} is not 'xxh3:' or 'sha256:' with lowercase hex", **where
+            )
         if length:
             self.blobs[shard].append((offset, length))
-        comp = ComponentSpec(role, dtype, ltype, offset, length,
-                             "raw" if encoding is None else ENCODINGS.get(encoding, encoding),
-                             decoded, digest, digest_over="decoded", shard=shard)
+        comp = ComponentSpec(
+            role,
+            dtype,
+            ltype,
+            offset,
+            length,
+            "raw" if encoding is None else ENCODINGS.get(encoding, encoding),
+            decoded,
+            digest,
+            digest_over="decoded",
+            shard=shard,
+        )
         self.parts.append(comp)
         return comp
 
@@ -291,8 +347,10 @@ class _Schema:
 
     def dense(self, name, shape, attributes, comps, where):
         if list(comps) != ["data"]:
-            self.fail(f"a dense object has exactly one part, 'data'; this one has "
-                      f"{sorted(comps)}", **where)
+            self.fail(
+                f"a dense object has exactly one part, 'data'; this one has {sorted(comps)}",
+                **where,
+            )
         problem = shape_problem(shape)  # the v1.2 dense rule: one array must hold it
         if problem:
             raise UnsupportedError(f"shape: {problem}", path=self.path, **where)
@@ -305,8 +363,11 @@ class _Schema:
         else:
             want = None  # an unknown logical type: refused when decoded, not here
         if want is not None and comp.decoded_length != want:
-            self.fail(f"part 'data' decodes to {comp.decoded_length} bytes; shape "
-                      f"{list(shape)} of {comp.type or comp.dtype} needs {want}", **where)
+            self.fail(
+                f"part 'data' decodes to {comp.decoded_length} bytes; shape "
+                f"{list(shape)} of {comp.type or comp.dtype} needs {want}",
+                **where,
+            )
         return ObjectSpec(name, shape, "dense", attributes, comps)
 
     def gguf(self, name, layout, shape, attributes, comps, where):
@@ -314,23 +375,43 @@ class _Schema:
         comp = comps.get("data")
         if list(comps) != ["data"] or comp.dtype != "u8" or comp.type is not None:
             self.fail(f"{layout} has exactly one part 'data' of u8", **where)
-        if type(per) is not int or type(nbytes) is not int or per < 1 or nbytes < 1 or \
-                math.prod(shape) % per:
-            self.fail(f"{layout}: elems_per_block must divide the element count and "
-                      "block_bytes be positive", **where)
+        if (
+            type(per) is not int
+            or type(nbytes) is not int
+            or per < 1
+            or nbytes < 1
+            or math.prod(shape) % per
+        ):
+            self.fail(
+                f"{layout}: elems_per_block must divide the element count and "
+                "block_bytes be positive",
+                **where,
+            )
         if comp.decoded_length != math.prod(shape) // per * nbytes:
-            self.fail(f"{layout}: part 'data' decodes to {comp.decoded_length} bytes, the "
-                      f"blocks need {math.prod(shape) // per * nbytes}", **where)
-        type_name = layout[len("gguf."):-2].upper()
+            self.fail(
+                f"{layout}: part 'data' decodes to {comp.decoded_length} bytes, the "
+                f"blocks need {math.prod(shape) // per * nbytes}",
+                **where,
+            )
+        type_name = layout[len("gguf.") : -2].upper()
         known = [i for i, t in GGML_TYPES.items() if t[0] == type_name and t[1:3] == (per, nbytes)]
         if not known:
             return ObjectSpec(name, shape, layout, attributes, comps)
         comp.role = "blocks"
-        extra = {k: v for k, v in attributes.items() if k not in ("elems_per_block",
-                                                                  "block_bytes")}
-        return ObjectSpec(name, shape, "gguf_blocks", {
-            **extra, "ggml_type": type_name, "ggml_type_id": known[0],
-            "block_elements": per, "block_bytes": nbytes}, {"blocks": comp})
+        extra = {k: v for k, v in attributes.items() if k not in ("elems_per_block", "block_bytes")}
+        return ObjectSpec(
+            name,
+            shape,
+            "gguf_blocks",
+            {
+                **extra,
+                "ggml_type": type_name,
+                "ggml_type_id": known[0],
+                "block_elements": per,
+                "block_bytes": nbytes,
+            },
+            {"blocks": comp},
+        )
 
     def mark_shared(self):
         """Mark every part whose blob another part, or the manifest, references too
@@ -350,9 +431,11 @@ class _Schema:
         for ref in sorted(set(refs)):
             offset, length = ref
             if offset < held_end:
-                self.fail(f"blobs [{held[0]}, +{held[1]}) and [{offset}, +{length}) "
-                          f"{'in this file' if file is None else 'in shard ' + repr(file)} "
-                          "partly overlap")
+                self.fail(
+                    f"blobs [{held[0]}, +{held[1]}) and [{offset}, +{length}) "
+                    f"{'in this file' if file is None else 'in shard ' + repr(file)} "
+                    "partly overlap"
+                )
             held_end, held = offset + length, ref
 
 

@@ -5,6 +5,7 @@ Blobs are streamed to a temporary file beside the target as they are given
 appends the manifest and footer and renames the file into place, so the final
 name only ever holds a complete file.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -35,9 +36,11 @@ def require_writable_version(reader):
     """Edits write v1.2: a v2 file (PyPI ztensor 2.x) would silently change container
     version, so it is refused; ``ztensor convert`` makes a v1.2 copy on purpose."""
     if reader.version == v2.VERSION:
-        raise UnsupportedError("a zTensor v2 file is read-only here (this package writes "
-                               "v1.2): `ztensor convert` it to a v1.2 file to edit that",
-                               path=reader.path)
+        raise UnsupportedError(
+            "a zTensor v2 file is read-only here (this package writes "
+            "v1.2): `ztensor convert` it to a v1.2 file to edit that",
+            path=reader.path,
+        )
 
 
 def _plain_storage():
@@ -90,31 +93,45 @@ class Writer:
     docs/format-decisions.md), so their bytes do not depend on the dict's order.
     """
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], *,
-                 attributes: Optional[Dict[str, Any]] = None, fsync: bool = False,
-                 storage_options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        attributes: Optional[Dict[str, Any]] = None,
+        fsync: bool = False,
+        storage_options: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self.path = os.fspath(path)
         # a URL: built locally, uploaded at close (None for a local path)
         self._upload = remote_write.Upload.for_path(self.path, storage_options)
         self._attributes = _check_attributes(attributes, self.path)
         # the reader's own checks, run on every object before its bytes are written
-        self._checker = Checker(self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS,
-                                decoded_text=False)
+        self._checker = Checker(
+            self.path, spec.VERSIONS["1.2"], 1 << 64, spec.DEFAULT_LIMITS, decoded_text=False
+        )
         self._fsync = fsync
         # name -> ObjectSpec, or (shape, storage, offset, length) for a plain raw array
         self._objects: Dict[str, Any] = {}
         self._target = atomic.final_target(self.path)
-        self._fd, self._tmp = atomic.create_temp(self._target) if self._upload is None \
-            else self._upload.create_temp()
+        self._fd, self._tmp = (
+            atomic.create_temp(self._target) if self._upload is None else self._upload.create_temp()
+        )
         self._state = "open"
         self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
-    def write_numpy(self, name: str, array: Any, *, compress: Union[bool, int, None] = False,
-                    checksum: Optional[str] = None,
-                    attributes: Optional[Dict[str, Any]] = None,
-                    type: Optional[str] = None, saturate: bool = False) -> None:
+    def write_numpy(
+        self,
+        name: str,
+        array: Any,
+        *,
+        compress: Union[bool, int, None] = False,
+        checksum: Optional[str] = None,
+        attributes: Optional[Dict[str, Any]] = None,
+        type: Optional[str] = None,
+        saturate: bool = False,
+    ) -> None:
         """Write a dense object.
 
         Parameters
@@ -153,12 +170,18 @@ class Writer:
         WriteError
             The file could not be written; the writer is then abandoned.
         """
-        if (compress is None or compress is False) and checksum is None and not attributes \
-                and type is None and self._write_plain(name, array):
+        if (
+            (compress is None or compress is False)
+            and checksum is None
+            and not attributes
+            and type is None
+            and self._write_plain(name, array)
+        ):
             return
         arr, types = _encode_as(np.asarray(array), type, saturate)
-        self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes, compress,
-                           checksum)
+        self._write_object(
+            name, "dense", arr.shape, {"data": arr}, types, attributes, compress, checksum
+        )
 
     def _write_plain(self, name, array) -> bool:
         """The common case (a C-contiguous numpy array of a plain dtype whose bytes are
@@ -190,25 +213,44 @@ class Writer:
     def __enter__(self) -> "Writer":
         return self
 
-    def add(self, name: str, array: Any, compress: Union[bool, int, None] = None,
-            checksum: Optional[str] = None) -> None:
+    def add(
+        self,
+        name: str,
+        array: Any,
+        compress: Union[bool, int, None] = None,
+        checksum: Optional[str] = None,
+    ) -> None:
         """The reference implementation's name for :meth:`write_numpy`."""
         self.write_numpy(name, array, compress=compress, checksum=checksum)
 
-    def write_torch(self, name: str, tensor: Any, *, compress: Union[bool, int, None] = None,
-                    checksum: Optional[str] = None, attributes: Optional[Dict[str, Any]] = None
-                    ) -> None:
+    def write_torch(
+        self,
+        name: str,
+        tensor: Any,
+        *,
+        compress: Union[bool, int, None] = None,
+        checksum: Optional[str] = None,
+        attributes: Optional[Dict[str, Any]] = None,
+    ) -> None:
         """Write a dense object from a ``torch.Tensor`` (any device, any layout; bf16,
         the float8 types and complex keep their torch dtype on the way back)."""
         arr, type_name = to_numpy_for_writing(tensor, name)
         arr, types = (arr, {"data": type_name}) if type_name else (arr, {})
-        self._write_object(name, "dense", arr.shape, {"data": arr}, types, attributes,
-                           compress, checksum)
+        self._write_object(
+            name, "dense", arr.shape, {"data": arr}, types, attributes, compress, checksum
+        )
 
-    def stream(self, name: str, shape: Any, dtype: Any, *,
-               compress: Union[bool, int] = False, checksum: Optional[str] = None,
-               attributes: Optional[Dict[str, Any]] = None,
-               type: Optional[str] = None) -> "TensorStream":
+    def stream(
+        self,
+        name: str,
+        shape: Any,
+        dtype: Any,
+        *,
+        compress: Union[bool, int] = False,
+        checksum: Optional[str] = None,
+        attributes: Optional[Dict[str, Any]] = None,
+        type: Optional[str] = None,
+    ) -> "TensorStream":
         """Write a dense object chunk by chunk: returns a :class:`ztensor.TensorStream`
         taking the elements in C order (numpy arrays of ``dtype``, torch tensors or
         little-endian bytes) until it holds ``shape`` x ``dtype`` bytes.  Chunks are
@@ -233,23 +275,32 @@ class Writer:
         storage, ltype = self._storage_of(name, "data", dtype, type)
 
         class _Sized:  # what the reader's check needs of the array: its size
-            nbytes = math.prod(int(d) for d in shape) * dtype.itemsize \
-                if all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape) else 0
+            nbytes = (
+                math.prod(int(d) for d in shape) * dtype.itemsize
+                if all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
+                else 0
+            )
 
-        self._check_as_reader(name, "dense", shape, attributes,
-                              [("data", _Sized, storage, ltype)])
+        self._check_as_reader(name, "dense", shape, attributes, [("data", _Sized, storage, ltype)])
         shape = tuple(int(d) for d in shape)
-        sink = self._guard(components.ComponentSink, self._blobs, "data", storage=storage,
-                           ltype=ltype, compress=level, checksum=checksum)
+        sink = self._guard(
+            components.ComponentSink,
+            self._blobs,
+            "data",
+            storage=storage,
+            ltype=ltype,
+            compress=level,
+            checksum=checksum,
+        )
         self._state = "streaming"
 
         def finish(comp):
             self._state = "open"
-            self._objects[name] = ObjectSpec(name, shape, "dense", attributes,
-                                             {"data": comp})
+            self._objects[name] = ObjectSpec(name, shape, "dense", attributes, {"data": comp})
 
-        return TensorStream(self, name, shape, dtype, sink, finish, guard=self._guard,
-                            abandon=self._abandon)
+        return TensorStream(
+            self, name, shape, dtype, sink, finish, guard=self._guard, abandon=self._abandon
+        )
 
     def copy_from(self, reader: Any, name: str, *, as_name: Optional[str] = None) -> None:
         """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)
@@ -261,16 +312,28 @@ class Writer:
         target = name if as_name is None else as_name
         self._check_name(target)
         meta = reader.metadata(name)
-        if spec.parse_version(reader.version) != (1, 2) or meta.legacy is not None or any(
-                c.byteorder != "<" or not c.aligned for c in meta.components.values()):
+        if (
+            spec.parse_version(reader.version) != (1, 2)
+            or meta.legacy is not None
+            or any(c.byteorder != "<" or not c.aligned for c in meta.components.values())
+        ):
             obj = reader.read(name)
-            self._write_object(target, obj.format, obj.shape, obj.components, obj.types,
-                               obj.attributes, False, None)
+            self._write_object(
+                target,
+                obj.format,
+                obj.shape,
+                obj.components,
+                obj.types,
+                obj.attributes,
+                False,
+                None,
+            )
             return
         # stored bytes are copied as they are, but an object a read refuses for its
         # attributes is not copied either (formats.check_attributes)
-        formats.check_attributes(meta.format, meta.shape, meta.attributes, path=self.path,
-                                 obj=target)
+        formats.check_attributes(
+            meta.format, meta.shape, meta.attributes, path=self.path, obj=target
+        )
         comps = {}
         for role, c in meta.components.items():
             stored = reader.stored_bytes(name, role)
@@ -280,11 +343,21 @@ class Writer:
                 offset = self._blobs.pos
                 if len(stored):
                     self._blobs.write(stored)
-                return ComponentSpec(role, c.dtype, c.type, offset, c.length, c.encoding,
-                                     c.uncompressed_length, c.digest)
+                return ComponentSpec(
+                    role,
+                    c.dtype,
+                    c.type,
+                    offset,
+                    c.length,
+                    c.encoding,
+                    c.uncompressed_length,
+                    c.digest,
+                )
+
             comps[role] = self._guard(copy_one)
-        self._objects[target] = ObjectSpec(target, meta.shape, meta.format,
-                                           dict(meta.attributes), comps)
+        self._objects[target] = ObjectSpec(
+            target, meta.shape, meta.format, dict(meta.attributes), comps
+        )
 
     @classmethod
     def append(cls, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> "Writer":
@@ -308,8 +381,14 @@ class Writer:
                 raise
         return writer
 
-    def write(self, name: str, obj: Any, *, compress: Union[bool, int] = False,
-              checksum: Optional[str] = None) -> None:
+    def write(
+        self,
+        name: str,
+        obj: Any,
+        *,
+        compress: Union[bool, int] = False,
+        checksum: Optional[str] = None,
+    ) -> None:
         """Write a composite object (any format) given as a :class:`ztensor.Tensor`,
         a scipy.sparse matrix/array (stored as sparse_coo when COO, else sparse_csr),
         or a numpy array (a dense object, as :meth:`write_numpy`).
@@ -322,10 +401,20 @@ class Writer:
         elif isinstance(obj, np.ndarray):  # a plain array: a dense object
             obj = Tensor({"data": obj})
         if not isinstance(obj, Tensor):
-            raise TypeError(f"write() takes a ztensor.Tensor, a numpy array or a scipy.sparse "
-                            f"matrix, not {type(obj).__name__}")
-        self._write_object(name, obj.format, obj.shape, obj.components, obj.types,
-                           obj.attributes, compress, checksum)
+            raise TypeError(
+                f"write() takes a ztensor.Tensor, a numpy array or a scipy.sparse "
+                f"matrix, not {type(obj).__name__}"
+            )
+        self._write_object(
+            name,
+            obj.format,
+            obj.shape,
+            obj.components,
+            obj.types,
+            obj.attributes,
+            compress,
+            checksum,
+        )
 
     def _write_object(self, name, fmt, shape, arrays, types, attributes, compress, checksum):
         self._require_open()
@@ -339,23 +428,36 @@ class Writer:
             raise FormatError("an object needs a dict of components", path=self.path, obj=name)
         for role in arrays:
             attrs.check_name(role, "component names", path=self.path, obj=name)
-        prepared = [(role,) + self._prepare(name, role, arr, types.get(role))
-                    for role, arr in arrays.items()]
+        prepared = [
+            (role,) + self._prepare(name, role, arr, types.get(role))
+            for role, arr in arrays.items()
+        ]
         self._check_as_reader(name, fmt, shape, attributes, prepared)
         # the format's own write-side rules (formats/<format>.py): sparse indices
         # become u64 and are validated, dense data must match the shape, ...
-        prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path,
-                                                obj=name)
+        prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path, obj=name)
         # and what a read refuses in the attributes and components (quantized bits,
         # GGUF block geometry): the reader's own function, formats.check_object
-        formats.check_object(fmt, tuple(shape), attributes,
-                             {role: arr for role, arr, _, _ in prepared}, path=self.path,
-                             obj=name)
+        formats.check_object(
+            fmt,
+            tuple(shape),
+            attributes,
+            {role: arr for role, arr, _, _ in prepared},
+            path=self.path,
+            obj=name,
+        )
         comps = {}
         for role, arr, storage, ltype in prepared:
-            comps[role] = self._guard(components.write_component, self._blobs, role,
-                                      components.little_endian_chunks(arr), storage=storage,
-                                      ltype=ltype, compress=level, checksum=checksum)
+            comps[role] = self._guard(
+                components.write_component,
+                self._blobs,
+                role,
+                components.little_endian_chunks(arr),
+                storage=storage,
+                ltype=ltype,
+                compress=level,
+                checksum=checksum,
+            )
         self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
 
     def _check_as_reader(self, name, fmt, shape, attributes, prepared):
@@ -365,16 +467,18 @@ class Writer:
         try:
             entry_shape = [int(d) for d in shape]
         except (TypeError, ValueError, OverflowError):
-            raise FormatError(f"shape must be a sequence of integers, got {attrs.show(shape)}",
-                              path=self.path, obj=name) from None
+            raise FormatError(
+                f"shape must be a sequence of integers, got {attrs.show(shape)}",
+                path=self.path,
+                obj=name,
+            ) from None
         offset, comps = spec.ALIGNMENT, {}
         for role, arr, storage, ltype in prepared:
             comps[role] = {"dtype": storage, "offset": offset, "length": arr.nbytes}
             if ltype is not None:
                 comps[role]["type"] = ltype
             offset += -(-max(arr.nbytes, 1) // spec.ALIGNMENT) * spec.ALIGNMENT
-        entry = {"shape": entry_shape, "format": fmt, "attributes": attributes,
-                 "components": comps}
+        entry = {"shape": entry_shape, "format": fmt, "attributes": attributes, "components": comps}
         self._checker.object_spec(name, entry)
 
     def _prepare(self, name, role, arr, explicit):
@@ -390,31 +494,44 @@ class Writer:
         caller's logical type ``explicit`` (or None), refusing contradictions."""
         found = dtypes.spec_types_for(dtype)
         if found is None:
-            raise UnsupportedError(f"cannot store numpy dtype {dtype}", path=self.path,
-                                   obj=name, component=role)
+            raise UnsupportedError(
+                f"cannot store numpy dtype {dtype}", path=self.path, obj=name, component=role
+            )
         storage, ltype = found
         if explicit == "bf16":  # bf16 bit patterns (uint16 when ml_dtypes is missing)
             if storage not in ("u16", "bf16"):
-                raise FormatError(f"bf16 components need uint16 bits or ml_dtypes bfloat16, "
-                                  f"not {dtype}", path=self.path, obj=name, component=role)
+                raise FormatError(
+                    f"bf16 components need uint16 bits or ml_dtypes bfloat16, not {dtype}",
+                    path=self.path,
+                    obj=name,
+                    component=role,
+                )
             storage, explicit = "bf16", None
         if explicit is not None:
             if ltype is not None and explicit != ltype:
-                raise FormatError(f"type {explicit!r} contradicts the array's {ltype!r}",
-                                  path=self.path, obj=name, component=role)
+                raise FormatError(
+                    f"type {explicit!r} contradicts the array's {ltype!r}",
+                    path=self.path,
+                    obj=name,
+                    component=role,
+                )
             known = dtypes.LOGICAL.get(explicit)
             if known is not None and known.storage != storage:
-                raise FormatError(f"type {explicit!r} needs {known.storage!r} storage, the "
-                                  f"array is {storage!r}", path=self.path, obj=name,
-                                  component=role)
+                raise FormatError(
+                    f"type {explicit!r} needs {known.storage!r} storage, the array is {storage!r}",
+                    path=self.path,
+                    obj=name,
+                    component=role,
+                )
             ltype = explicit
         return storage, ltype
 
     def _check_name(self, name):
         attrs.check_name(name, "object names", path=self.path)
         if name in self._objects:
-            raise FormatError("an object of this name was already written", path=self.path,
-                              obj=name)
+            raise FormatError(
+                "an object of this name was already written", path=self.path, obj=name
+            )
 
     # ------------------------------------------------------------ finishing
     def close(self) -> None:
@@ -440,8 +557,9 @@ class Writer:
             raise
         except OSError as exc:
             self.abort()
-            raise WriteError(f"cannot finish the file: {exc.strerror}", path=self.path,
-                             errno=exc.errno) from exc
+            raise WriteError(
+                f"cannot finish the file: {exc.strerror}", path=self.path, errno=exc.errno
+            ) from exc
         self._size = self._blobs.pos
         self._blobs.close()
         self._state = "closed"
@@ -497,9 +615,13 @@ class Writer:
         if getattr(self, "_state", "closed") == "open":
             # nothing was promised to the final name: drop the temporary file, and
             # say so, as Python does for a file never closed
-            warnings.warn(f"{self!r} was never closed: {len(self._objects)} objects "
-                          "discarded, the file was not written", ResourceWarning,
-                          stacklevel=2, source=self)
+            warnings.warn(
+                f"{self!r} was never closed: {len(self._objects)} objects "
+                "discarded, the file was not written",
+                ResourceWarning,
+                stacklevel=2,
+                source=self,
+            )
             self.abort()
 
     def __repr__(self) -> str:
@@ -508,8 +630,7 @@ class Writer:
 
 
 # the largest finite value of each FP8 type (what saturate=True clips to)
-FP8_MAX = {"f8_e4m3fn": 448.0, "f8_e5m2": 57344.0, "f8_e4m3fnuz": 240.0,
-           "f8_e5m2fnuz": 57344.0}
+FP8_MAX = {"f8_e4m3fn": 448.0, "f8_e5m2": 57344.0, "f8_e4m3fnuz": 240.0, "f8_e5m2fnuz": 57344.0}
 
 
 def _encode_as(arr, type_name, saturate=False):
@@ -523,11 +644,15 @@ def _encode_as(arr, type_name, saturate=False):
     if arr.dtype.kind not in "fiu":
         raise UnsupportedError(f"type={type_name!r} needs real numbers, not {arr.dtype}")
     if type_name in ("bf16", "bfloat16", *dtypes.FP8_TYPES) and arr.dtype in (
-            np.dtype(np.uint8), np.dtype(np.uint16)):
-        raise FormatError(f"type={type_name!r} encodes values, and {arr.dtype} data may "
-                          "already be encoded bits: pass float values to encode, or store "
-                          "bits as they are with write(name, Tensor({'data': codes}, "
-                          f"types={{'data': {type_name!r}}}))")
+        np.dtype(np.uint8),
+        np.dtype(np.uint16),
+    ):
+        raise FormatError(
+            f"type={type_name!r} encodes values, and {arr.dtype} data may "
+            "already be encoded bits: pass float values to encode, or store "
+            "bits as they are with write(name, Tensor({'data': codes}, "
+            f"types={{'data': {type_name!r}}}))"
+        )
     if type_name in ("bf16", "bfloat16"):
         return floatconv.float32_to_bf16(arr), {"data": "bf16"}
     if type_name in dtypes.FP8_TYPES:
@@ -535,8 +660,9 @@ def _encode_as(arr, type_name, saturate=False):
             limit = FP8_MAX[type_name]
             arr = np.clip(np.asarray(arr, np.float32), -limit, limit)
         return floatconv.float_to_fp8(arr, type_name), {"data": type_name}
-    raise ValueError(f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, "
-                     f"not {type_name!r}")
+    raise ValueError(
+        f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, not {type_name!r}"
+    )
 
 
 def _zstd_level(compress, path):

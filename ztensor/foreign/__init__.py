@@ -20,6 +20,7 @@ a validated :class:`~ztensor.objects.ObjectSpec` and a loader giving the
 :class:`~ztensor.tensor.Tensor` (views of the mapped file where the format allows).
 Every offset, size and shape is checked before use, as for zTensor files.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,6 +36,7 @@ from ztensor.io.source import open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
+
 
 def sniff(path: str) -> Optional[str]:
     """The foreign format of the file at ``path``, or None (zTensor, or unknown).
@@ -67,16 +69,27 @@ def sniff(path: str) -> Optional[str]:
         header_len = int.from_bytes(head[:8], "little")
         if 2 <= header_len <= size - 8:
             return "safetensors"
-    if head[:1] == b"\x80" and os.path.splitext(path)[1].lower() in (".pt", ".pth", ".bin",
-                                                                      ".pkl", ".ckpt"):
+    if head[:1] == b"\x80" and os.path.splitext(path)[1].lower() in (
+        ".pt",
+        ".pth",
+        ".bin",
+        ".pkl",
+        ".ckpt",
+    ):
         return "legacy-pickle"
     if os.path.splitext(path)[1].lower() == ".onnx":
         return "onnx"
     return None
 
 
-def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
-                 copy_on_write: bool = False, mmap: bool = True) -> ForeignFile:
+def open_foreign(
+    path: str,
+    fmt: str,
+    limits: Optional[Limits] = None,
+    *,
+    copy_on_write: bool = False,
+    mmap: bool = True,
+) -> ForeignFile:
     """Open ``path`` as foreign format ``fmt`` (from :func:`sniff`), within ``limits``
     (:data:`ztensor.DEFAULT_LIMITS` when omitted): every reader applies the same
     :class:`ztensor.Limits` as a ``.zt`` file gets.
@@ -91,22 +104,26 @@ def open_foreign(path: str, fmt: str, limits: Optional[Limits] = None, *,
     This is the one place the option reaches every reader's Source."""
     limits = limits or DEFAULT_LIMITS
     if fmt == "safetensors":
-        return safetensors_file.open_file(path, limits, copy_on_write=copy_on_write,
-                                          mmap=mmap)
+        return safetensors_file.open_file(path, limits, copy_on_write=copy_on_write, mmap=mmap)
     if fmt in ("npy", "npz"):
-        return numpy_files.open_npy(path, limits, mmap=mmap) if fmt == "npy" \
+        return (
+            numpy_files.open_npy(path, limits, mmap=mmap)
+            if fmt == "npy"
             else numpy_files.open_npz(path, limits, mmap=mmap)
+        )
     if fmt == "pickle":
         return pytorch.open_file(path, limits, mmap=mmap)
     if fmt == "gguf":
         attributes, tensors = gguf.open_gguf(path, limits=limits, mmap=mmap)
-        return ForeignFile(path, "gguf", attributes,
-                           {name: eager(name, t) for name, t in tensors})
+        return ForeignFile(path, "gguf", attributes, {name: eager(name, t) for name, t in tensors})
     if fmt == "hdf5":
         return hdf5_file.open_file(path, limits)
     if fmt == "onnx":
         return onnx_file.open_file(path, limits)
     if fmt == "legacy-pickle":
-        raise UnsupportedError("a legacy (pre-1.6, non-zip) PyTorch pickle: only torch.save's "
-                               "zip format is read (re-save it with a current torch)", path=path)
+        raise UnsupportedError(
+            "a legacy (pre-1.6, non-zip) PyTorch pickle: only torch.save's "
+            "zip format is read (re-save it with a current torch)",
+            path=path,
+        )
     raise FormatError(f"unknown foreign format {fmt!r}", path=path)

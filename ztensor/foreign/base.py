@@ -3,6 +3,7 @@
 whole, the errors a malformed zip raises, and ``optional_import`` for the optional
 packages (h5py, onnx) a reader needs.  The dispatcher (``foreign/__init__``) and
 every reader import this module; it imports none of them."""
+
 from __future__ import annotations
 
 import importlib
@@ -21,9 +22,22 @@ from ztensor.tensor import Tensor
 
 # what zipfile (and the decompressors behind it) raise on a malformed archive: found
 # by tools/fuzz/fuzz_importers.py (an unknown zip version is a NotImplementedError)
-ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-              NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error,
-              KeyError, IndexError, OverflowError, UnicodeDecodeError)
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    zlib.error,
+    lzma.LZMAError,
+    struct.error,
+    KeyError,
+    IndexError,
+    OverflowError,
+    UnicodeDecodeError,
+)
 
 
 class Entry:
@@ -39,8 +53,14 @@ class Entry:
 class ForeignFile:
     """A foreign file opened for reading."""
 
-    def __init__(self, path: str, format: str, attributes: Dict[str, Any],
-                 entries: Dict[str, Entry], closer: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        path: str,
+        format: str,
+        attributes: Dict[str, Any],
+        entries: Dict[str, Entry],
+        closer: Optional[Callable[[], None]] = None,
+    ):
         self.path = path
         self.format = format
         self.attributes = attributes
@@ -61,8 +81,9 @@ def spec_of(name: str, tensor: Tensor, offset: int = 0) -> ObjectSpec:
         arr = np.asarray(arr)
         found = dtypes.spec_types_for(arr.dtype)
         if found is None:
-            raise UnsupportedError(f"numpy dtype {arr.dtype} has no zTensor type", obj=name,
-                                   component=role)
+            raise UnsupportedError(
+                f"numpy dtype {arr.dtype} has no zTensor type", obj=name, component=role
+            )
         storage, ltype = found
         ltype = tensor.types.get(role, ltype)
         if ltype == "bf16":
@@ -81,5 +102,6 @@ def optional_import(module: str, what: str, path: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise UnsupportedError(f"reading {what} files needs the '{module}' package "
-                               f"(pip install {module})", path=path) from None
+        raise UnsupportedError(
+            f"reading {what} files needs the '{module}' package (pip install {module})", path=path
+        ) from None

@@ -14,6 +14,7 @@ A name the format would store differently (a NUL in an ``.npz`` member) is refus
 never altered: a file converted to another format holds the same names, or no file
 is written.  Two names the format would confuse are refused through
 :class:`ztensor.foreign.names.NameTable`, naming both."""
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,11 @@ GGUF_MAX_KEY = 0xFFFF
 def format_for(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
-        raise UnsupportedError(f"cannot write {ext or 'extensionless'} files (the output's "
-                               "name says its format: .zt, .safetensors, .npz, .gguf)",
-                               path=path)
+        raise UnsupportedError(
+            f"cannot write {ext or 'extensionless'} files (the output's "
+            "name says its format: .zt, .safetensors, .npz, .gguf)",
+            path=path,
+        )
     return FORMATS[ext]
 
 
@@ -75,8 +78,11 @@ def _utf8(text: str, what: str, path, obj=None) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        raise UnsupportedError(f"{what} is not valid Unicode (a lone surrogate) and has no "
-                               "UTF-8 form", path=path, obj=obj) from None
+        raise UnsupportedError(
+            f"{what} is not valid Unicode (a lone surrogate) and has no UTF-8 form",
+            path=path,
+            obj=obj,
+        ) from None
 
 
 def _dense_specs(reader) -> Dict[str, Any]:
@@ -86,9 +92,12 @@ def _dense_specs(reader) -> Dict[str, Any]:
     for name in reader.keys():
         spec = reader.metadata(name)
         if spec.format != "dense":
-            raise UnsupportedError(f"a {spec.format} object cannot be expressed in this format "
-                                   "(dense tensors only): dequantize or drop it first",
-                                   path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"a {spec.format} object cannot be expressed in this format "
+                "(dense tensors only): dequantize or drop it first",
+                path=reader.path,
+                obj=name,
+            )
         _check_rank(reader, name, spec.shape, NUMPY_MAX_RANK, "numpy")
         specs[name] = spec
     return specs
@@ -96,14 +105,15 @@ def _dense_specs(reader) -> Dict[str, Any]:
 
 def _check_rank(reader, name, shape, most, who):
     if len(shape) > most:
-        raise UnsupportedError(f"{len(shape)} dimensions ({who} holds at most {most})",
-                               path=reader.path, obj=name)
+        raise UnsupportedError(
+            f"{len(shape)} dimensions ({who} holds at most {most})", path=reader.path, obj=name
+        )
 
 
 # ------------------------------------------------------------------ safetensors
 class SafetensorsPlan(NamedTuple):
-    header: bytes            # the length-prefixed JSON header, padded to 8 bytes
-    names: List[str]         # the tensors, in data order
+    header: bytes  # the length-prefixed JSON header, padded to 8 bytes
+    names: List[str]  # the tensors, in data order
 
 
 def plan_safetensors(reader) -> SafetensorsPlan:
@@ -120,26 +130,35 @@ def plan_safetensors(reader) -> SafetensorsPlan:
     offset = 0
     for name, spec in specs.items():
         if name == SAFETENSORS_RESERVED:
-            raise UnsupportedError("safetensors keeps its metadata under this name: a tensor "
-                                   "cannot have it", path=reader.path, obj=name)
+            raise UnsupportedError(
+                "safetensors keeps its metadata under this name: a tensor cannot have it",
+                path=reader.path,
+                obj=name,
+            )
         _utf8(name, "the name", reader.path, name)
         names.claim(name)
         comp = spec.components["data"]
         key = comp.type or comp.dtype
         st_name = dtypes.SAFETENSORS_NAMES.get(key)
         if st_name is None or st_name not in dtypes.SAFETENSORS_STORAGE:
-            raise UnsupportedError(f"type {key!r} has no safetensors dtype", path=reader.path,
-                                   obj=name)
+            raise UnsupportedError(
+                f"type {key!r} has no safetensors dtype", path=reader.path, obj=name
+            )
         nbytes = comp.decoded_length
-        header[name] = {"dtype": st_name, "shape": list(spec.shape),
-                        "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": st_name,
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     meta = {}
     for key, value in reader.attributes.items():
         if not isinstance(value, str):
-            raise UnsupportedError(f"safetensors metadata holds strings only; attribute "
-                                   f"{_short(key)} is a {type(value).__name__}",
-                                   path=reader.path)
+            raise UnsupportedError(
+                f"safetensors metadata holds strings only; attribute "
+                f"{_short(key)} is a {type(value).__name__}",
+                path=reader.path,
+            )
         _utf8(key, f"attribute {_short(key)}", reader.path)
         _utf8(value, f"the value of attribute {_short(key)}", reader.path)
         meta[key] = value
@@ -148,9 +167,11 @@ def plan_safetensors(reader) -> SafetensorsPlan:
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data to 8 bytes
     if len(raw) > SAFETENSORS_MAX_HEADER:
-        raise UnsupportedError(f"the header would be {len(raw)} bytes; the safetensors "
-                               f"package reads at most {SAFETENSORS_MAX_HEADER}",
-                               path=reader.path)
+        raise UnsupportedError(
+            f"the header would be {len(raw)} bytes; the safetensors "
+            f"package reads at most {SAFETENSORS_MAX_HEADER}",
+            path=reader.path,
+        )
     return SafetensorsPlan(struct.pack("<Q", len(raw)) + raw, list(specs))
 
 
@@ -168,6 +189,7 @@ def write_safetensors(reader, path: str, progress=None) -> int:
                 f.write(memoryview(arr).cast("B"))
             if progress:
                 progress(arr.nbytes)
+
     _atomic(path, write)
     return len(plan.names)
 
@@ -197,14 +219,20 @@ def plan_npz(reader) -> List[Tuple[str, str]]:
     for name in specs:
         member = name + ".npy"
         if _zip_member_name(member) != member:
-            raise UnsupportedError("a zip member name cannot hold a NUL byte (or the path "
-                                   "separator here): numpy.load would return it under "
-                                   f"{_short(_zip_member_name(member))}", path=reader.path,
-                                   obj=name)
+            raise UnsupportedError(
+                "a zip member name cannot hold a NUL byte (or the path "
+                "separator here): numpy.load would return it under "
+                f"{_short(_zip_member_name(member))}",
+                path=reader.path,
+                obj=name,
+            )
         size = len(_utf8(member, "the name", reader.path, name))
         if size > ZIP_MAX_NAME:
-            raise UnsupportedError(f"the member name would be {size} bytes; a zip holds at "
-                                   f"most {ZIP_MAX_NAME}", path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"the member name would be {size} bytes; a zip holds at most {ZIP_MAX_NAME}",
+                path=reader.path,
+                obj=name,
+            )
         answers.claim(name, name)
         answers.claim(member, name)
         plan.append((name, member))
@@ -225,10 +253,10 @@ def write_npz(reader, path: str, progress=None) -> int:
                 if arr.dtype.kind == "V" or dtypes.is_ml_dtype(arr.dtype):
                     arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
                 with z.open(member, "w", force_zip64=True) as out:
-                    np.lib.format.write_array(out, np.asarray(arr, order="C"),
-                                              allow_pickle=False)
+                    np.lib.format.write_array(out, np.asarray(arr, order="C"), allow_pickle=False)
                 if progress:
                     progress(arr.nbytes)
+
     _atomic(path, write)
     return len(plan)
 
@@ -238,8 +266,11 @@ def _stored_elements(reader, name):
     arr = np.asarray(reader.read(name).components["data"])
     if dtypes.is_ml_dtype(arr.dtype):
         arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
-    if arr.dtype.itemsize > 1 and arr.dtype.byteorder not in ("<", "|") and not (
-            arr.dtype.byteorder == "=" and np.little_endian):
+    if (
+        arr.dtype.itemsize > 1
+        and arr.dtype.byteorder not in ("<", "|")
+        and not (arr.dtype.byteorder == "=" and np.little_endian)
+    ):
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     return np.asarray(arr, order="C")  # not ascontiguousarray: a 0-d array stays 0-d
 
@@ -254,31 +285,38 @@ def _short(value) -> str:
 # its bits): the dtype table's rows with a ggml type id
 _GGUF_DENSE = {name: code.lstrip("<") for name, code in dtypes.GGUF_NUMPY.items()}
 # GGUF value type id -> the integers it holds ([low, high)), for the integer types
-_GGUF_INT_RANGES = {0: (0, 1 << 8), 1: (-(1 << 7), 1 << 7), 2: (0, 1 << 16),
-                    3: (-(1 << 15), 1 << 15), 4: (0, 1 << 32), 5: (-(1 << 31), 1 << 31),
-                    10: (0, 1 << 64), 11: (-(1 << 63), 1 << 63)}
+_GGUF_INT_RANGES = {
+    0: (0, 1 << 8),
+    1: (-(1 << 7), 1 << 7),
+    2: (0, 1 << 16),
+    3: (-(1 << 15), 1 << 15),
+    4: (0, 1 << 32),
+    5: (-(1 << 31), 1 << 31),
+    10: (0, 1 << 64),
+    11: (-(1 << 63), 1 << 63),
+}
 _GGUF_FLOAT32, _GGUF_BOOL, _GGUF_FLOAT64 = 6, 7, 12
 
 
 class GGUFTensor(NamedTuple):
     name: str
-    load: Callable[[], np.ndarray]    # the array to write, native byte order
+    load: Callable[[], np.ndarray]  # the array to write, native byte order
     shape: Tuple[int, ...]
     dtype: np.dtype
     nbytes: int
-    raw: Any                          # the ggml type when not told by dtype, else None
+    raw: Any  # the ggml type when not told by dtype, else None
 
 
 class GGUFValue(NamedTuple):
     key: str
     value: Any
-    vtype: Any                        # gguf.GGUFValueType
-    sub: Any                          # element type of an array, else None
+    vtype: Any  # gguf.GGUFValueType
+    sub: Any  # element type of an array, else None
 
 
 class GGUFPlan(NamedTuple):
     tensors: List[GGUFTensor]
-    values: List[GGUFValue]           # neither general.architecture nor general.alignment
+    values: List[GGUFValue]  # neither general.architecture nor general.alignment
     architecture: Optional[str]
     alignment: Optional[int]
 
@@ -295,9 +333,12 @@ def plan_gguf(reader, gguf) -> GGUFPlan:
     for name in reader.keys():
         size = len(_utf8(name, "the name", reader.path, name))
         if size > GGUF_MAX_NAME:
-            raise UnsupportedError(f"the name is {size} bytes; GGUF tensor names are at most "
-                                   f"{GGUF_MAX_NAME} (llama.cpp's limit)", path=reader.path,
-                                   obj=name)
+            raise UnsupportedError(
+                f"the name is {size} bytes; GGUF tensor names are at most "
+                f"{GGUF_MAX_NAME} (llama.cpp's limit)",
+                path=reader.path,
+                obj=name,
+            )
         names.claim(name)
         tensors.append(_gguf_tensor(reader, name, gguf))
     values, architecture, alignment = [], None, None
@@ -351,6 +392,7 @@ def write_gguf(reader, path: str, progress=None) -> int:
             if progress:
                 progress(arr.nbytes)
         w.close()
+
     _atomic(path, write, by_name=True)
     return len(plan.tensors)
 
@@ -366,50 +408,68 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
             qtype = gguf.GGMLQuantizationType(type_id)
             block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
         except (ValueError, KeyError, TypeError):
-            raise UnsupportedError(f"ggml type {type_id!r} is not one the installed gguf "
-                                   "package writes", path=reader.path, obj=name) from None
+            raise UnsupportedError(
+                f"ggml type {type_id!r} is not one the installed gguf package writes",
+                path=reader.path,
+                obj=name,
+            ) from None
         shape = tuple(spec.shape)
         if not shape or shape[-1] % block:
-            raise UnsupportedError(f"shape {list(shape)} is not whole {qtype.name} blocks",
-                                   path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"shape {list(shape)} is not whole {qtype.name} blocks", path=reader.path, obj=name
+            )
         byte_shape = shape[:-1] + (shape[-1] // block * block_bytes,)
         nbytes = math.prod(byte_shape)
         comp = spec.components.get("blocks")
         if comp is None or comp.dtype != "u8":  # sliced and shaped as bytes below
-            raise UnsupportedError("a gguf_blocks object needs a u8 component 'blocks'",
-                                   path=reader.path, obj=name)
+            raise UnsupportedError(
+                "a gguf_blocks object needs a u8 component 'blocks'", path=reader.path, obj=name
+            )
         held = comp.decoded_length
         # a type unknown at import was kept with the bytes up to the next tensor
         # (its size was unknown then): the padding after its blocks is dropped here
         padded = "ggml_type" not in spec.attributes and held > nbytes
         if held != nbytes and not padded:
-            raise UnsupportedError(f"{held} bytes of blocks for a {qtype.name} tensor of "
-                                   f"shape {list(shape)} ({nbytes} bytes)", path=reader.path,
-                                   obj=name)
+            raise UnsupportedError(
+                f"{held} bytes of blocks for a {qtype.name} tensor of "
+                f"shape {list(shape)} ({nbytes} bytes)",
+                path=reader.path,
+                obj=name,
+            )
 
         def load():
             blocks = np.asarray(reader.read(name).components["blocks"])
             return blocks[:nbytes].reshape(byte_shape)
+
         return GGUFTensor(name, load, byte_shape, np.dtype(np.uint8), nbytes, qtype)
     if spec.format != "dense":
-        raise UnsupportedError(f"a {spec.format} object has no GGUF form: dequantize or "
-                               "drop it first", path=reader.path, obj=name)
+        raise UnsupportedError(
+            f"a {spec.format} object has no GGUF form: dequantize or drop it first",
+            path=reader.path,
+            obj=name,
+        )
     comp = spec.components["data"]
     key = comp.type or comp.dtype
     if key not in _GGUF_DENSE:
-        raise UnsupportedError(f"type {key!r} has no GGUF tensor type (GGUF holds "
-                               f"{', '.join(_GGUF_DENSE)})", path=reader.path, obj=name)
+        raise UnsupportedError(
+            f"type {key!r} has no GGUF tensor type (GGUF holds {', '.join(_GGUF_DENSE)})",
+            path=reader.path,
+            obj=name,
+        )
     if spec.attributes:
-        raise UnsupportedError("per-tensor attributes have no place in GGUF",
-                               path=reader.path, obj=name)
+        raise UnsupportedError(
+            "per-tensor attributes have no place in GGUF", path=reader.path, obj=name
+        )
     raw = gguf.GGMLQuantizationType.BF16 if key == "bf16" else None  # bits, typed
     shape = tuple(spec.shape)
 
     def load_elements():  # native order: gguf-py swaps native arrays to the file's LE
         arr = _stored_elements(reader, name)
         return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.itemsize > 1 else arr
-    return GGUFTensor(name, load_elements, shape, np.dtype(_GGUF_DENSE[key]),
-                      comp.decoded_length, raw)
+
+    return GGUFTensor(
+        name, load_elements, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw
+    )
 
 
 def _gguf_values(reader, gguf) -> List[GGUFValue]:
@@ -418,21 +478,25 @@ def _gguf_values(reader, gguf) -> List[GGUFValue]:
     a key two attributes map to is a FormatError naming both."""
     recorded = reader.attributes.get(VALUE_TYPES, {})
     if not isinstance(recorded, dict):
-        raise UnsupportedError(f"attribute {VALUE_TYPES!r} is a {type(recorded).__name__}, "
-                               "not the map of key to GGUF value type it is read as",
-                               path=reader.path)
+        raise UnsupportedError(
+            f"attribute {VALUE_TYPES!r} is a {type(recorded).__name__}, "
+            "not the map of key to GGUF value type it is read as",
+            path=reader.path,
+        )
     keys = NameTable(reader.path, "GGUF key")
     out = []
     for attr, value in reader.attributes.items():
         if attr == VALUE_TYPES:
             continue
         prefixed = attr.startswith("gguf.")
-        key = attr[len("gguf."):] if prefixed else attr
+        key = attr[len("gguf.") :] if prefixed else attr
         where = f"attribute {_short(attr)}"
         size = len(_utf8(key, where, reader.path))
         if size > GGUF_MAX_KEY:
-            raise UnsupportedError(f"{where}: a GGUF key is at most {GGUF_MAX_KEY} bytes, "
-                                   f"this one {size}", path=reader.path)
+            raise UnsupportedError(
+                f"{where}: a GGUF key is at most {GGUF_MAX_KEY} bytes, this one {size}",
+                path=reader.path,
+            )
         keys.claim(key, attr)
         known = recorded.get(key) if prefixed else None
         if known is not None:
@@ -443,10 +507,15 @@ def _gguf_values(reader, gguf) -> List[GGUFValue]:
         if problem is None and key == "general.architecture" and vtype != gguf.GGUFValueType.STRING:
             problem = "general.architecture is a string"
         if problem is None and key == "general.alignment":
-            if vtype not in (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32) \
-                    or not 0 < value < 1 << 32 or value & (value - 1):
-                problem = (f"general.alignment {value!r} is not a power of two in a UINT32, "
-                           "as llama.cpp and gguf-py read it")
+            if (
+                vtype not in (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32)
+                or not 0 < value < 1 << 32
+                or value & (value - 1)
+            ):
+                problem = (
+                    f"general.alignment {value!r} is not a power of two in a UINT32, "
+                    "as llama.cpp and gguf-py read it"
+                )
         if problem is not None:
             raise UnsupportedError(f"{where}: {problem}", path=reader.path)
         out.append(GGUFValue(key, value, vtype, sub))
@@ -460,14 +529,24 @@ def _gguf_recorded_type(known, gguf, where, path):
     ids = {int(t) for t in T}
     if type(known) is int and known in ids and known != int(T.ARRAY):
         return T(known), None
-    if isinstance(known, list) and len(known) == 2 and known[0] == int(T.ARRAY) \
-            and type(known[0]) is int and type(known[1]) is int and known[1] in ids:
+    if (
+        isinstance(known, list)
+        and len(known) == 2
+        and known[0] == int(T.ARRAY)
+        and type(known[0]) is int
+        and type(known[1]) is int
+        and known[1] in ids
+    ):
         if known[1] == int(T.ARRAY):
-            raise UnsupportedError(f"{where}: an array of arrays (llama.cpp reads no such "
-                                   "key/value)", path=path)
+            raise UnsupportedError(
+                f"{where}: an array of arrays (llama.cpp reads no such key/value)", path=path
+            )
         return T.ARRAY, T(known[1])
-    raise UnsupportedError(f"{where}: its recorded GGUF value type {_short(known)} is not "
-                           "a type id (or [9, element type id])", path=path)
+    raise UnsupportedError(
+        f"{where}: its recorded GGUF value type {_short(known)} is not "
+        "a type id (or [9, element type id])",
+        path=path,
+    )
 
 
 def _gguf_type_of_value(value, gguf, where, path):
@@ -475,19 +554,22 @@ def _gguf_type_of_value(value, gguf, where, path):
     T = gguf.GGUFValueType
     vtype = _gguf_type_of(value, gguf)
     if vtype is None:
-        raise UnsupportedError(f"{where} ({type(value).__name__}) has no GGUF value type",
-                               path=path)
+        raise UnsupportedError(
+            f"{where} ({type(value).__name__}) has no GGUF value type", path=path
+        )
     if vtype != T.ARRAY:
         return vtype, None
     if not value:
-        raise UnsupportedError(f"{where}: an empty list (the gguf package writes no empty "
-                               "array)", path=path)
+        raise UnsupportedError(
+            f"{where}: an empty list (the gguf package writes no empty array)", path=path
+        )
     subs = {_gguf_type_of(v, gguf) for v in value}
     if len(subs) > 1 and subs <= {T.INT32, T.INT64}:
         subs = {T.INT64}
     if len(subs) > 1 or None in subs or T.ARRAY in subs:
-        raise UnsupportedError(f"{where}: a GGUF array holds values of one type (and no "
-                               "arrays)", path=path)
+        raise UnsupportedError(
+            f"{where}: a GGUF array holds values of one type (and no arrays)", path=path
+        )
     return vtype, subs.pop()
 
 
@@ -496,9 +578,15 @@ def _gguf_type_of(value, gguf):
     if isinstance(value, bool):
         return t.BOOL
     if isinstance(value, int):
-        return t.INT32 if -(1 << 31) <= value < 1 << 31 else \
-            t.INT64 if -(1 << 63) <= value < 1 << 63 else t.UINT64 if 0 <= value < 1 << 64 \
+        return (
+            t.INT32
+            if -(1 << 31) <= value < 1 << 31
+            else t.INT64
+            if -(1 << 63) <= value < 1 << 63
+            else t.UINT64
+            if 0 <= value < 1 << 64
             else None
+        )
     if isinstance(value, float):
         return t.FLOAT64
     if isinstance(value, str):
@@ -525,8 +613,11 @@ def _gguf_value_problem(value, vtype: int, sub: Optional[int]) -> Optional[str]:
             return f"{_kind(value)} is not a number"
         try:
             as_float = float(value)
-            exact = struct.unpack("<f", struct.pack("<f", as_float))[0] \
-                if vtype == _GGUF_FLOAT32 else as_float
+            exact = (
+                struct.unpack("<f", struct.pack("<f", as_float))[0]
+                if vtype == _GGUF_FLOAT32
+                else as_float
+            )
         except (OverflowError, struct.error):
             return f"{_short(value)} does not fit a {'FLOAT32' if vtype == 6 else 'FLOAT64'}"
         if exact != value and value == value:  # NaN is NaN in either width

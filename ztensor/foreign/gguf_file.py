@@ -27,6 +27,7 @@ refused too: a writable view of one (torch) would change the other.  The reader'
 :class:`ztensor.Limits` apply: ``max_objects`` to the tensor count, ``max_rank`` to
 each tensor's dimensions, ``max_component_size`` to each tensor's bytes.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,15 +50,26 @@ from ztensor.tensor import Tensor
 # the one table, in dtypes.py (its plain types are rows of the dtype table)
 GGML_TYPES = dtypes.GGML_TYPES
 # key/value types: id -> struct format of one scalar (strings and arrays apart)
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 STRING, ARRAY = 8, 9
 # the file attribute holding each key's GGUF value type (ids as above; arrays as
 # [9, element type]), so a .gguf written back has the types it was read with
 VALUE_TYPES = "gguf_value_types"
-MAX_COUNT = 1 << 24          # tensors or key/values in one file
+MAX_COUNT = 1 << 24  # tensors or key/values in one file
 MAX_DIMS = 8
-MAX_ARRAY_DEPTH = 8          # arrays of arrays
+MAX_ARRAY_DEPTH = 8  # arrays of arrays
 _UINT32 = 4
 
 
@@ -66,8 +78,19 @@ class UnknownGGMLTypeWarning(UserWarning):
     raw bytes (format ``gguf_blocks``).  The message names the file and the tensor."""
 
 
-_NUMPY_SCALARS = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4",
-                  7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+_NUMPY_SCALARS = {
+    0: "u1",
+    1: "i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "?",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
 
 
 class _Cursor:
@@ -78,9 +101,11 @@ class _Cursor:
 
     def take(self, n, what):
         if n < 0 or self.pos + n > len(self.data):
-            raise FormatError(f"GGUF {what} runs past the end of the file (at byte "
-                              f"{self.pos}, needs {n})", path=self.path)
-        out = self.data[self.pos:self.pos + n]
+            raise FormatError(
+                f"GGUF {what} runs past the end of the file (at byte {self.pos}, needs {n})",
+                path=self.path,
+            )
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -100,14 +125,14 @@ class _Cursor:
         if vtype == STRING:
             return self.string(what)
         if vtype == ARRAY and depth >= MAX_ARRAY_DEPTH:
-            raise FormatError(f"GGUF {what}: arrays nested more than {MAX_ARRAY_DEPTH} deep",
-                              path=self.path)
+            raise FormatError(
+                f"GGUF {what}: arrays nested more than {MAX_ARRAY_DEPTH} deep", path=self.path
+            )
         if vtype == ARRAY:
             etype, count = self.unpack("<I", what), self.unpack("<Q", what)
-            if count > len(self.data) - self.pos:   # every item takes at least a byte
-                raise FormatError(f"GGUF {what}: array of {count} items cannot fit",
-                                  path=self.path)
-            if etype in _NUMPY_SCALARS:              # numbers: one read, not a loop
+            if count > len(self.data) - self.pos:  # every item takes at least a byte
+                raise FormatError(f"GGUF {what}: array of {count} items cannot fit", path=self.path)
+            if etype in _NUMPY_SCALARS:  # numbers: one read, not a loop
                 dtype = np.dtype(_NUMPY_SCALARS[etype])
                 raw = self.take(count * dtype.itemsize, what)
                 return np.frombuffer(raw, dtype).tolist()
@@ -115,12 +140,13 @@ class _Cursor:
         raise FormatError(f"GGUF {what}: unknown value type {vtype}", path=self.path)
 
 
-def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIMITS, *,
-              mmap: bool = True) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
+def open_gguf(
+    path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True
+) -> Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]:
     """(attributes, iterator of (name, Tensor)) for a GGUF file; ``mmap=False`` reads
     it with ``pread`` (arrays are copies) instead of mapping it."""
     name = os.fspath(path)
-    source = Source(name, mmap=mmap)   # the one home of bounds checks
+    source = Source(name, mmap=mmap)  # the one home of bounds checks
     size = source.size
     data = source.view(0, size, "file")
     cur = _Cursor(data, name)
@@ -128,24 +154,28 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
         raise FormatError("not a GGUF file (magic)", path=name)
     version = cur.unpack("<I", "version")
     if version not in (2, 3):
-        raise UnsupportedError(f"GGUF version {version} (little-endian v2 and v3 are read)",
-                               path=name)
+        raise UnsupportedError(
+            f"GGUF version {version} (little-endian v2 and v3 are read)", path=name
+        )
     n_tensors, n_kv = cur.unpack("<Q", "tensor count"), cur.unpack("<Q", "key/value count")
     if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
-        raise LimitError(f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit "
-                         f"{MAX_COUNT})", path=name)
+        raise LimitError(
+            f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit {MAX_COUNT})",
+            path=name,
+        )
     if n_tensors > limits.max_objects:
-        raise LimitError(f"GGUF declares {n_tensors} tensors (limit max_objects="
-                         f"{limits.max_objects})", path=name)
+        raise LimitError(
+            f"GGUF declares {n_tensors} tensors (limit max_objects={limits.max_objects})", path=name
+        )
     attributes: Dict[str, Any] = {}
     value_types: Dict[str, Any] = {}
-    keys = NameTable(name, "key")   # llama.cpp and gguf-py refuse a key given twice
+    keys = NameTable(name, "key")  # llama.cpp and gguf-py refuse a key given twice
     for i in range(n_kv):
         key = cur.string("key")
         keys.claim(key, f"key/value #{i}")
         vtype = cur.unpack("<I", f"type of {key}")
         if vtype == ARRAY and cur.pos + 4 <= len(cur.data):  # [ARRAY, element type]
-            value_types[key] = [ARRAY, struct.unpack("<I", cur.data[cur.pos:cur.pos + 4])[0]]
+            value_types[key] = [ARRAY, struct.unpack("<I", cur.data[cur.pos : cur.pos + 4])[0]]
         else:
             value_types[key] = vtype
         attributes[f"gguf.{key}"] = cur.value(vtype, key)
@@ -167,35 +197,55 @@ def open_gguf(path: Union[str, "os.PathLike[str]"], limits: Limits = DEFAULT_LIM
     extents = []
     for tname, dims, gtype, offset in infos:
         if offset % alignment:
-            raise FormatError(f"data offset {offset} is not a multiple of general.alignment "
-                              f"{alignment}", path=name, obj=tname)
+            raise FormatError(
+                f"data offset {offset} is not a multiple of general.alignment {alignment}",
+                path=name,
+                obj=tname,
+            )
         if gtype in GGML_TYPES:
             nbytes = _check_extent(name, tname, dims, gtype, offset, start, size)
         else:
             if start + offset > size:
-                raise FormatError(f"data at {offset} lies past the end of the file",
-                                  path=name, obj=tname)
-            following = [e for e in ends if e > offset]   # offsets are claims: cap at the file
+                raise FormatError(
+                    f"data at {offset} lies past the end of the file", path=name, obj=tname
+                )
+            following = [e for e in ends if e > offset]  # offsets are claims: cap at the file
             end = min(following[0] if following else size - start, size - start)
             nbytes = unknown_length[tname] = max(end - offset, 0)
-            warnings.warn(f"{name}: tensor {tname!r} has ggml type {gtype}, which this "
-                          "version does not know: kept as its raw bytes (format gguf_blocks)",
-                          UnknownGGMLTypeWarning, stacklevel=2)
+            warnings.warn(
+                f"{name}: tensor {tname!r} has ggml type {gtype}, which this "
+                "version does not know: kept as its raw bytes (format gguf_blocks)",
+                UnknownGGMLTypeWarning,
+                stacklevel=2,
+            )
         if nbytes > limits.max_component_size:
-            raise LimitError(f"{nbytes} bytes of data (limit max_component_size="
-                             f"{limits.max_component_size})", path=name, obj=tname)
+            raise LimitError(
+                f"{nbytes} bytes of data (limit max_component_size={limits.max_component_size})",
+                path=name,
+                obj=tname,
+            )
         extents.append((offset, nbytes, tname))
     _check_disjoint(name, extents)
 
     def tensors():
         for tname, dims, gtype, offset in infos:
             if tname in unknown_length:
-                blocks = np.frombuffer(source.view(start + offset, unknown_length[tname],
-                                                   "tensor data", obj=tname), np.uint8)
-                yield tname, Tensor({"blocks": blocks}, shape=tuple(reversed(dims)),
-                                    format="gguf_blocks", attributes={"ggml_type_id": gtype})
+                blocks = np.frombuffer(
+                    source.view(start + offset, unknown_length[tname], "tensor data", obj=tname),
+                    np.uint8,
+                )
+                yield (
+                    tname,
+                    Tensor(
+                        {"blocks": blocks},
+                        shape=tuple(reversed(dims)),
+                        format="gguf_blocks",
+                        attributes={"ggml_type_id": gtype},
+                    ),
+                )
                 continue
             yield tname, _tensor(data, tname, dims, gtype, start + offset)
+
     return attributes, tensors()
 
 
@@ -206,9 +256,11 @@ def _alignment(attributes, value_types, path):
         return 32
     alignment = attributes["gguf.general.alignment"]
     if value_types.get("general.alignment") != _UINT32:
-        raise FormatError(f"general.alignment has GGUF type "
-                          f"{value_types.get('general.alignment')!r}, not UINT32 (4)",
-                          path=path)
+        raise FormatError(
+            f"general.alignment has GGUF type "
+            f"{value_types.get('general.alignment')!r}, not UINT32 (4)",
+            path=path,
+        )
     if alignment <= 0 or alignment & (alignment - 1):
         raise FormatError(f"general.alignment {alignment!r} is not a power of two", path=path)
     return alignment
@@ -221,9 +273,12 @@ def _check_disjoint(path, extents):
     previous = None
     for offset, nbytes, tname in sorted(e for e in extents if e[1]):
         if previous is not None and offset < previous[0] + previous[1]:
-            raise FormatError(f"data at {offset} (+{nbytes} bytes) overlaps tensor "
-                              f"{previous[2]!r} at {previous[0]} (+{previous[1]} bytes)",
-                              path=path, obj=tname)
+            raise FormatError(
+                f"data at {offset} (+{nbytes} bytes) overlaps tensor "
+                f"{previous[2]!r} at {previous[0]} (+{previous[1]} bytes)",
+                path=path,
+                obj=tname,
+            )
         previous = (offset, nbytes, tname)
 
 
@@ -233,8 +288,9 @@ def _tensor_info(cur, path, limits):
     if n_dims > MAX_DIMS:
         raise FormatError(f"{n_dims} dimensions (at most {MAX_DIMS})", path=path, obj=tname)
     if n_dims > limits.max_rank:
-        raise LimitError(f"{n_dims} dimensions (limit max_rank={limits.max_rank})",
-                         path=path, obj=tname)
+        raise LimitError(
+            f"{n_dims} dimensions (limit max_rank={limits.max_rank})", path=path, obj=tname
+        )
     dims = [cur.unpack("<Q", f"dims of {tname}") for _ in range(n_dims)]
     gtype, offset = cur.unpack("<I", f"type of {tname}"), cur.unpack("<Q", f"offset of {tname}")
     if gtype not in GGML_TYPES and any(d >= 1 << 63 for d in dims):
@@ -249,24 +305,39 @@ def _check_extent(path, tname, dims, gtype, offset, start, size):
         raise FormatError(problem, path=path, obj=tname)
     count = math.prod(dims)
     if dims and dims[0] % block:
-        raise FormatError(f"innermost dimension {dims[0]} is not a multiple of the "
-                          f"{block}-element block", path=path, obj=tname)
+        raise FormatError(
+            f"innermost dimension {dims[0]} is not a multiple of the {block}-element block",
+            path=path,
+            obj=tname,
+        )
     nbytes = count // block * block_bytes
     if start + offset + nbytes > size:
-        raise FormatError(f"data at {offset} (+{nbytes} bytes) runs past the end of the file",
-                          path=path, obj=tname)
+        raise FormatError(
+            f"data at {offset} (+{nbytes} bytes) runs past the end of the file",
+            path=path,
+            obj=tname,
+        )
     return nbytes
 
 
 def _tensor(data, tname, dims, gtype, at):
     type_name, block, block_bytes, np_dtype = GGML_TYPES[gtype]
-    shape = tuple(reversed(dims))             # ggml lists the innermost dimension first
+    shape = tuple(reversed(dims))  # ggml lists the innermost dimension first
     count = math.prod(dims)
     if np_dtype is not None:
         arr = np.frombuffer(data, np_dtype, count, at).reshape(shape)
-        return Tensor({"data": arr}, shape=shape,
-                      types={"data": "bf16"} if type_name == "BF16" else None)
+        return Tensor(
+            {"data": arr}, shape=shape, types={"data": "bf16"} if type_name == "BF16" else None
+        )
     blocks = np.frombuffer(data, np.uint8, count // block * block_bytes, at)
-    return Tensor({"blocks": blocks}, shape=shape, format="gguf_blocks",
-                  attributes={"ggml_type": type_name, "ggml_type_id": gtype,
-                              "block_elements": block, "block_bytes": block_bytes})
+    return Tensor(
+        {"blocks": blocks},
+        shape=shape,
+        format="gguf_blocks",
+        attributes={
+            "ggml_type": type_name,
+            "ggml_type_id": gtype,
+            "block_elements": block,
+            "block_bytes": block_bytes,
+        },
+    )

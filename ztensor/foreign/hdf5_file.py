@@ -23,6 +23,7 @@ its storage really holds (and always ``SMALL`` bytes), and at most the Limits'
 ``max_component_size``; its chunk likewise.  Otherwise it is a LimitError before
 anything is allocated.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,9 @@ MAX_EXPANSION = 32_768
 SMALL = 1 << 20
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
-              unsafe_allow_external: bool = False) -> ForeignFile:
+def open_file(
+    path, limits: Limits = DEFAULT_LIMITS, *, unsafe_allow_external: bool = False
+) -> ForeignFile:
     """Open the HDF5 file at ``path`` within ``limits``.
 
     ``unsafe_allow_external=True`` reads datasets whose data lives outside the file
@@ -107,8 +109,9 @@ def _entries(h5py, handle, name, limits, allow_external):
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
     if len(found) > bound:
-        raise LimitError(f"more than {bound} datasets (limits: max_objects "
-                         f"{limits.max_objects})", path=name)
+        raise LimitError(
+            f"more than {bound} datasets (limits: max_objects {limits.max_objects})", path=name
+        )
     names = NameTable(name, "dataset")
     entries = {}
     for key, dataset in found:
@@ -132,51 +135,71 @@ def _spec(path, key, dataset, limits, allow_external):
         chunks = dataset.chunks
         stored = int(dataset.id.get_storage_size())
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
-        raise FormatError(f"cannot read the dataset's header: {exc}", path=path,
-                          obj=key) from None
+        raise FormatError(f"cannot read the dataset's header: {exc}", path=path, obj=key) from None
     if not allow_external:
         if external:
             files = ", ".join(repr(os.fsdecode(f[0])) for f in external[:3])
-            raise FormatError(f"the dataset's data is stored outside the file ({files}); "
-                              "refused: a tensor file is read from its own bytes", path=path,
-                              obj=key)
+            raise FormatError(
+                f"the dataset's data is stored outside the file ({files}); "
+                "refused: a tensor file is read from its own bytes",
+                path=path,
+                obj=key,
+            )
         if virtual:
             sources = sorted({repr(m.file_name) for m in dataset.virtual_sources()[:3]})
-            raise FormatError(f"a virtual dataset (data mapped from {', '.join(sources)}); "
-                              "refused: a tensor file is read from its own bytes", path=path,
-                              obj=key)
+            raise FormatError(
+                f"a virtual dataset (data mapped from {', '.join(sources)}); "
+                "refused: a tensor file is read from its own bytes",
+                path=path,
+                obj=key,
+            )
     found = dtypes.spec_types_for(dtype) if dtype.kind in "biufc" else None
     if found is None:
         return None  # strings, compounds, references: not tensors
     if len(shape) > limits.max_rank:
-        raise LimitError(f"rank {len(shape)} exceeds the limit {limits.max_rank}", path=path,
-                         obj=key)
+        raise LimitError(
+            f"rank {len(shape)} exceeds the limit {limits.max_rank}", path=path, obj=key
+        )
     problem = shape_problem(shape, dtype.itemsize)
     if problem:
         raise FormatError(problem, path=path, obj=key)
     nbytes = math.prod(shape) * dtype.itemsize
     _check_size(path, key, "the dataset", nbytes, stored, limits, allow_external)
     if chunks is not None:
-        _check_size(path, key, "one chunk", math.prod(chunks) * dtype.itemsize, stored,
-                    limits, allow_external)
+        _check_size(
+            path,
+            key,
+            "one chunk",
+            math.prod(chunks) * dtype.itemsize,
+            stored,
+            limits,
+            allow_external,
+        )
     storage, ltype = found
-    return ObjectSpec(key, shape, "dense", {}, {"data": ComponentSpec(
-        "data", storage, ltype, 0, nbytes)})
+    return ObjectSpec(
+        key, shape, "dense", {}, {"data": ComponentSpec("data", storage, ltype, 0, nbytes)}
+    )
 
 
 def _check_size(path, key, what, nbytes, stored, limits, allow_external):
     """``nbytes`` declared for ``what`` against the limits and the bytes stored."""
     if nbytes > limits.max_component_size:
-        raise LimitError(f"{what} declares {nbytes} bytes, above the limit "
-                         f"{limits.max_component_size} (max_component_size)", path=path,
-                         obj=key)
+        raise LimitError(
+            f"{what} declares {nbytes} bytes, above the limit "
+            f"{limits.max_component_size} (max_component_size)",
+            path=path,
+            obj=key,
+        )
     if allow_external:
         return  # its bytes are elsewhere: the file's own storage says nothing
     if nbytes > max(SMALL, stored * MAX_EXPANSION):
-        raise LimitError(f"{what} declares {nbytes} bytes, the file stores {stored} for "
-                         f"it (at most {MAX_EXPANSION} times that is read: unwritten chunks "
-                         "and compressed ones expand to what is declared)", path=path,
-                         obj=key)
+        raise LimitError(
+            f"{what} declares {nbytes} bytes, the file stores {stored} for "
+            f"it (at most {MAX_EXPANSION} times that is read: unwritten chunks "
+            "and compressed ones expand to what is declared)",
+            path=path,
+            obj=key,
+        )
 
 
 def _load(path, key, dataset):

@@ -8,6 +8,7 @@ tensor under a name already taken and names both origins.  Nothing is ever dropp
 or silently overwritten: two distinct tensors in the input are two tensors out, or
 an error.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ class NameTable:
             if first == origin:
                 message = f"two {self.what}s named {_show(name)}"
             else:
-                message = (f"two {self.what}s would both be named {_show(name)}: "
-                           f"{_show(first)} and {_show(origin)}")
+                message = (
+                    f"two {self.what}s would both be named {_show(name)}: "
+                    f"{_show(first)} and {_show(origin)}"
+                )
             raise FormatError(message, path=self.path, obj=name)
         self._origins[name] = origin
         return name
@@ -61,6 +64,7 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
     would be chosen by the order of the text: the safetensors package and Hugging
     Face's index readers disagree on such files).  Errors other than a repeated key
     are json's own (ValueError, RecursionError) for the caller to word."""
+
     def unique(pairs):
         found = dict(pairs)
         if len(found) != len(pairs):
@@ -68,6 +72,7 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
             for key, _ in pairs:
                 keys.claim(key)
         return found
+
     return json.loads(text, object_pairs_hook=unique)
 
 

@@ -9,6 +9,7 @@ mapped file when stored, else decoded (numpy's own reader would allocate the
 header's declared shape first).  Member names lose their ``.npy`` through one
 :class:`~ztensor.foreign.names.NameTable`, so ``a`` and ``a.npy`` are an error naming
 both, never one array hiding the other."""
+
 from __future__ import annotations
 
 import io
@@ -39,9 +40,22 @@ from ztensor.tensor import Tensor
 # numpy reads headers of at most 10,000 bytes (its max_header_size); the magic,
 # version and length come first
 MAX_NPY_HEADER = 1 << 16
-READ_ERRORS = (ValueError, OSError, EOFError, KeyError, OverflowError, zipfile.BadZipFile,
-               zipfile.LargeZipFile, zlib.error, lzma.LZMAError, struct.error,
-               tokenize.TokenError, SyntaxError, NotImplementedError, RuntimeError)
+READ_ERRORS = (
+    ValueError,
+    OSError,
+    EOFError,
+    KeyError,
+    OverflowError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    struct.error,
+    tokenize.TokenError,
+    SyntaxError,
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
@@ -60,16 +74,22 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> For
         spec = _header_spec(name, stem, shape, dtype, limits)
         nbytes = spec.components["data"].length
         if fp.tell() + nbytes > source.size:
-            raise FormatError(f"the header declares {nbytes} data bytes; the file holds "
-                              f"{source.size - fp.tell()}", path=name, obj=stem)
-        flat = np.frombuffer(source.view(fp.tell(), nbytes, "array", obj=stem), dtype,
-                             math.prod(shape))
+            raise FormatError(
+                f"the header declares {nbytes} data bytes; the file holds "
+                f"{source.size - fp.tell()}",
+                path=name,
+                obj=stem,
+            )
+        flat = np.frombuffer(
+            source.view(fp.tell(), nbytes, "array", obj=stem), dtype, math.prod(shape)
+        )
         arr = flat.reshape(shape, order="F" if fortran else "C")
     except BaseException:
         source.close()
         raise
-    return ForeignFile(name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))},
-                       closer=source.close)
+    return ForeignFile(
+        name, "npy", {}, {stem: eager(stem, Tensor({"data": arr}))}, closer=source.close
+    )
 
 
 def open_npz(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> ForeignFile:
@@ -95,9 +115,12 @@ def _open_npz(name, archive, limits) -> ForeignFile:
             raise LimitError(f"more than max_objects {limits.max_objects} arrays", path=name)
         shape, fortran, dtype, offset = _member_header(archive, member, key)
         spec = _header_spec(name, key, shape, dtype, limits)
-        def load(member=member, key=key, shape=shape, fortran=fortran, dtype=dtype,
-                 offset=offset):  # this member's values, bound now (a def: mypy types it)
+
+        def load(
+            member=member, key=key, shape=shape, fortran=fortran, dtype=dtype, offset=offset
+        ):  # this member's values, bound now (a def: mypy types it)
             return _load_member(archive, member, key, shape, fortran, dtype, offset)
+
         entries[key] = Entry(spec, load)
     archive.check_decoded(archive.members, lambda member: member)
     return ForeignFile(name, "npz", {}, entries, closer=archive.close)
@@ -120,8 +143,11 @@ def _read_header(fp, path, key):
     (numpy's parser; its errors are FormatErrors).  :func:`_header_spec` checks them."""
     try:
         version = np.lib.format.read_magic(fp)
-        reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                  else np.lib.format.read_array_header_2_0)
+        reader = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         return reader(fp)
     except READ_ERRORS as exc:
         raise FormatError(f"cannot read the array header: {exc}", path=path, obj=key) from None
@@ -130,22 +156,25 @@ def _read_header(fp, path, key):
 def _header_spec(path, key, shape, dtype, limits):
     """The ObjectSpec a ``.npy`` header describes, once its shape (integers, under the
     rank limit, a size numpy can make) and dtype (one zTensor stores) are checked."""
-    if not all(type(d) is int for d in shape):   # numpy's header check takes True for 1
-        raise FormatError(f"shape {shape!r:.80} holds something other than integers",
-                          path=path, obj=key)
+    if not all(type(d) is int for d in shape):  # numpy's header check takes True for 1
+        raise FormatError(
+            f"shape {shape!r:.80} holds something other than integers", path=path, obj=key
+        )
     found = dtypes.spec_types_for(dtype)
     if found is None or dtype.hasobject:
         raise FormatError(f"numpy dtype {dtype} has no zTensor type", path=path, obj=key)
     if len(shape) > limits.max_rank:
-        raise LimitError(f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path,
-                         obj=key)
+        raise LimitError(
+            f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path, obj=key
+        )
     problem = shape_problem(shape, dtype.itemsize)
     if problem:
         raise FormatError(problem, path=path, obj=key)
     storage, ltype = found
     nbytes = math.prod(shape) * dtype.itemsize
-    return ObjectSpec(key, shape, "dense", {}, {"data": ComponentSpec("data", storage, ltype, 0,
-                                                                      nbytes)})
+    return ObjectSpec(
+        key, shape, "dense", {}, {"data": ComponentSpec("data", storage, ltype, 0, nbytes)}
+    )
 
 
 def _load_member(archive, member, key, shape, fortran, dtype, offset):
@@ -154,17 +183,19 @@ def _load_member(archive, member, key, shape, fortran, dtype, offset):
     the declared size is made."""
     declared = math.prod(shape) * dtype.itemsize
     if archive.members[member].size - offset < declared:
-        raise FormatError(f"header declares {declared} bytes of data, the member holds "
-                          f"{max(archive.members[member].size - offset, 0)}",
-                          path=archive.path, obj=key)
+        raise FormatError(
+            f"header declares {declared} bytes of data, the member holds "
+            f"{max(archive.members[member].size - offset, 0)}",
+            path=archive.path,
+            obj=key,
+        )
     data = archive.read(member, obj=key)
     try:
         arr = np.frombuffer(data, dtype, math.prod(shape), offset)
     except MemoryError:
-        raise LimitError("not enough memory for the array", path=archive.path,
-                         obj=key) from None
+        raise LimitError("not enough memory for the array", path=archive.path, obj=key) from None
     arr = arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
-    if not arr.flags.aligned:   # a stored member lies where the zip put it: copy, as numpy would
+    if not arr.flags.aligned:  # a stored member lies where the zip put it: copy, as numpy would
         arr = arr.copy(order="K")
         arr.flags.writeable = False
     return Tensor({"data": arr})

@@ -39,6 +39,7 @@ and the :class:`~ztensor.spec.Limits`, and their members read: stored ones are v
 of the mapped file, deflated ones decoded (bounded); a big-endian checkpoint's
 storages are swapped to little-endian once each.
 """
+
 from __future__ import annotations
 
 import io
@@ -60,22 +61,32 @@ from ztensor.foreign.zip_members import ZipArchive
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
-MAX_PICKLE = 256 << 20   # data.pkl holds structure, not data: far below this in practice
-MAX_DEPTH = 64           # containers a tensor may be nested in
+MAX_PICKLE = 256 << 20  # data.pkl holds structure, not data: far below this in practice
+MAX_DEPTH = 64  # containers a tensor may be nested in
 MAX_ATTRIBUTES = 10_000  # plain values kept as attributes (metadata, not tensors)
 
 # legacy typed storage classes -> the torch dtype whose elements they hold
 _STORAGE_CLASSES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
-    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-    "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
-    "ComplexDoubleStorage": "complex128", "UntypedStorage": "uint8",
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+    "UntypedStorage": "uint8",
 }
 # storage class / dtype name -> (numpy little-endian dtype, zTensor logical type):
 # torch's names from the one dtype table (dtypes.TORCH_KINDS)
-_DTYPES = {**{cls: dtypes.TORCH_KINDS[name] for cls, name in _STORAGE_CLASSES.items()},
-           **dtypes.TORCH_KINDS}
+_DTYPES = {
+    **{cls: dtypes.TORCH_KINDS[name] for cls, name in _STORAGE_CLASSES.items()},
+    **dtypes.TORCH_KINDS,
+}
 
 # the types a dict key or set item may have: hashing a deeply nested tuple recurses in C
 # without a guard, and a tensor under a key would have no name
@@ -136,8 +147,12 @@ def _kind(value) -> str:
     or nested past the recursion limit)."""
     if isinstance(value, _Global):
         return f"the function {value.qualname}"
-    return {_TensorRecord: "a tensor", _StorageRef: "a storage", _DType: "a dtype",
-            _StateDict: "an OrderedDict"}.get(type(value), f"a {type(value).__name__}")
+    return {
+        _TensorRecord: "a tensor",
+        _StorageRef: "a storage",
+        _DType: "a dtype",
+        _StateDict: "an OrderedDict",
+    }.get(type(value), f"a {type(value).__name__}")
 
 
 def _show(value) -> str:
@@ -164,40 +179,59 @@ class _Load:
     # ---- the functions the allowlist maps to (torch._utils' signatures)
     def rebuild(self, storage, offset, size, stride, dtype_name=None) -> _TensorRecord:
         if not isinstance(storage, _StorageRef):
-            raise FormatError(f"a tensor whose storage is {_kind(storage)}, not a storage "
-                              "reference")
+            raise FormatError(
+                f"a tensor whose storage is {_kind(storage)}, not a storage reference"
+            )
         name = dtype_name or storage.dtype.name
         np_name, ltype = _DTYPES[name]
         dtype = np.dtype(np_name)
-        if (type(size) not in (tuple, list) or type(stride) not in (tuple, list)
-                or len(size) != len(stride)
-                or not all(type(v) is int and 0 <= v < 1 << 62 for v in (offset, *size, *stride))):
-            raise FormatError("malformed tensor geometry: "
-                              f"offset {_show(offset)}, size {_show(size)}, stride {_show(stride)}")
+        if (
+            type(size) not in (tuple, list)
+            or type(stride) not in (tuple, list)
+            or len(size) != len(stride)
+            or not all(type(v) is int and 0 <= v < 1 << 62 for v in (offset, *size, *stride))
+        ):
+            raise FormatError(
+                "malformed tensor geometry: "
+                f"offset {_show(offset)}, size {_show(size)}, stride {_show(stride)}"
+            )
         if len(size) > self.limits.max_rank:
-            raise LimitError(f"a tensor of rank {len(size)}, above max_rank "
-                             f"{self.limits.max_rank}")
+            raise LimitError(f"a tensor of rank {len(size)}, above max_rank {self.limits.max_rank}")
         # what a copy of the tensor takes: a stride-0 view (expand) is cheap to read, but
         # a caller may ask for a copy, so its size is held to the limit too
         if math.prod(size) * dtype.itemsize > self.limits.max_component_size:
-            raise LimitError(f"a tensor of size {list(size)} ({math.prod(size) * dtype.itemsize} "
-                             f"bytes) is above max_component_size "
-                             f"{self.limits.max_component_size}")
+            raise LimitError(
+                f"a tensor of size {list(size)} ({math.prod(size) * dtype.itemsize} "
+                f"bytes) is above max_component_size "
+                f"{self.limits.max_component_size}"
+            )
         count = storage.nbytes // dtype.itemsize
         if math.prod(size) and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= count:
-            raise FormatError(f"tensor of size {list(size)}, stride {list(stride)} at offset "
-                              f"{offset} reaches past its storage of {count} elements")
+            raise FormatError(
+                f"tensor of size {list(size)}, stride {list(stride)} at offset "
+                f"{offset} reaches past its storage of {count} elements"
+            )
         # a dimension of one element never moves: its stride is never used
         stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))
         return _TensorRecord(storage, offset, tuple(size), stride, dtype, ltype)
 
-    def rebuild_tensor_v2(self, storage, offset, size, stride, requires_grad=False,
-                          hooks=None, metadata=None):
+    def rebuild_tensor_v2(
+        self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None
+    ):
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
         return self.rebuild(storage, offset, size, stride)
 
-    def rebuild_tensor_v3(self, storage, offset, size, stride, requires_grad=False,
-                          hooks=None, dtype=None, metadata=None):
+    def rebuild_tensor_v3(
+        self,
+        storage,
+        offset,
+        size,
+        stride,
+        requires_grad=False,
+        hooks=None,
+        dtype=None,
+        metadata=None,
+    ):
         if not isinstance(dtype, _DType):
             raise FormatError("_rebuild_tensor_v3 without a known dtype")
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
@@ -210,7 +244,7 @@ class _Load:
         return data
 
     def ordered_dict(self, *args):
-        if args:   # OrderedDict pickles as OrderedDict() and then its items
+        if args:  # OrderedDict pickles as OrderedDict() and then its items
             raise FormatError("collections.OrderedDict called with arguments")
         return _StateDict()
 
@@ -224,9 +258,15 @@ class _Load:
         }
 
     def storage(self, pid) -> _StorageRef:
-        if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage"
-                or not isinstance(pid[1], _DType) or type(pid[2]) is not str
-                or type(pid[4]) is not int or not 0 <= pid[4] < 1 << 62):
+        if (
+            type(pid) is not tuple
+            or len(pid) != 5
+            or pid[0] != "storage"
+            or not isinstance(pid[1], _DType)
+            or type(pid[2]) is not str
+            or type(pid[4]) is not int
+            or not 0 <= pid[4] < 1 << 62
+        ):
             raise FormatError(f"a persistent reference that is not a storage: {_kind(pid)}")
         member = f"{self.prefix}data/{pid[2]}"
         if member not in self.archive.members:
@@ -240,8 +280,9 @@ def _op_reduce(self):
     args = self.stack.pop()
     func = self.stack[-1]
     if type(func) is not _Global:
-        raise FormatError(f"the pickle calls {_kind(func)}: only the allowlisted rebuild "
-                          "functions can be called")
+        raise FormatError(
+            f"the pickle calls {_kind(func)}: only the allowlisted rebuild functions can be called"
+        )
     if type(args) is not tuple:
         raise FormatError(f"the arguments of {func.qualname} are {_kind(args)}, not a tuple")
     self.stack[-1] = func.fn(*args)
@@ -251,10 +292,16 @@ def _op_build(self):
     state = self.stack.pop()
     inst = self.stack[-1]
     # torch.save writes BUILD once: a state dict's `_metadata` (per-module versions)
-    if (type(inst) is not _StateDict or type(state) is not dict or set(state) != {"_metadata"}
-            or not isinstance(state["_metadata"], dict)):
-        raise FormatError(f"the pickle sets the state of {_kind(inst)} to {_kind(state)}: "
-                          "only a state dict's _metadata is accepted")
+    if (
+        type(inst) is not _StateDict
+        or type(state) is not dict
+        or set(state) != {"_metadata"}
+        or not isinstance(state["_metadata"], dict)
+    ):
+        raise FormatError(
+            f"the pickle sets the state of {_kind(inst)} to {_kind(state)}: "
+            "only a state dict's _metadata is accepted"
+        )
     self.context.ignored.append(("a state dict's _metadata", state))
 
 
@@ -322,21 +369,31 @@ def _op_frozenset(self):
 
 _OPCODE_NAMES = {op.code.encode("latin-1")[0]: op.name for op in pickletools.opcodes}
 # values, containers, the memo, framing and globals: Python's own code, unchanged
-_PLAIN = ("PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 "
-          "BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE "
-          "BINUNICODE SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 "
-          "BYTEARRAY8 EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST LIST EMPTY_DICT "
-          "EMPTY_SET GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE GLOBAL "
-          "STACK_GLOBAL PERSID BINPERSID").split()
-_OURS = {"REDUCE": _op_reduce, "BUILD": _op_build, "SETITEM": _op_setitem,
-         "SETITEMS": _op_setitems, "DICT": _op_dict, "APPEND": _op_append,
-         "APPENDS": _op_appends, "ADDITEMS": _op_additems, "FROZENSET": _op_frozenset}
+_PLAIN = (
+    "PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 "
+    "BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE "
+    "BINUNICODE SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 "
+    "BYTEARRAY8 EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST LIST EMPTY_DICT "
+    "EMPTY_SET GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE GLOBAL "
+    "STACK_GLOBAL PERSID BINPERSID"
+).split()
+_OURS = {
+    "REDUCE": _op_reduce,
+    "BUILD": _op_build,
+    "SETITEM": _op_setitem,
+    "SETITEMS": _op_setitems,
+    "DICT": _op_dict,
+    "APPEND": _op_append,
+    "APPENDS": _op_appends,
+    "ADDITEMS": _op_additems,
+    "FROZENSET": _op_frozenset,
+}
 
 
 def _refuser(name):
     def refuse(self):
-        raise FormatError(f"the pickle uses the {name} instruction, which a checkpoint "
-                          "never needs")
+        raise FormatError(f"the pickle uses the {name} instruction, which a checkpoint never needs")
+
     return refuse
 
 
@@ -352,8 +409,10 @@ def _dispatch():
     that is no opcode)."""
     base = _PythonUnpickler.dispatch
     codes = {name: code for code, name in _OPCODE_NAMES.items()}
-    table = {code: _refuser(_OPCODE_NAMES.get(code, f"unknown opcode {code:#04x}"))
-             for code in range(256)}
+    table = {
+        code: _refuser(_OPCODE_NAMES.get(code, f"unknown opcode {code:#04x}"))
+        for code in range(256)
+    }
     for name in _PLAIN:
         table[codes[name]] = base[codes[name]]
     for name, fn in _OURS.items():
@@ -361,7 +420,7 @@ def _dispatch():
     return table
 
 
-class RestrictedUnpickler(_PythonUnpickler):   # the Python one: its dispatch is a table
+class RestrictedUnpickler(_PythonUnpickler):  # the Python one: its dispatch is a table
     """An unpickler that can build tensors, dicts and plain values, and nothing else
     (see the module doc)."""
 
@@ -378,9 +437,11 @@ class RestrictedUnpickler(_PythonUnpickler):   # the Python one: its dispatch is
             return _Global(f"{module}.{name}", found)
         if module in ("torch", "torch.storage") and name in _DTYPES:
             return _DType(name)
-        raise FormatError(f"refusing to load {module[:100]}.{name[:100]} from a pickle: a "
-                          "checkpoint may hold tensors and plain containers only (no code "
-                          "is run)")
+        raise FormatError(
+            f"refusing to load {module[:100]}.{name[:100]} from a pickle: a "
+            "checkpoint may hold tensors and plain containers only (no code "
+            "is run)"
+        )
 
     def persistent_load(self, pid):
         return self.context.storage(pid)
@@ -393,9 +454,8 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> Fo
         return _open(name, archive, limits)
     except ZTensorError as exc:
         archive.close()
-        if exc.path is None:   # raised inside the unpickler, which knows no path
-            raise type(exc)(exc.message, path=name, obj=exc.obj,
-                            component=exc.component) from None
+        if exc.path is None:  # raised inside the unpickler, which knows no path
+            raise type(exc)(exc.message, path=name, obj=exc.obj, component=exc.component) from None
         raise
     except MemoryError:
         archive.close()
@@ -410,11 +470,13 @@ def _open(name, archive, limits) -> ForeignFile:
     pickles = [n for n in members if n == "data.pkl" or n.endswith("/data.pkl")]
     if not pickles:
         raise FormatError("not a PyTorch checkpoint: no data.pkl", path=name)
-    if len(pickles) > 1:   # which one torch.load would take depends on its version
-        raise FormatError(f"two pickles, {pickles[0][:80]!r} and {pickles[1][:80]!r}: which "
-                          "is the checkpoint?", path=name)
+    if len(pickles) > 1:  # which one torch.load would take depends on its version
+        raise FormatError(
+            f"two pickles, {pickles[0][:80]!r} and {pickles[1][:80]!r}: which is the checkpoint?",
+            path=name,
+        )
     pkl = pickles[0]
-    prefix = pkl[:-len("data.pkl")]
+    prefix = pkl[: -len("data.pkl")]
     order = "little"
     if prefix + "byteorder" in members:
         if members[prefix + "byteorder"].size > 16:
@@ -423,18 +485,28 @@ def _open(name, archive, limits) -> ForeignFile:
         if order not in ("little", "big"):
             raise FormatError(f"byteorder {order[:20]!r}", path=name)
     if members[pkl].size > MAX_PICKLE:
-        raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}",
-                         path=name)
+        raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}", path=name)
     raw = bytes(archive.read(pkl, obj=None))
     load = _Load(archive, prefix, limits)
     try:
         obj = RestrictedUnpickler(io.BytesIO(raw), load).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, OverflowError, RecursionError, struct.error) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        RecursionError,
+        struct.error,
+    ) as exc:
         if isinstance(exc, ZTensorError):
             raise
-        raise FormatError(f"not a readable PyTorch checkpoint: {type(exc).__name__}: "
-                          f"{str(exc)[:200]}", path=name) from None
+        raise FormatError(
+            f"not a readable PyTorch checkpoint: {type(exc).__name__}: {str(exc)[:200]}", path=name
+        ) from None
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
@@ -442,8 +514,9 @@ def _open(name, archive, limits) -> ForeignFile:
     entries = {}
     for key, record in tensors.items():
         arr = _view(_elements(arrays, elements, record, order), record, name, key)
-        tensor = Tensor({"data": arr}, shape=arr.shape,
-                        types={"data": record.ltype} if record.ltype else None)
+        tensor = Tensor(
+            {"data": arr}, shape=arr.shape, types={"data": record.ltype} if record.ltype else None
+        )
         entries[key] = eager(key, tensor)
     return ForeignFile(name, "pickle", attributes, entries, closer=archive.close)
 
@@ -457,9 +530,13 @@ def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
         ref = record.storage
         member = archive.members[ref.member]
         if ref.nbytes > member.size:
-            raise FormatError(f"the tensor reaches past its storage: the pickle declares "
-                              f"{ref.numel} elements ({ref.nbytes} bytes), member "
-                              f"{ref.member!r} holds {member.size}", path=path, obj=key)
+            raise FormatError(
+                f"the tensor reaches past its storage: the pickle declares "
+                f"{ref.numel} elements ({ref.nbytes} bytes), member "
+                f"{ref.member!r} holds {member.size}",
+                path=path,
+                obj=key,
+            )
         users.setdefault(ref.member, key)
     archive.check_decoded(users, users.get)
     arrays = {}
@@ -484,8 +561,8 @@ def _elements(arrays, cache, record, order) -> np.ndarray:
     raw = arrays[record.storage.member]
     count = record.storage.nbytes // dtype.itemsize
     if order == "little" or dtype.itemsize == 1:
-        return raw[:count * dtype.itemsize].view(dtype)
-    key = (record.storage.member, dtype)   # not the count: one copy however many refer
+        return raw[: count * dtype.itemsize].view(dtype)
+    key = (record.storage.member, dtype)  # not the count: one copy however many refer
     if key not in cache:
         whole = raw.size // dtype.itemsize * dtype.itemsize
         swapped = raw[:whole].view(dtype.newbyteorder(">")).astype(dtype)
@@ -502,11 +579,13 @@ def _view(elements, record, path, key):
         return np.zeros(record.size, dtype)
     try:
         return np.lib.stride_tricks.as_strided(
-            elements[record.offset:], shape=record.size,
-            strides=tuple(s * dtype.itemsize for s in record.stride), writeable=False)
+            elements[record.offset :],
+            shape=record.size,
+            strides=tuple(s * dtype.itemsize for s in record.stride),
+            writeable=False,
+        )
     except (ValueError, OverflowError) as exc:
-        raise FormatError(f"tensor geometry numpy cannot view: {exc}", path=path,
-                          obj=key) from None
+        raise FormatError(f"tensor geometry numpy cannot view: {exc}", path=path, obj=key) from None
 
 
 class _Node:
@@ -561,19 +640,19 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
         node, value = stack.pop()
         steps += 1
         if steps > budget:
-            raise LimitError("the checkpoint's object graph is larger than its pickle",
-                             path=path)
+            raise LimitError("the checkpoint's object graph is larger than its pickle", path=path)
         if type(value) is _TensorRecord:
             keys = node.keys()
             if len(keys) > MAX_DEPTH:
-                raise LimitError(f"a tensor nested {len(keys)} containers deep (at most "
-                                 f"{MAX_DEPTH})", path=path,
-                                 obj=".".join(map(str, keys[:8])) + "...")
+                raise LimitError(
+                    f"a tensor nested {len(keys)} containers deep (at most {MAX_DEPTH})",
+                    path=path,
+                    obj=".".join(map(str, keys[:8])) + "...",
+                )
             name = ".".join(map(str, keys)) if keys else "tensor"
             tensors[names.claim(name, keys or "the whole checkpoint")] = value
             if len(tensors) > limits.max_objects:
-                raise LimitError(f"more than max_objects {limits.max_objects} tensors",
-                                 path=path)
+                raise LimitError(f"more than max_objects {limits.max_objects} tensors", path=path)
             continue
         children = _containers(value)
         if children is not None:
@@ -582,8 +661,12 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             seen.add(id(value))
             stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
-        if (type(value) in (int, float, str, bool) and node.parent is not None
-                and node.depth <= MAX_DEPTH and len(attributes) < MAX_ATTRIBUTES):
+        if (
+            type(value) in (int, float, str, bool)
+            and node.parent is not None
+            and node.depth <= MAX_DEPTH
+            and len(attributes) < MAX_ATTRIBUTES
+        ):
             keys = node.keys()
             name = attribute_names.claim("pickle." + ".".join(map(str, keys)), keys)
             attributes[name] = value[:4096] if type(value) is str else value
@@ -604,13 +687,14 @@ def _check_ignored(ignored, tensors, budget, path) -> None:
         where, value = stack.pop()
         steps += 1
         if steps > budget + len(ignored):
-            raise LimitError("the checkpoint's object graph is larger than its pickle",
-                             path=path)
+            raise LimitError("the checkpoint's object graph is larger than its pickle", path=path)
         if type(value) is _TensorRecord:
             if id(value) not in named:
-                raise UnsupportedError(f"a tensor kept in {where} (not a place a "
-                                       "checkpoint keeps tensors) would not be read",
-                                       path=path)
+                raise UnsupportedError(
+                    f"a tensor kept in {where} (not a place a "
+                    "checkpoint keeps tensors) would not be read",
+                    path=path,
+                )
             continue
         children = _containers(value)
         if children is not None and id(value) not in seen:

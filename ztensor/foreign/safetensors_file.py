@@ -6,6 +6,7 @@ inside the data section and exactly shape x item size, no two tensors overlappin
 (safetensors itself refuses overlaps), no key given twice in any JSON object of
 the header (``json`` would keep the last silently).  The file is memory-mapped;
 tensors are views of it."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ from ztensor.tensor import Tensor
 MAX_HEADER = 100 << 20
 
 
-def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
-              copy_on_write: bool = False, mmap: bool = True) -> ForeignFile:
+def open_file(
+    path, limits: Limits = DEFAULT_LIMITS, *, copy_on_write: bool = False, mmap: bool = True
+) -> ForeignFile:
     """``copy_on_write``: map the file privately and writably, so the tensors are
     writable views (torch has no read-only tensors) whose writes stay in private
     pages; otherwise the views are read-only."""
@@ -44,18 +46,17 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *,
 def _parse(source, name, limits) -> ForeignFile:
     size = source.size
     if size < 8:
-        raise FormatError("not a safetensors file: shorter than its 8-byte header size",
-                          path=name)
+        raise FormatError("not a safetensors file: shorter than its 8-byte header size", path=name)
     header_len = struct.unpack("<Q", source.view(0, 8, "header size"))[0]
     if header_len > MAX_HEADER:
-        raise LimitError(f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}",
-                         path=name)
+        raise LimitError(
+            f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}", path=name
+        )
     if 8 + header_len > size:
         raise FormatError("safetensors header runs past the end of the file", path=name)
     try:
-        header = json_loads_unique(bytes(source.view(8, header_len, "header")), name,
-                                   "header key")
-    except FormatError:   # a key given twice (a ValueError too)
+        header = json_loads_unique(bytes(source.view(8, header_len, "header")), name, "header key")
+    except FormatError:  # a key given twice (a ValueError too)
         raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"safetensors header is not JSON: {exc}", path=name) from None
@@ -68,15 +69,19 @@ def _parse(source, name, limits) -> ForeignFile:
         raise FormatError("safetensors __metadata__ is not an object", path=name)
     start, data_len = 8 + header_len, size - 8 - header_len
     if len(header) > limits.max_objects:
-        raise LimitError(f"{len(header)} tensors, above max_objects {limits.max_objects}",
-                         path=name)
-    parsed = sorted(((k, _entry(name, k, v, data_len, limits)) for k, v in header.items()),
-                    key=lambda kv: kv[1][2])
+        raise LimitError(
+            f"{len(header)} tensors, above max_objects {limits.max_objects}", path=name
+        )
+    parsed = sorted(
+        ((k, _entry(name, k, v, data_len, limits)) for k, v in header.items()),
+        key=lambda kv: kv[1][2],
+    )
     end = 0
     for key, (_, _, begin, _, stop) in parsed:
         if begin < end:
-            raise FormatError("tensor overlaps the one before it in the data section",
-                              path=name, obj=key)
+            raise FormatError(
+                "tensor overlaps the one before it in the data section", path=name, obj=key
+            )
         end = max(end, stop)
     entries = {}
     for key, (np_dtype, shape, begin, ltype, stop) in parsed:
@@ -92,23 +97,34 @@ def _entry(path, key, info, data_len, limits):
         raise FormatError("entry is not an object", path=path, obj=key)
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     if dtype not in dtypes.SAFETENSORS_STORAGE:
-        raise UnsupportedError(f"safetensors dtype {dtype!r} is not supported", path=path,
-                               obj=key)
-    if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
-            or not isinstance(offsets, list) or len(offsets) != 2
-            or not all(type(o) is int for o in offsets)):
+        raise UnsupportedError(f"safetensors dtype {dtype!r} is not supported", path=path, obj=key)
+    if (
+        not isinstance(shape, list)
+        or not all(type(d) is int and d >= 0 for d in shape)
+        or not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+    ):
         raise FormatError("malformed shape or data_offsets", path=path, obj=key)
     if len(shape) > limits.max_rank:
-        raise LimitError(f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path,
-                         obj=key)
+        raise LimitError(
+            f"rank {len(shape)} is above max_rank {limits.max_rank}", path=path, obj=key
+        )
     storage, ltype = dtypes.SAFETENSORS_STORAGE[dtype]
     np_dtype = np.dtype(storage)
-    problem = (f"shape has {len(shape)} dimensions (at most 64)" if len(shape) > 64
-               else shape_problem(shape, np_dtype.itemsize))
+    problem = (
+        f"shape has {len(shape)} dimensions (at most 64)"
+        if len(shape) > 64
+        else shape_problem(shape, np_dtype.itemsize)
+    )
     if problem:
         raise FormatError(problem, path=path, obj=key)
     begin, end = offsets
     if not 0 <= begin <= end <= data_len or end - begin != math.prod(shape) * np_dtype.itemsize:
-        raise FormatError(f"data_offsets {offsets} do not fit shape {shape} of {dtype} inside "
-                          f"{data_len} data bytes", path=path, obj=key)
+        raise FormatError(
+            f"data_offsets {offsets} do not fit shape {shape} of {dtype} inside "
+            f"{data_len} data bytes",
+            path=path,
+            obj=key,
+        )
     return np_dtype, tuple(shape), begin, ltype, end

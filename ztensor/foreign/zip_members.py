@@ -23,6 +23,7 @@ for every member read, by every reader:
   ``max_total_decompressed`` together) before anything is decoded
   (:meth:`ZipArchive.check_decoded`).  Work and memory follow the bytes present.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ ENCRYPTED_FLAGS = 0x0001 | 0x0040 | 0x2000
 # byte in, plus a block header's worth.  A declared size above that is a lie.
 DEFLATE_MAX_RATIO = 1032
 METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
-_LOCAL = struct.Struct("<4sHHHHHIIIHH")   # local file header, 30 bytes
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # local file header, 30 bytes
 _CHUNK = 1 << 20
 
 
@@ -57,7 +58,7 @@ class Member:
     def __init__(self, name: str, info: zipfile.ZipInfo, start: int) -> None:
         self.name = name
         self.info = info
-        self.start = start          # first byte of its (compressed) data in the file
+        self.start = start  # first byte of its (compressed) data in the file
 
     @property
     def size(self) -> int:
@@ -76,8 +77,9 @@ class ZipArchive:
     each name to its :class:`Member`, in directory order.
     """
 
-    def __init__(self, path, limits: Limits = DEFAULT_LIMITS, kind: str = "zip archive", *,
-                 mmap: bool = True):
+    def __init__(
+        self, path, limits: Limits = DEFAULT_LIMITS, kind: str = "zip archive", *, mmap: bool = True
+    ):
         self.path = os.fspath(path)
         self.limits = limits
         self.kind = kind
@@ -88,8 +90,9 @@ class ZipArchive:
                 infos = z.infolist()
                 directory = z.start_dir
         except ZIP_ERRORS as exc:
-            raise FormatError(f"not a readable {kind}: {type(exc).__name__}: "
-                              f"{str(exc)[:200]}", path=self.path) from None
+            raise FormatError(
+                f"not a readable {kind}: {type(exc).__name__}: {str(exc)[:200]}", path=self.path
+            ) from None
         self.source = Source(self.path, mmap=mmap)
         try:
             self.members: Dict[str, Member] = {}
@@ -106,32 +109,48 @@ class ZipArchive:
         self.source.close()
 
     def _error(self, message, member=None, cls=FormatError):
-        return cls(f"zip member {member!r}: {message}" if member is not None else message,
-                   path=self.path)
+        return cls(
+            f"zip member {member!r}: {message}" if member is not None else message, path=self.path
+        )
 
     def _check(self, info: zipfile.ZipInfo, directory: int) -> Member:
         """The directory entry and local header of one member, before any byte of it
         is used."""
         name = info.filename
         if info.flag_bits & ENCRYPTED_FLAGS:
-            raise self._error("is encrypted: its bytes are ciphertext, not values", name,
-                              UnsupportedError)
+            raise self._error(
+                "is encrypted: its bytes are ciphertext, not values", name, UnsupportedError
+            )
         if info.compress_type not in METHODS:
-            raise self._error(f"compression method {info.compress_type} is not supported "
-                              "(stored and deflated are)", name, UnsupportedError)
-        head = bytes(self.source.view(info.header_offset, _LOCAL.size, "zip local header",
-                                      obj=name))
+            raise self._error(
+                f"compression method {info.compress_type} is not supported "
+                "(stored and deflated are)",
+                name,
+                UnsupportedError,
+            )
+        head = bytes(
+            self.source.view(info.header_offset, _LOCAL.size, "zip local header", obj=name)
+        )
         magic, _, flags, method, _, _, _, _, _, name_len, extra_len = _LOCAL.unpack(head)
         if magic != spec.MAGIC_ZIP:
             raise self._error("has no local header where its directory entry points", name)
         if flags & ENCRYPTED_FLAGS:
-            raise self._error("is encrypted (its local header says so): its bytes are "
-                              "ciphertext, not values", name, UnsupportedError)
+            raise self._error(
+                "is encrypted (its local header says so): its bytes are ciphertext, not values",
+                name,
+                UnsupportedError,
+            )
         if method != info.compress_type:
-            raise self._error(f"its local header says compression method {method}, its "
-                              f"directory entry {info.compress_type}", name)
-        raw_name = bytes(self.source.view(info.header_offset + _LOCAL.size, name_len,
-                                          "zip local header", obj=name))
+            raise self._error(
+                f"its local header says compression method {method}, its "
+                f"directory entry {info.compress_type}",
+                name,
+            )
+        raw_name = bytes(
+            self.source.view(
+                info.header_offset + _LOCAL.size, name_len, "zip local header", obj=name
+            )
+        )
         try:
             local_name = raw_name.decode("utf-8" if info.flag_bits & 0x800 else "cp437")
         except UnicodeDecodeError:
@@ -140,25 +159,38 @@ class ZipArchive:
             raise self._error(f"its local header names it {raw_name[:80]!r}", name)
         start = info.header_offset + _LOCAL.size + name_len + extra_len
         if start + info.compress_size > directory:
-            raise self._error(f"its {info.compress_size} bytes at offset {start} run into the "
-                              f"central directory at {directory}", name)
+            raise self._error(
+                f"its {info.compress_size} bytes at offset {start} run into the "
+                f"central directory at {directory}",
+                name,
+            )
         if info.compress_type == zipfile.ZIP_STORED:
             if info.compress_size != info.file_size:
-                raise self._error(f"stored, but declares {info.file_size} bytes and holds "
-                                  f"{info.compress_size}", name)
+                raise self._error(
+                    f"stored, but declares {info.file_size} bytes and holds {info.compress_size}",
+                    name,
+                )
         elif info.file_size > DEFLATE_MAX_RATIO * info.compress_size + DEFLATE_MAX_RATIO:
-            raise self._error(f"declares {info.file_size} bytes, more than deflate can "
-                              f"produce from its {info.compress_size}", name)
+            raise self._error(
+                f"declares {info.file_size} bytes, more than deflate can "
+                f"produce from its {info.compress_size}",
+                name,
+            )
         return Member(name, info, start)
 
     def _check_overlaps(self) -> None:
         """No two members share a byte (local header through the end of the data)."""
-        spans = sorted((m.info.header_offset, m.start + m.info.compress_size, m.name)
-                       for m in self.members.values())
+        spans = sorted(
+            (m.info.header_offset, m.start + m.info.compress_size, m.name)
+            for m in self.members.values()
+        )
         for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
             if begin < end:
-                raise FormatError(f"zip members {first!r} and {second!r} overlap (a zip bomb "
-                                  "reuses one member's bytes for many)", path=self.path)
+                raise FormatError(
+                    f"zip members {first!r} and {second!r} overlap (a zip bomb "
+                    "reuses one member's bytes for many)",
+                    path=self.path,
+                )
 
     def check_decoded(self, names: Iterable[str], obj_of=None) -> None:
         """Hold what decoding ``names`` would produce to the limits, before any of it is
@@ -173,14 +205,21 @@ class ZipArchive:
                 continue
             obj = obj_of(name) if obj_of else None
             if member.size > self.limits.max_component_size:
-                raise LimitError(f"zip member {name!r} decompresses to {member.size} bytes, "
-                                 f"above max_component_size {self.limits.max_component_size}",
-                                 path=self.path, obj=obj)
+                raise LimitError(
+                    f"zip member {name!r} decompresses to {member.size} bytes, "
+                    f"above max_component_size {self.limits.max_component_size}",
+                    path=self.path,
+                    obj=obj,
+                )
             total += member.size
             if total > self.limits.max_total_decompressed:
-                raise LimitError(f"the members read decompress to more than "
-                                 f"max_total_decompressed {self.limits.max_total_decompressed}"
-                                 f" bytes (at {name!r})", path=self.path, obj=obj)
+                raise LimitError(
+                    f"the members read decompress to more than "
+                    f"max_total_decompressed {self.limits.max_total_decompressed}"
+                    f" bytes (at {name!r})",
+                    path=self.path,
+                    obj=obj,
+                )
 
     def read(self, name: str, obj: Optional[str] = None, limit: Optional[int] = None):
         """A member's bytes, read-only: a view of the mapped file when stored, else
@@ -197,8 +236,11 @@ class ZipArchive:
         try:
             return self._inflate(member, want, limit is None, obj)
         except MemoryError:
-            raise LimitError(f"not enough memory to decompress zip member {name!r} "
-                             f"({member.size} bytes)", path=self.path, obj=obj) from None
+            raise LimitError(
+                f"not enough memory to decompress zip member {name!r} ({member.size} bytes)",
+                path=self.path,
+                obj=obj,
+            ) from None
 
     def _inflate(self, member: Member, want: int, whole: bool, obj):
         info = member.info
@@ -211,25 +253,35 @@ class ZipArchive:
                 if inflater.unconsumed_tail:
                     chunk = inflater.unconsumed_tail
                 elif pos < len(data):
-                    chunk = data[pos:pos + _CHUNK]
+                    chunk = data[pos : pos + _CHUNK]
                     pos += len(chunk)
                 else:
                     break
                 # at most one byte past what is declared: enough to tell a lie
                 out += inflater.decompress(chunk, want + whole - len(out))
         except zlib.error as exc:
-            raise FormatError(f"zip member {member.name!r} is not valid deflate: {exc}",
-                              path=self.path, obj=obj) from None
+            raise FormatError(
+                f"zip member {member.name!r} is not valid deflate: {exc}", path=self.path, obj=obj
+            ) from None
         if not whole:
             return memoryview(out[:want]).toreadonly()
         if len(out) != want:
             found = f"more than {want}" if len(out) > want else f"{len(out)}"
-            raise FormatError(f"zip member {member.name!r} declares {want} bytes and decodes "
-                              f"to {found}", path=self.path, obj=obj)
+            raise FormatError(
+                f"zip member {member.name!r} declares {want} bytes and decodes to {found}",
+                path=self.path,
+                obj=obj,
+            )
         if not inflater.eof:
-            raise FormatError(f"zip member {member.name!r}: its deflate stream is cut short",
-                              path=self.path, obj=obj)
+            raise FormatError(
+                f"zip member {member.name!r}: its deflate stream is cut short",
+                path=self.path,
+                obj=obj,
+            )
         if zlib.crc32(out) != info.CRC:
-            raise ChecksumError(f"zip member {member.name!r}: CRC-32 does not match its "
-                                "bytes", path=self.path, obj=obj)
+            raise ChecksumError(
+                f"zip member {member.name!r}: CRC-32 does not match its bytes",
+                path=self.path,
+                obj=obj,
+            )
         return memoryview(out).toreadonly()

@@ -21,6 +21,7 @@ Formats this version does not know pass through :data:`GENERIC`: components kept
 exactly as stored, as the spec asks.  v0.1's one-blob sparse layout is lifted to
 these formats by ``ztensor/container/legacy.py``.
 """
+
 from ztensor.errors import UnsupportedError
 from ztensor.formats import dense, gguf_blocks, quantized, sparse
 
@@ -45,8 +46,13 @@ class _Generic:
 
 
 GENERIC = _Generic()
-HANDLERS = {"dense": dense, "sparse_csr": sparse, "sparse_coo": sparse,
-            "quantized_group": quantized, "gguf_blocks": gguf_blocks}
+HANDLERS = {
+    "dense": dense,
+    "sparse_csr": sparse,
+    "sparse_coo": sparse,
+    "quantized_group": quantized,
+    "gguf_blocks": gguf_blocks,
+}
 
 # formats whose attributes carry rules (bits, block geometry): their modules define
 # check_attributes(shape, attributes, **where) and validate(shape, attributes, arrays, **where)
@@ -85,5 +91,6 @@ def check_object(fmt, shape, attributes, arrays, **where):
 def types_of(spec) -> dict:
     """Role -> logical type, plus "bf16" for bf16 storage (whose bits come back as
     uint16 without ml_dtypes): writing the Tensor back then gives the same bytes."""
-    return {role: c.type or "bf16" for role, c in spec.components.items()
-            if c.type or c.dtype == "bf16"}
+    return {
+        role: c.type or "bf16" for role, c in spec.components.items() if c.type or c.dtype == "bf16"
+    }

@@ -10,6 +10,7 @@ writer before it writes, and by the reader when it views or assembles:
 * a raw, native-order ``data`` without a logical type is a plain view of the file
   (:func:`view_plan`).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,18 +31,26 @@ def check_entry(checker, name, shape, comps):
     data = comps.get("data")
     if data is None:
         checker.fail("dense object has no 'data' component", name)
-    expected = math.prod(shape) * dtypes.element_ratio(data.dtype, data.type) \
+    expected = (
+        math.prod(shape)
+        * dtypes.element_ratio(data.dtype, data.type)
         * dtypes.STORAGE[data.dtype].itemsize
+    )
     if data.encoding == "raw":
         if data.length != expected:
-            checker.fail(f"length {data.length} != {expected} bytes for its shape and dtype",
-                         name, "data")
+            checker.fail(
+                f"length {data.length} != {expected} bytes for its shape and dtype", name, "data"
+            )
     elif data.uncompressed_length is None:  # v0.1/v1.1: the shape says the size
         checker.check_zstd_size(name, "data", expected, 1, data.dtype, data.length)
         data.uncompressed_length = expected
     elif data.uncompressed_length != expected:
-        checker.fail(f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
-                     "for its shape and dtype", name, "data")
+        checker.fail(
+            f"uncompressed_length {data.uncompressed_length} != {expected} bytes "
+            "for its shape and dtype",
+            name,
+            "data",
+        )
 
 
 def prepare(fmt, shape, prepared, **where):
@@ -53,8 +62,10 @@ def prepare(fmt, shape, prepared, **where):
     _, arr, storage, ltype = data[0]
     storage_elems = arr.size * (2 if arr.dtype.kind == "c" else 1)
     if storage_elems != math.prod(shape) * dtypes.element_ratio(storage, ltype):
-        raise FormatError(f"'data' holds {arr.size} elements, shape {list(shape)} needs a "
-                          "different count", **where)
+        raise FormatError(
+            f"'data' holds {arr.size} elements, shape {list(shape)} needs a different count",
+            **where,
+        )
     return prepared
 
 
@@ -67,8 +78,13 @@ def view_plan(spec):
     if spec.format != "dense" or spec.legacy is not None:
         return False
     comp = spec.components["data"]
-    if comp.encoding != "raw" or comp.type is not None or comp.dtype == "bf16" or \
-            comp.shard is not None or comp.shared:
+    if (
+        comp.encoding != "raw"
+        or comp.type is not None
+        or comp.dtype == "bf16"
+        or comp.shard is not None
+        or comp.shared
+    ):
         return False
     dtype = components.storage_dtype(comp)
     if not (dtype.isnative or dtype.itemsize == 1):

@@ -7,6 +7,7 @@ attributes ``ggml_type`` (name), ``ggml_type_id``, ``block_elements`` and
 (csrc/ggml_blocks.c: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K),
 bit-identical to gguf-py's own dequantization; other types stay raw blocks.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,18 +53,23 @@ def check_attributes(shape, attributes, **where):
     gtype = attributes.get("ggml_type_id")
     label = attributes.get("ggml_type", gtype)
     if type(gtype) is not int or not 0 <= gtype < 1 << 32:
-        raise FormatError(f"ggml_type_id must be an integer in [0, 2**32), got {show(gtype)}",
-                          **where)
+        raise FormatError(
+            f"ggml_type_id must be an integer in [0, 2**32), got {show(gtype)}", **where
+        )
     if gtype not in _contract.GGML_BLOCKS:
-        raise UnsupportedError(f"ggml type {show(label)} cannot be dequantized here (Q4_0, "
-                               "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K can); it is kept as raw "
-                               "blocks", **where)
+        raise UnsupportedError(
+            f"ggml type {show(label)} cannot be dequantized here (Q4_0, "
+            "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K can); it is kept as raw "
+            "blocks",
+            **where,
+        )
     elements, nbytes = _contract.GGML_BLOCKS[gtype]
     for key, want in (("block_elements", elements), ("block_bytes", nbytes)):
         got = attributes.get(key, want)
         if type(got) is not int or got != want:
-            raise FormatError(f"{key}={show(got)} contradicts ggml type {show(label)} "
-                              f"({key}={want})", **where)
+            raise FormatError(
+                f"{key}={show(got)} contradicts ggml type {show(label)} ({key}={want})", **where
+            )
     return gtype, elements, nbytes
 
 
@@ -86,8 +92,11 @@ def validate(shape, attributes, arrays, **where):
     blocks = blocks.reshape(-1)
     count = math.prod(shape)
     if count % elements or blocks.size != count // elements * nbytes:
-        raise FormatError(f"{blocks.size} bytes of {show(label)} blocks do not hold the "
-                          f"{count} elements of shape {list(shape)}", **where)
+        raise FormatError(
+            f"{blocks.size} bytes of {show(label)} blocks do not hold the "
+            f"{count} elements of shape {list(shape)}",
+            **where,
+        )
     return gtype, elements, nbytes, blocks
 
 
@@ -105,8 +114,12 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
 
     def run(i):
         lo, hi = bounds[i], bounds[i + 1]
-        kernels.ggml_dequant(gtype, blocks[lo * nbytes:hi * nbytes],
-                             out[lo * elements:hi * elements].view(np.uint8))
+        kernels.ggml_dequant(
+            gtype,
+            blocks[lo * nbytes : hi * nbytes],
+            out[lo * elements : hi * elements].view(np.uint8),
+        )
+
     kernels.each(run, range(parts), parts)
     out = out.reshape(obj.shape)
     code, out_dtype = kernels.output_type(dtype)

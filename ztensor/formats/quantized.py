@@ -17,6 +17,7 @@ tensors drop in unchanged:
 
 ``W[n, k] = scales[g, n] * (code(k, n) - zeros[g, n])`` with ``g = g_idx[k]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,9 +65,12 @@ def check_attributes(shape, attributes, **where):
     for key, value in want.items():
         got = attributes.get(key, value)
         if type(got) is not type(value) or got != value:
-            raise UnsupportedError(f"{key}={show(got)} is not a convention ztensor "
-                                   f"implements ({key}={value!r}); see "
-                                   "docs/quantized_group.md", **where)
+            raise UnsupportedError(
+                f"{key}={show(got)} is not a convention ztensor "
+                f"implements ({key}={value!r}); see "
+                "docs/quantized_group.md",
+                **where,
+            )
     return bits, group_size
 
 
@@ -76,16 +80,20 @@ def _check_widths(bits, group_size, where):
     if type(bits) is not int:
         raise FormatError(f"bits must be an integer, got {show(bits)}", **where)
     if not 1 <= bits <= 32:
-        raise FormatError(f"bits must be an integer in [1, 32] (codes packed in int32 words), "
-                          f"got {show(bits)}", **where)
+        raise FormatError(
+            f"bits must be an integer in [1, 32] (codes packed in int32 words), got {show(bits)}",
+            **where,
+        )
     if bits not in BITS:
-        raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
-                               "supported", **where)
+        raise UnsupportedError(
+            f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are supported", **where
+        )
     if type(group_size) is not int:
         raise FormatError(f"group_size must be an integer, got {show(group_size)}", **where)
     if group_size != -1 and not 0 < group_size < 1 << 63:
-        raise FormatError(f"group_size must be -1 or in [1, 2**63), got {show(group_size)}",
-                          **where)
+        raise FormatError(
+            f"group_size must be -1 or in [1, 2**63), got {show(group_size)}", **where
+        )
 
 
 def validate(shape, attributes, arrays, **where):
@@ -130,31 +138,42 @@ class _Layout:
         self.N, self.K, self.bits, self.group_size = N, K, bits, group_size
         self.per = _contract.block_codes(bits)  # codes per block of whole words
         if K % self.per:
-            raise FormatError(f"K={K} is not a multiple of {self.per} ({bits}-bit codes fill "
-                              f"{self.per * bits // 32} int32 words)", **where)
-        self.G = -(-K // group_size) if K else 0   # integer ceil: no float rounding
+            raise FormatError(
+                f"K={K} is not a multiple of {self.per} ({bits}-bit codes fill "
+                f"{self.per * bits // 32} int32 words)",
+                **where,
+            )
+        self.G = -(-K // group_size) if K else 0  # integer ceil: no float rounding
         self.where = where
 
     @classmethod
     def from_tensor(cls, t, where=None):
         where = where or {}
         if len(t.shape) != 2:
-            raise FormatError(f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}",
-                              **where)
+            raise FormatError(
+                f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}", **where
+            )
         bits, group_size = check_attributes(t.shape, t.attributes, **where)
         return cls(t.shape[0], t.shape[1], bits, group_size, where)
 
     def shaped(self, role, arr):
-        shapes = {"packed_weight": (_contract.stream_words(self.K, self.bits), self.N),
-                  "scales": (self.G, self.N),
-                  "zeros": (self.G, self.N), "g_idx": (self.K,)}
+        shapes = {
+            "packed_weight": (_contract.stream_words(self.K, self.bits), self.N),
+            "scales": (self.G, self.N),
+            "zeros": (self.G, self.N),
+            "g_idx": (self.K,),
+        }
         want = shapes.get(role)
         if want is None:
             return arr
         if arr.size != math.prod(want):
-            raise FormatError(f"{role} holds {arr.size} values, [N={self.N}, K={self.K}] with "
-                              f"bits={self.bits}, group_size={self.group_size} needs "
-                              f"{math.prod(want)}", component=role, **self.where)
+            raise FormatError(
+                f"{role} holds {arr.size} values, [N={self.N}, K={self.K}] with "
+                f"bits={self.bits}, group_size={self.group_size} needs "
+                f"{math.prod(want)}",
+                component=role,
+                **self.where,
+            )
         return arr.reshape(want)
 
     def check_g_idx(self, g_idx):
@@ -163,8 +182,9 @@ class _Layout:
             raise FormatError("g_idx must hold integers", component="g_idx", **self.where)
         g = self.shaped("g_idx", g)
         if g.size and (g.min() < 0 or g.max() >= self.G):
-            raise FormatError(f"g_idx values must lie in [0, {self.G})", component="g_idx",
-                              **self.where)
+            raise FormatError(
+                f"g_idx values must lie in [0, {self.G})", component="g_idx", **self.where
+            )
         return np.ascontiguousarray(g, "<i4")
 
 
@@ -179,18 +199,18 @@ def _float_bytes(arr, role, where):
     if arr.dtype.kind == "f" and arr.dtype.itemsize in (2, 4):
         le = np.ascontiguousarray(arr, arr.dtype.newbyteorder("<"))
         return le, kernels.F16 if arr.dtype.itemsize == 2 else kernels.F32
-    raise UnsupportedError(f"{role} must be float16, bfloat16 or float32, not {arr.dtype}",
-                           component=role, **where)
+    raise UnsupportedError(
+        f"{role} must be float16, bfloat16 or float32, not {arr.dtype}", component=role, **where
+    )
 
 
 def _int32_words(arr, role, where):
     """Little-endian 32-bit words of an int32/uint32 array (any byte order)."""
     arr = np.asarray(arr)
     if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 4:
-        raise FormatError(f"{role} must be int32 words, got {arr.dtype}", component=role,
-                          **where)
+        raise FormatError(f"{role} must be int32 words, got {arr.dtype}", component=role, **where)
     unsigned = arr.view(arr.dtype.str.replace("i", "u"))  # same byte order, unsigned
-    return np.ascontiguousarray(unsigned, "<u4")          # values to little-endian words
+    return np.ascontiguousarray(unsigned, "<u4")  # values to little-endian words
 
 
 class _Inputs:
@@ -202,10 +222,16 @@ class _Inputs:
         self.zeros, self.zero_type = zeros, zero_type
 
 
-def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = None,
-               bits: Optional[int] = None, group_size: Optional[int] = None,
-               checkpoint_format: Optional[str] = None,
-               out: Optional[np.ndarray] = None) -> np.ndarray:
+def dequantize(
+    obj: Any,
+    *,
+    dtype: Any = np.float16,
+    threads: Optional[int] = None,
+    bits: Optional[int] = None,
+    group_size: Optional[int] = None,
+    checkpoint_format: Optional[str] = None,
+    out: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """Dense weight ``[N_out, K_in]`` of a group-quantized (GPTQ) weight.
 
     Parameters
@@ -249,45 +275,68 @@ def dequantize(obj: Any, *, dtype: Any = np.float16, threads: Optional[int] = No
     layout = inputs.layout
     if out is None:
         out = np.empty((layout.N, layout.K), out_dtype)
-    elif (not isinstance(out, np.ndarray) or out.shape != (layout.N, layout.K)
-          or out.dtype != out_dtype or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out must be a writable C-contiguous {out_dtype} array of shape "
-                         f"{(layout.N, layout.K)}")
+    elif (
+        not isinstance(out, np.ndarray)
+        or out.shape != (layout.N, layout.K)
+        or out.dtype != out_dtype
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        raise ValueError(
+            f"out must be a writable C-contiguous {out_dtype} array of shape {(layout.N, layout.K)}"
+        )
     flat = out.view(np.uint8).reshape(-1)
     zeros = None if inputs.zeros is None else inputs.zeros.view(np.uint8).reshape(-1)
     g_idx = None if inputs.g_idx is None else inputs.g_idx.view(np.uint8).reshape(-1)
-    args = (inputs.qweight.view(np.uint8).reshape(-1), inputs.scales.view(np.uint8).reshape(-1),
-            zeros, g_idx, layout.K, layout.N, layout.G, layout.group_size, layout.bits,
-            inputs.scale_type, inputs.zero_type, out_type, flat)
+    args = (
+        inputs.qweight.view(np.uint8).reshape(-1),
+        inputs.scales.view(np.uint8).reshape(-1),
+        zeros,
+        g_idx,
+        layout.K,
+        layout.N,
+        layout.G,
+        layout.group_size,
+        layout.bits,
+        inputs.scale_type,
+        inputs.zero_type,
+        out_type,
+        flat,
+    )
     threads = max(1, min(threads or kernels.cpu_threads(), layout.N or 1))
     bounds = [layout.N * i // threads for i in range(threads + 1)]
     if threads == 1:
         kernels.dequant_rows(*args, 0, layout.N)
     else:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: kernels.dequant_rows(*args, bounds[i], bounds[i + 1]),
-                          range(threads)))
+            list(
+                pool.map(
+                    lambda i: kernels.dequant_rows(*args, bounds[i], bounds[i + 1]), range(threads)
+                )
+            )
     return out
 
 
 def _from_tensor(t, where=None) -> _Inputs:
     where = where or {}
     if t.format != "quantized_group":
-        raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}",
-                          **where)
+        raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}", **where)
     for role in ("packed_weight", "scales"):
         if role not in t.components:
             raise FormatError(f"quantized_group object has no {role!r} component", **where)
     layout = _Layout.from_tensor(t, where)
     comps = t.components
-    qweight = _int32_words(layout.shaped("packed_weight", np.asarray(comps["packed_weight"])),
-                           "packed_weight", where)
-    scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(comps["scales"])),
-                                      "scales", where)
+    qweight = _int32_words(
+        layout.shaped("packed_weight", np.asarray(comps["packed_weight"])), "packed_weight", where
+    )
+    scales, scale_type = _float_bytes(
+        layout.shaped("scales", np.asarray(comps["scales"])), "scales", where
+    )
     zeros, zero_type = None, kernels.ZERO_NONE
     if "zeros" in comps:
-        zeros, zero_type = _float_bytes(layout.shaped("zeros", np.asarray(comps["zeros"])),
-                                        "zeros", where)
+        zeros, zero_type = _float_bytes(
+            layout.shaped("zeros", np.asarray(comps["zeros"])), "zeros", where
+        )
     g_idx = layout.check_g_idx(comps["g_idx"]) if "g_idx" in comps else None
     return _Inputs(layout, qweight, scales, scale_type, zeros, zero_type, g_idx)
 
@@ -302,37 +351,61 @@ def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
     if qweight.ndim != 2:
         raise FormatError(f"qweight must be 2-D [K*bits/32, N], got shape {qweight.shape}")
     if type(bits) is not int or bits not in BITS:
-        raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are "
-                               "supported")
+        raise UnsupportedError(f"bits={show(bits)}: only 2, 3, 4 and 8-bit codes are supported")
     if qweight.shape[0] % (3 if bits == 3 else 1):
-        raise FormatError(f"qweight has {qweight.shape[0]} rows: 3-bit codes fill words in "
-                          "threes")
+        raise FormatError(f"qweight has {qweight.shape[0]} rows: 3-bit codes fill words in threes")
     layout = _Layout(qweight.shape[1], qweight.shape[0] * 32 // bits, bits, group_size, {})
-    scales, scale_type = _float_bytes(layout.shaped("scales", np.asarray(tensors["scales"])),
-                                      "scales", {})
+    scales, scale_type = _float_bytes(
+        layout.shaped("scales", np.asarray(tensors["scales"])), "scales", {}
+    )
     qzeros = _int32_words(tensors["qzeros"], "qzeros", {})
     row_words = _contract.stream_words(layout.N, bits)
     if layout.N % layout.per or qzeros.size != layout.G * row_words:
-        raise FormatError(f"qzeros holds {qzeros.size} words, [N={layout.N}, K={layout.K}] "
-                          f"needs {layout.G} x {row_words}", component="qzeros")
+        raise FormatError(
+            f"qzeros holds {qzeros.size} words, [N={layout.N}, K={layout.K}] "
+            f"needs {layout.G} x {row_words}",
+            component="qzeros",
+        )
     g_idx = tensors.get("g_idx")
     g_idx = None if g_idx is None else layout.check_g_idx(g_idx)
     zero_type = kernels.ZERO_PACKED_V1 if checkpoint_format == "gptq" else kernels.ZERO_PACKED_V2
-    return _Inputs(layout, _int32_words(qweight, "qweight", {}), scales, scale_type,
-                   qzeros.reshape(-1), zero_type, g_idx)
+    return _Inputs(
+        layout,
+        _int32_words(qweight, "qweight", {}),
+        scales,
+        scale_type,
+        qzeros.reshape(-1),
+        zero_type,
+        g_idx,
+    )
 
 
 # ------------------------------------------------------------------ writing side
-def from_gptq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray,
-              g_idx: Optional[np.ndarray] = None, *, bits: int, group_size: int,
-              checkpoint_format: str = "gptq",
-              attributes: Optional[Dict[str, Any]] = None) -> Tensor:
+def from_gptq(
+    qweight: np.ndarray,
+    qzeros: np.ndarray,
+    scales: np.ndarray,
+    g_idx: Optional[np.ndarray] = None,
+    *,
+    bits: int,
+    group_size: int,
+    checkpoint_format: str = "gptq",
+    attributes: Optional[Dict[str, Any]] = None,
+) -> Tensor:
     """A GPTQ checkpoint's tensors as a quantized_group object in our convention,
     without dequantizing: qweight and scales are kept as they are; packed qzeros
     become the true zero points (f16, or the scales' float type)."""
-    inputs = _from_gptq({"qweight": qweight, "qzeros": qzeros, "scales": scales,
-                         **({"g_idx": g_idx} if g_idx is not None else {})},
-                        bits, group_size, checkpoint_format)
+    inputs = _from_gptq(
+        {
+            "qweight": qweight,
+            "qzeros": qzeros,
+            "scales": scales,
+            **({"g_idx": g_idx} if g_idx is not None else {}),
+        },
+        bits,
+        group_size,
+        checkpoint_format,
+    )
     layout = inputs.layout
     codes = np.empty(layout.G * layout.N, np.uint8)
     # rows of qzeros are whole blocks, so the rows one after another are one stream
@@ -345,8 +418,12 @@ def from_gptq(qweight: np.ndarray, qzeros: np.ndarray, scales: np.ndarray,
     comps = {"packed_weight": inputs.qweight.view("<i4"), "scales": scales, "zeros": zeros}
     if inputs.g_idx is not None:
         comps["g_idx"] = inputs.g_idx
-    return Tensor(comps, shape=(layout.N, layout.K), format="quantized_group",
-                  attributes={**_attributes(bits, group_size), **(attributes or {})})
+    return Tensor(
+        comps,
+        shape=(layout.N, layout.K),
+        format="quantized_group",
+        attributes={**_attributes(bits, group_size), **(attributes or {})},
+    )
 
 
 def to_gptq(t: Tensor) -> Dict[str, np.ndarray]:
@@ -365,15 +442,21 @@ def to_gptq(t: Tensor) -> Dict[str, np.ndarray]:
         z = z.view(np.uint16) if z.dtype.name == "bfloat16" else z
         z = _float_values(z).reshape(layout.G, layout.N)
         if not np.array_equal(z, np.round(z)) or z.min(initial=0) < 0 or z.max(initial=0) > mask:
-            raise UnsupportedError("zero points that are not integer codes cannot be GPTQ "
-                                   "qzeros: load with dequantize=True")
+            raise UnsupportedError(
+                "zero points that are not integer codes cannot be GPTQ "
+                "qzeros: load with dequantize=True"
+            )
         zero = z.astype(np.int64)
     if layout.N % layout.per:
-        raise UnsupportedError(f"N={layout.N} is not a multiple of {layout.per}: GPTQ qzeros "
-                               "need whole int32 words")
+        raise UnsupportedError(
+            f"N={layout.N} is not a multiple of {layout.per}: GPTQ qzeros need whole int32 words"
+        )
     qzeros = pack_codes(((zero - 1) & mask).T, layout.bits).T.copy()
-    g_idx = (np.asarray(inputs.g_idx, np.int32) if inputs.g_idx is not None
-             else (np.arange(layout.K) // layout.group_size).astype(np.int32))
+    g_idx = (
+        np.asarray(inputs.g_idx, np.int32)
+        if inputs.g_idx is not None
+        else (np.arange(layout.K) // layout.group_size).astype(np.int32)
+    )
     scales = np.asarray(t.components["scales"]).reshape(layout.G, layout.N)
     words = _int32_words(t.components["packed_weight"], "packed_weight", {})
     # values, not bytes: native int32 on any host (the stored words are little-endian)
@@ -393,8 +476,13 @@ def _packing(bits):
 
 
 def _attributes(bits, group_size):
-    return {"bits": bits, "group_size": group_size, "packing": _packing(bits),
-            "pack_axis": 0, "pack_order": "lsb_first"}
+    return {
+        "bits": bits,
+        "group_size": group_size,
+        "packing": _packing(bits),
+        "pack_axis": 0,
+        "pack_order": "lsb_first",
+    }
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -413,8 +501,9 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     return words.astype(np.uint32).reshape(-1, codes.shape[1]).view(np.int32)
 
 
-def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
-             sym: bool = False) -> Tensor:
+def quantize(
+    weight: np.ndarray, *, bits: int = 4, group_size: int = 128, sym: bool = False
+) -> Tensor:
     """Round-to-nearest group quantization of a ``[N_out, K_in]`` weight, as a
     quantized_group object (for users without a GPTQ toolchain, and for tests).
 
@@ -446,5 +535,9 @@ def quantize(weight: np.ndarray, *, bits: int = 4, group_size: int = 128,
     comps = {"packed_weight": pack_codes(codes.T, bits), "scales": scale16.T.copy()}
     if not sym:
         comps["zeros"] = zero.T.astype(np.float16)
-    return Tensor(comps, shape=(N, K), format="quantized_group",
-                  attributes=_attributes(bits, weight_group_size))
+    return Tensor(
+        comps,
+        shape=(N, K),
+        format="quantized_group",
+        attributes=_attributes(bits, weight_group_size),
+    )

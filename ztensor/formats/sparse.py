@@ -14,6 +14,7 @@ The one home of the sparse rules: the reader checks what it assembles with
 validates too).  Objects are anything with ``format``, ``shape`` and
 ``components`` (a :class:`ztensor.Tensor`), so this module needs no Tensor.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,8 +40,11 @@ def prepare(fmt, shape, prepared, **where):
     for role, arr, storage, ltype in prepared:
         if role in INDEX_ROLES[fmt] and storage != "u64":
             if arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
-                raise FormatError("sparse index components must hold non-negative integers",
-                                  component=role, **where)
+                raise FormatError(
+                    "sparse index components must hold non-negative integers",
+                    component=role,
+                    **where,
+                )
             arr, storage = arr.astype("<u8"), "u64"
         out.append((role, arr, storage, ltype))
     validate(Parts(fmt, shape, {role: arr for role, arr, _, _ in out}), **where)
@@ -51,6 +55,7 @@ class Parts:
     """What :func:`validate` checks: a sparse object's format, shape and components
     (role -> array), for callers holding arrays rather than a Tensor (:func:`prepare`
     on the write side, the read side here, and legacy.py for v0.1 sparse blobs)."""
+
     __slots__ = ("format", "shape", "components")
 
     def __init__(self, fmt, shape, components):
@@ -84,14 +89,21 @@ def _validate_csr(t, nnz, where):
     indptr = _index(t.components["indptr"], "indptr", where)
     indices = _index(t.components["indices"], "indices", where)
     if indptr.size != rows + 1:
-        raise FormatError(f"indptr has {indptr.size} entries, {rows} rows need {rows + 1}",
-                          component="indptr", **where)
+        raise FormatError(
+            f"indptr has {indptr.size} entries, {rows} rows need {rows + 1}",
+            component="indptr",
+            **where,
+        )
     if indices.size != nnz:
-        raise FormatError(f"indices has {indices.size} entries, values has {nnz}",
-                          component="indices", **where)
+        raise FormatError(
+            f"indices has {indices.size} entries, values has {nnz}", component="indices", **where
+        )
     if indptr[0] != 0 or indptr[-1] != nnz:
-        raise FormatError(f"indptr must run from 0 to nnz={nnz}, runs from {indptr[0]} to "
-                          f"{indptr[-1]}", component="indptr", **where)
+        raise FormatError(
+            f"indptr must run from 0 to nnz={nnz}, runs from {indptr[0]} to {indptr[-1]}",
+            component="indptr",
+            **where,
+        )
     if (indptr[1:] < indptr[:-1]).any():
         raise FormatError("indptr decreases", component="indptr", **where)
     if nnz and (indices.min() < 0 or indices.max() >= cols):
@@ -104,15 +116,19 @@ def _validate_coo(t, nnz, where):
         raise FormatError("sparse_coo needs at least one dimension, got shape []", **where)
     coords = _index(t.components["coords"], "coords", where)
     if coords.size != ndim * nnz:
-        raise FormatError(f"coords has {coords.size} entries, {ndim} dims x {nnz} values need "
-                          f"{ndim * nnz}", component="coords", **where)
+        raise FormatError(
+            f"coords has {coords.size} entries, {ndim} dims x {nnz} values need {ndim * nnz}",
+            component="coords",
+            **where,
+        )
     if nnz:
         per_dim = coords.reshape(ndim, nnz)
         for axis, size in enumerate(t.shape):
             column = per_dim[axis]
             if column.min() < 0 or column.max() >= size:
-                raise FormatError(f"coords of axis {axis} must lie in [0, {size})",
-                                  component="coords", **where)
+                raise FormatError(
+                    f"coords of axis {axis} must lie in [0, {size})", component="coords", **where
+                )
 
 
 def assemble(spec, arrays, **where):
@@ -129,9 +145,15 @@ def from_scipy(matrix: Any):
         coords = np.concatenate([np.asarray(coo.row), np.asarray(coo.col)]).astype("<u8")
         return "sparse_coo", coo.shape, {"values": np.asarray(coo.data), "coords": coords}
     csr = matrix.tocsr()
-    return "sparse_csr", csr.shape, {"values": np.asarray(csr.data),
-                                     "indices": np.asarray(csr.indices),
-                                     "indptr": np.asarray(csr.indptr)}
+    return (
+        "sparse_csr",
+        csr.shape,
+        {
+            "values": np.asarray(csr.data),
+            "indices": np.asarray(csr.indices),
+            "indptr": np.asarray(csr.indptr),
+        },
+    )
 
 
 def to_scipy(t: Any) -> Any:
@@ -145,8 +167,9 @@ def to_scipy(t: Any) -> Any:
     values = values.astype(values.dtype.newbyteorder("="), copy=False)
     if t.format == "sparse_csr":
         return scipy.sparse.csr_array(
-            (values, _as_intp(t.components["indices"]),
-             _as_intp(t.components["indptr"])), shape=t.shape)
+            (values, _as_intp(t.components["indices"]), _as_intp(t.components["indptr"])),
+            shape=t.shape,
+        )
     ndim = len(t.shape)
     coords = _as_intp(t.components["coords"]).reshape(ndim, -1)
     return scipy.sparse.coo_array((values, tuple(coords)), shape=t.shape)

@@ -13,6 +13,7 @@ one per call would cost more than the copy; :func:`release` frees them.  Each pu
 call ends with :meth:`Staging.sync`, so a returned tensor is complete on every stream,
 as after ``tensor.to(device)``.  ``meta`` tensors get their shape and dtype only.
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,7 +29,7 @@ else:
     torch = LazyModule("torch")  # imported on first use: importing this module costs nothing
 
 CAPACITY = 64 << 20  # the most one device's staging buffer grows to
-_ALIGN = 64          # chunk sizes are multiples of this: whole elements, up to complex128
+_ALIGN = 64  # chunk sizes are multiples of this: whole elements, up to complex128
 
 _lock = threading.Lock()
 _by_device: Dict[torch.device, "Staging"] = {}
@@ -94,16 +95,17 @@ class Staging:
             self._grow(src.nbytes)
             per_chunk = self._halves[0].numel() // unit
             for first in range(0, src.size, per_chunk):
-                part = src[first:first + per_chunk]
+                part = src[first : first + per_chunk]
                 half = self._turn
                 self._turn ^= 1
                 if self._events[half] is not None:  # the device still reads this half
                     self._events[half].synchronize()
                     self._events[half] = None
-                staged = self._views[half][:part.nbytes].view(part.dtype.newbyteorder("="))
+                staged = self._views[half][: part.nbytes].view(part.dtype.newbyteorder("="))
                 np.copyto(staged, part)  # the byte-order swap, if any, happens here
-                dst[first * unit:first * unit + part.nbytes].copy_(
-                    self._halves[half][:part.nbytes], non_blocking=self.pinned)
+                dst[first * unit : first * unit + part.nbytes].copy_(
+                    self._halves[half][: part.nbytes], non_blocking=self.pinned
+                )
                 if self.pinned:
                     self._events[half] = torch.cuda.Event()
                     self._events[half].record(torch.cuda.current_stream(self.device))
@@ -148,8 +150,11 @@ def _host_units(arr: np.ndarray):
     width = arr.dtype.itemsize
     unit = width // 2 if arr.dtype.kind == "c" else width
     order = arr.dtype.byteorder if unit > 1 and arr.dtype.byteorder in "<>" else "="
-    units = flat.view(np.dtype(f"u{unit}").newbyteorder(order)) if unit in (1, 2, 4, 8) \
+    units = (
+        flat.view(np.dtype(f"u{unit}").newbyteorder(order))
+        if unit in (1, 2, 4, 8)
         else flat.view(np.uint8)
+    )
     return units, units.dtype.itemsize
 
 

@@ -3,6 +3,7 @@ stored elements (bf16 and the float8 types as bit patterns with their spec type,
 complex as float pairs).  Used by Reader.read_torch, Writer.write_torch,
 read_into, ztensor.torch and safe_open(framework="pt"); torch itself is imported
 on first use (frameworks.LazyModule), so importing this module costs nothing."""
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,10 @@ def _bit_types():
     the logical type, which the spec allows and every reader keeps: they come back
     as the same torch dtype)."""
     bits = {torch.bfloat16: (torch.int16, np.uint16, "bf16")}
-    for name, spec in ([(dtypes.BY_SPEC[t].torch, t) for t in dtypes.FP8_TYPES]
-                       + [("float8_e8m0fnu", "f8_e8m0fnu"), ("float4_e2m1fn_x2", "f4_e2m1fn_x2")]):
+    for name, spec in [(dtypes.BY_SPEC[t].torch, t) for t in dtypes.FP8_TYPES] + [
+        ("float8_e8m0fnu", "f8_e8m0fnu"),
+        ("float4_e2m1fn_x2", "f4_e2m1fn_x2"),
+    ]:
         if hasattr(torch, name):
             bits[getattr(torch, name)] = (torch.uint8, np.uint8, spec)
     from_spec = {spec: (dt, bits_torch) for dt, (bits_torch, _, spec) in bits.items()}
@@ -69,8 +72,11 @@ def object_to_torch(reader, name, copy, device, sync=True):
     on_cpu = is_cpu(device)
     obj = reader.read(name, copy=copy and on_cpu)
     if obj.format != "dense":
-        raise UnsupportedError(f"torch tensors come from dense objects; this one is "
-                               f"{obj.format!r}", path=reader.path, obj=name)
+        raise UnsupportedError(
+            f"torch tensors come from dense objects; this one is {obj.format!r}",
+            path=reader.path,
+            obj=name,
+        )
     arr = obj.components["data"]
     spec = obj.types.get("data")
     if not on_cpu:
@@ -78,20 +84,22 @@ def object_to_torch(reader, name, copy, device, sync=True):
         if spec in from_spec:
             target = from_spec[spec][0]
         elif spec is not None and spec not in _NUMPY_TYPES:
-            raise UnsupportedError(f"logical type {spec!r} has no torch dtype",
-                                   path=reader.path, obj=name)
+            raise UnsupportedError(
+                f"logical type {spec!r} has no torch dtype", path=reader.path, obj=name
+            )
         else:
             target = torch_dtype_of(arr.dtype)
         return to_device(arr, target, obj.shape, device, sync)
     from_spec = _bit_types()[1]
-    if spec in from_spec:                      # bits -> torch's own bf16 / float8 dtype
+    if spec in from_spec:  # bits -> torch's own bf16 / float8 dtype
         target, bits_torch = from_spec[spec]
         bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
         t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
         t = t.view(target)
     elif spec is not None and spec not in _NUMPY_TYPES:
-        raise UnsupportedError(f"logical type {spec!r} has no torch dtype", path=reader.path,
-                               obj=name)
+        raise UnsupportedError(
+            f"logical type {spec!r} has no torch dtype", path=reader.path, obj=name
+        )
     else:
         t = _from_numpy(_native(arr, copy))
     return t
@@ -180,5 +188,6 @@ def numpy_to_torch_plain(arr, device, sync=True):
     """A torch tensor owning a copy of a plain numpy array (native order)."""
     if not is_cpu(device):
         return to_device(arr, torch_dtype_of(arr.dtype), arr.shape, device, sync)
-    return _from_numpy(np.array(arr, dtype=arr.dtype.newbyteorder("=")
-                                if arr.dtype.itemsize > 1 else arr.dtype))
+    return _from_numpy(
+        np.array(arr, dtype=arr.dtype.newbyteorder("=") if arr.dtype.itemsize > 1 else arr.dtype)
+    )

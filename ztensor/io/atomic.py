@@ -6,6 +6,7 @@ The one home of the rule, used by the Writer (``.zt`` files), the exporters
 (``.safetensors``, ``.npz``, ``.gguf``: :func:`replace_atomically`) and the sharded
 checkpoint writers and converter (``*.index.json``: :func:`write_json_atomically`).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ def create_temp(path):
     0600); otherwise the umask's.  The name fits the folder's name limit however
     long ``path``'s is."""
     folder, base = os.path.split(os.path.abspath(path))
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-             | getattr(os, "O_CLOEXEC", 0))
+    flags = (
+        os.O_WRONLY
+        | os.O_CREAT
+        | os.O_EXCL
+        | getattr(os, "O_BINARY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
@@ -50,8 +56,9 @@ def create_temp(path):
         except FileExistsError:
             continue
         except OSError as exc:
-            raise WriteError(f"cannot create a file in {folder!r}: {exc.strerror}",
-                             path=path, errno=exc.errno) from exc
+            raise WriteError(
+                f"cannot create a file in {folder!r}: {exc.strerror}", path=path, errno=exc.errno
+            ) from exc
         if mode is not None:
             try:
                 os.fchmod(fd, mode)
@@ -61,8 +68,7 @@ def create_temp(path):
     raise WriteError("cannot find a free temporary name", path=path)
 
 
-def replace_atomically(path: str, write: Callable[[Any], None], *,
-                       by_name: bool = False) -> None:
+def replace_atomically(path: str, write: Callable[[Any], None], *, by_name: bool = False) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``'s
     final target, renamed into place once complete.  On any failure the temporary
@@ -84,8 +90,9 @@ def replace_atomically(path: str, write: Callable[[Any], None], *,
         except OSError:
             pass
         if isinstance(exc, OSError) and not isinstance(exc, WriteError):
-            raise WriteError(f"cannot write the file: {exc.strerror or exc}", path=path,
-                             errno=exc.errno) from exc
+            raise WriteError(
+                f"cannot write the file: {exc.strerror or exc}", path=path, errno=exc.errno
+            ) from exc
         raise
 
 

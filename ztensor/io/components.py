@@ -6,6 +6,7 @@ its byte order.  Writing: an array's little-endian bytes, in bounded chunks,
 through optional zstd frames (with a seek table: ztensor/io/seekable.py) and digest,
 into the blob writer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,20 +39,29 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
     (:func:`require_readable`), its digest is checked over the bytes it covers
     (:func:`check_digest`), and no writable view aliases another result."""
     require_readable(comp, **where)
-    stored = source.view(comp.offset, comp.length, "component", obj=where.get("obj"),
-                         component=where.get("component"))
+    stored = source.view(
+        comp.offset,
+        comp.length,
+        "component",
+        obj=where.get("obj"),
+        component=where.get("component"),
+    )
     if verify:
         check_digest(comp, stored, "stored", **where)
     dtype = storage_dtype(comp)
     if comp.encoding == "zstd":
         data = seekable.decode_whole(stored, comp, limits, out=out, **where)  # in parallel
         if data is None:
-            data = zstd_stream.zstd_decode(stored, comp.uncompressed_length, limits, out=out,
-                                           **where)
+            data = zstd_stream.zstd_decode(
+                stored, comp.uncompressed_length, limits, out=out, **where
+            )
         unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
         if len(data) % unit:  # only possible for v1.1 streams without a declared size
-            raise FormatError(f"zstd stream yields {len(data)} bytes, not a whole number of "
-                              f"{comp.type or comp.dtype} elements", **where)
+            raise FormatError(
+                f"zstd stream yields {len(data)} bytes, not a whole number of "
+                f"{comp.type or comp.dtype} elements",
+                **where,
+            )
     elif comp.encoding == "raw":
         if out is not None:
             raise ValueError("read_component: out is for zstd components")
@@ -62,8 +72,9 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
             # would change the other, so each gets its own copy
             data = copy_array(np.frombuffer(stored, np.uint8))
     else:
-        raise UnsupportedError(f"encoding {comp.encoding!r} is not one this reader decodes",
-                               **where)
+        raise UnsupportedError(
+            f"encoding {comp.encoding!r} is not one this reader decodes", **where
+        )
     if verify:
         check_digest(comp, data, "decoded", **where)
     return np.frombuffer(data, dtype)
@@ -81,8 +92,11 @@ def check_digest(comp, data, covering, **where) -> None:
 def require_local(comp, **where) -> None:
     """Refuse a v2 part whose bytes are in another file (a shard)."""
     if comp.shard is not None:
-        raise UnsupportedError(f"its bytes are in shard {comp.shard!r} of a multi-file v2 "
-                               "model, which this reader does not open", **where)
+        raise UnsupportedError(
+            f"its bytes are in shard {comp.shard!r} of a multi-file v2 "
+            "model, which this reader does not open",
+            **where,
+        )
 
 
 def require_readable(comp, **where) -> None:
@@ -92,8 +106,11 @@ def require_readable(comp, **where) -> None:
     access to the stored bytes (``Reader.stored_bytes``) needs only the first."""
     require_local(comp, **where)
     if comp.digest_over == "decoded" and comp.type not in dtypes.DECODED_TYPES:
-        raise UnsupportedError(f"logical type {comp.type!r} is not one this reader "
-                               "decodes (a v2 reader must refuse, not reinterpret)", **where)
+        raise UnsupportedError(
+            f"logical type {comp.type!r} is not one this reader "
+            "decodes (a v2 reader must refuse, not reinterpret)",
+            **where,
+        )
 
 
 _COPY_CHUNK = 16 << 20
@@ -110,7 +127,7 @@ def copy_array(arr: np.ndarray) -> np.ndarray:
     out = np.empty_like(arr)
     src, dst = arr.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
     for start in range(0, src.size, _COPY_CHUNK):
-        dst[start:start + _COPY_CHUNK] = src[start:start + _COPY_CHUNK]
+        dst[start : start + _COPY_CHUNK] = src[start : start + _COPY_CHUNK]
     return out
 
 
@@ -141,8 +158,8 @@ def _swapped_chunks(flat, width):
     step = _CHUNK - _CHUNK % width
     buf = np.empty(min(step, flat.size), np.uint8)
     for start in range(0, flat.size, step):
-        part = flat[start:start + step]
-        out = buf[:part.size]
+        part = flat[start : start + step]
+        out = buf[: part.size]
         kernels.bswap(part, out, width)
         yield out
 
@@ -175,17 +192,24 @@ class ComponentSink:
             for frame in self.compressor.finish():
                 _emit(self.blobs, self.hasher, frame)
         compressed = self.compressor is not None
-        return ComponentSpec(self.role, self.storage, self.ltype, self.offset,
-                             self.blobs.pos - self.offset, "zstd" if compressed else "raw",
-                             self.raw_length if compressed else None,
-                             self.hasher.digest() if self.hasher else None)
+        return ComponentSpec(
+            self.role,
+            self.storage,
+            self.ltype,
+            self.offset,
+            self.blobs.pos - self.offset,
+            "zstd" if compressed else "raw",
+            self.raw_length if compressed else None,
+            self.hasher.digest() if self.hasher else None,
+        )
 
 
 def write_component(blobs, role, chunks, *, storage, ltype, compress, checksum):
     """Append one component's blob (at the next 64-byte boundary) and return its
     ComponentSpec.  ``chunks`` yields the little-endian bytes."""
-    sink = ComponentSink(blobs, role, storage=storage, ltype=ltype, compress=compress,
-                         checksum=checksum)
+    sink = ComponentSink(
+        blobs, role, storage=storage, ltype=ltype, compress=compress, checksum=checksum
+    )
     for chunk in chunks:
         sink.write(chunk)
     return sink.finish()

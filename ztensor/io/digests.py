@@ -1,6 +1,7 @@
 """Component digests: ``"crc32c:0x%08X"`` and ``"sha256:<64 hex>"`` over the stored
 (possibly compressed) bytes, as the reference implementation writes them; v2 files'
 ``"xxh3:<16 hex>"`` and ``"sha256:"`` cover the decoded bytes (the caller decodes)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,12 +42,15 @@ def verify(stored, digest: str, **where) -> None:
     if algorithm == "xxh3":
         actual = f"{kernels.xxh3_64(memoryview(stored).cast('B')):016x}"
         if actual != expected.lower():
-            raise ChecksumError(f"xxh3 mismatch: manifest says {expected}, the bytes give "
-                                f"{actual}", **where)
+            raise ChecksumError(
+                f"xxh3 mismatch: manifest says {expected}, the bytes give {actual}", **where
+            )
         return
     if algorithm not in ALGORITHMS:
-        raise UnsupportedError(f"cannot verify digest algorithm {algorithm!r} "
-                               f"(known: {', '.join(ALGORITHMS)})", **where)
+        raise UnsupportedError(
+            f"cannot verify digest algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})",
+            **where,
+        )
     hasher = Hasher(algorithm)
     hasher.update(stored)
     actual = hasher.digest().partition(":")[2]
@@ -55,5 +59,6 @@ def verify(stored, digest: str, **where) -> None:
     else:
         same = actual == expected.lower()
     if not same:
-        raise ChecksumError(f"{algorithm} mismatch: manifest says {expected}, stored bytes "
-                            f"give {actual}", **where)
+        raise ChecksumError(
+            f"{algorithm} mismatch: manifest says {expected}, stored bytes give {actual}", **where
+        )

@@ -4,6 +4,7 @@ Results match ml_dtypes' ``astype`` bit for bit (round to nearest even, its
 overflow and NaN rules); ml_dtypes is not needed.  Inputs may be in any byte order
 and layout; outputs are new native arrays.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,9 @@ def _kind(name: str) -> int:
     try:
         return kernels.FP8_KINDS.index(name)
     except ValueError:
-        raise ValueError(f"unknown FP8 type {name!r}; expected one of "
-                         f"{', '.join(kernels.FP8_KINDS)}") from None
+        raise ValueError(
+            f"unknown FP8 type {name!r}; expected one of {', '.join(kernels.FP8_KINDS)}"
+        ) from None
 
 
 def _native(arr: np.ndarray, dtype) -> np.ndarray:
@@ -30,8 +32,7 @@ def fp8_to_float(codes: np.ndarray, fp8_type: str, dtype=np.float32) -> np.ndarr
         raise ValueError(f"FP8 decodes to float32 or float16, not {np.dtype(dtype)}")
     codes = np.asarray(codes, order="C").view(np.uint8)
     out = np.empty(codes.shape, dtype)
-    kernels.fp8_decode(codes.reshape(-1), out.reshape(-1).view(np.uint8), _kind(fp8_type),
-                       out_type)
+    kernels.fp8_decode(codes.reshape(-1), out.reshape(-1).view(np.uint8), _kind(fp8_type), out_type)
     return out
 
 
@@ -41,8 +42,12 @@ def float_to_fp8(values: np.ndarray, fp8_type: str) -> np.ndarray:
     in_dtype = np.float16 if values.dtype == np.float16 else np.float32
     src = _native(values, in_dtype)
     out = np.empty(src.shape, np.uint8)
-    kernels.fp8_encode(src.reshape(-1).view(np.uint8), out.reshape(-1), _kind(fp8_type),
-                       kernels.FLOAT_CODES[np.dtype(in_dtype)])
+    kernels.fp8_encode(
+        src.reshape(-1).view(np.uint8),
+        out.reshape(-1),
+        _kind(fp8_type),
+        kernels.FLOAT_CODES[np.dtype(in_dtype)],
+    )
     return out
 
 

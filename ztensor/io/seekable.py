@@ -24,6 +24,7 @@ declared size (zstd_stream.zstd_decode).  A table that does not add up is a
 FormatError naming the component; data written without one is decoded whole, once
 per safe_open handle.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -37,12 +38,12 @@ from ztensor import kernels
 from ztensor.errors import FormatError
 from ztensor.io import zstd_stream
 
-FRAME_BYTES = 1 << 20          # decoded bytes per frame
-SKIPPABLE_MAGIC = 0x184D2A5E   # the seek table's skippable frame
-SEEKABLE_MAGIC = 0x8F92EAB1    # the last 4 bytes of a seekable stream
-_FOOTER = 9                    # frame count u32, descriptor u8, magic u32
-_ENTRY = 8                     # compressed size u32, decompressed size u32
-_CHECKSUM_FLAG = 0x80          # entries carry a 4-byte checksum (others' writers)
+FRAME_BYTES = 1 << 20  # decoded bytes per frame
+SKIPPABLE_MAGIC = 0x184D2A5E  # the seek table's skippable frame
+SEEKABLE_MAGIC = 0x8F92EAB1  # the last 4 bytes of a seekable stream
+_FOOTER = 9  # frame count u32, descriptor u8, magic u32
+_ENTRY = 8  # compressed size u32, decompressed size u32
+_CHECKSUM_FLAG = 0x80  # entries carry a 4-byte checksum (others' writers)
 
 
 class FrameWriter:
@@ -89,12 +90,13 @@ class FrameWriter:
         return frame
 
     def _frames(self, view) -> List[bytes]:
-        parts = [view[i:i + FRAME_BYTES] for i in range(0, len(view), FRAME_BYTES)]
+        parts = [view[i : i + FRAME_BYTES] for i in range(0, len(view), FRAME_BYTES)]
         if len(parts) == 1 or self._threads == 1:
             return [self._frame(p) for p in parts]
 
         def compress(part):  # one compressor per call: they are not thread-safe
             return zstandard.ZstdCompressor(level=self.level).compress(part)
+
         with ThreadPoolExecutor(self._threads) as pool:
             frames = list(pool.map(compress, parts))
         self.sizes.extend((len(f), len(p)) for f, p in zip(frames, parts))
@@ -160,8 +162,11 @@ def _table_size(footer, comp, where):
     entry = _ENTRY + (4 if descriptor & _CHECKSUM_FLAG else 0)
     size = 8 + count * entry + _FOOTER
     if descriptor & 0x7C or size > comp.length:
-        raise FormatError(f"zstd seek table of {count} frames does not fit in the "
-                          f"component's {comp.length} bytes", **where)
+        raise FormatError(
+            f"zstd seek table of {count} frames does not fit in the "
+            f"component's {comp.length} bytes",
+            **where,
+        )
     return size
 
 
@@ -174,9 +179,12 @@ def _parse(table, comp, where):
     found = SeekTable([struct.unpack_from("<II", table, 8 + i * entry) for i in range(count)])
     frames_end = comp.length - len(table)
     if found.offsets[-1] != frames_end or found.starts[-1] != comp.uncompressed_length:
-        raise FormatError(f"zstd seek table sums to {found.offsets[-1]} stored and "
-                          f"{found.starts[-1]} decoded bytes; the component holds "
-                          f"{frames_end} and {comp.uncompressed_length}", **where)
+        raise FormatError(
+            f"zstd seek table sums to {found.offsets[-1]} stored and "
+            f"{found.starts[-1]} decoded bytes; the component holds "
+            f"{frames_end} and {comp.uncompressed_length}",
+            **where,
+        )
     return found
 
 
@@ -203,9 +211,14 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
     target = memoryview(out).cast("B")
 
     def one(i):
-        zstd_stream.zstd_decode(view[table.offsets[i]:table.offsets[i + 1]], table.sizes[i][1],
-                               limits, out=target[table.starts[i]:table.starts[i + 1]],
-                               **where)
+        zstd_stream.zstd_decode(
+            view[table.offsets[i] : table.offsets[i + 1]],
+            table.sizes[i][1],
+            limits,
+            out=target[table.starts[i] : table.starts[i + 1]],
+            **where,
+        )
+
     workers = min(len(table.sizes), threads or kernels.cpu_threads())
     if workers <= 1:
         for i in range(len(table.sizes)):
@@ -221,11 +234,16 @@ def decode_range(source, comp, table: SeekTable, lo: int, hi: int, limits, **whe
     that hold them are read and decoded.  Returns (buffer, offset of lo in it)."""
 
     first, last = table.frames_for(lo, hi)
-    stored = source.view(comp.offset + table.offsets[first],
-                         table.offsets[last] - table.offsets[first], "component",
-                         obj=where.get("obj"), component=where.get("component"))
-    data = zstd_stream.zstd_decode(stored, table.starts[last] - table.starts[first], limits,
-                                   **where)
+    stored = source.view(
+        comp.offset + table.offsets[first],
+        table.offsets[last] - table.offsets[first],
+        "component",
+        obj=where.get("obj"),
+        component=where.get("component"),
+    )
+    data = zstd_stream.zstd_decode(
+        stored, table.starts[last] - table.starts[first], limits, **where
+    )
     return data, lo - table.starts[first]
 
 

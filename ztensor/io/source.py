@@ -17,6 +17,7 @@ Every access takes a lock shared with :meth:`close`, so a ``close()`` racing a r
 either happens before it (the read raises "closed") or after it (the read holds
 its own reference to the mapping): never an empty or swapped view.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,8 +81,9 @@ class ShrinkCheckedFile(io.RawIOBase):
         n = self.raw.readinto(buffer)
         want = min(start + len(buffer), self.size)
         if start + (n or 0) < want:
-            raise OSError(f"the file ends at byte {start + (n or 0)}, before {want} "
-                          "(it shrank while open)")
+            raise OSError(
+                f"the file ends at byte {start + (n or 0)}, before {want} (it shrank while open)"
+            )
         return n
 
     def fileno(self):
@@ -113,8 +115,12 @@ def open_local_input(path) -> io.BufferedReader:
     label = os.fsdecode(name)
     # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below);
     # on a regular file it changes nothing
-    flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-             | getattr(os, "O_NONBLOCK", 0))
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_BINARY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+    )
     try:
         fd = os.open(name, flags)
     except ValueError as exc:  # "embedded null byte": no file has such a name
@@ -126,8 +132,10 @@ def open_local_input(path) -> io.BufferedReader:
         if stat.S_ISDIR(mode):
             raise NotAFileError("is a directory, not a tensor file", path=label)
         if not stat.S_ISREG(mode):
-            raise FormatError("not a regular file (a FIFO, socket or device cannot be "
-                              "read as a tensor file)", path=label)
+            raise FormatError(
+                "not a regular file (a FIFO, socket or device cannot be read as a tensor file)",
+                path=label,
+            )
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -165,7 +173,7 @@ class Source:
             with network_errors(self._url):
                 self._open_fileobj(source)
             if self._url is not None:
-                self.name = self._url        # the user's URL, not fsspec's inner path
+                self.name = self._url  # the user's URL, not fsspec's inner path
             return
         if isinstance(source, (str, os.PathLike)):
             self.name = os.fspath(source)
@@ -208,8 +216,7 @@ class Source:
         if hasattr(f, "mode") and "b" not in str(getattr(f, "mode", "b")):
             raise TypeError("a file object source must be opened in binary mode")
         label = getattr(f, "path", None) or getattr(f, "name", None)
-        self.name = os.fspath(label) if isinstance(label, (str, os.PathLike)) \
-            else "<file object>"
+        self.name = os.fspath(label) if isinstance(label, (str, os.PathLike)) else "<file object>"
         self._file = f
         if getattr(f, "fs", None) is not None and self._url is None:
             self._url = self.name  # an fsspec file handed in: its failures are network ones
@@ -220,8 +227,11 @@ class Source:
                 raise TypeError(f"a file object source must be seekable ({exc})") from None
             # fsspec hands out a streaming file when a server states no length (or
             # a length of 0): nothing can be read from it by range
-            raise FormatError("the server gives no length for this URL, so its bytes "
-                              f"cannot be read by range ({exc})", path=self.name) from None
+            raise FormatError(
+                "the server gives no length for this URL, so its bytes "
+                f"cannot be read by range ({exc})",
+                path=self.name,
+            ) from None
 
     @property
     def copy_on_write(self) -> bool:
@@ -234,8 +244,12 @@ class Source:
 
     def _check(self, offset, length, what, where):
         if offset < 0 or length < 0 or offset + length > self.size:
-            raise FormatError(f"{what}: bytes {offset}..{offset + length} lie outside the "
-                              f"file of {self.size} bytes", path=self.name, **where)
+            raise FormatError(
+                f"{what}: bytes {offset}..{offset + length} lie outside the "
+                f"file of {self.size} bytes",
+                path=self.name,
+                **where,
+            )
 
     def view(self, offset: int, length: int, what: str, **where):
         """``length`` bytes at ``offset``: a zero-copy view (mapped) or a fresh
@@ -244,7 +258,7 @@ class Source:
         with self._lock:
             self._require_open()
             if self._file is None and self._fd is None:
-                return self._view[offset:offset + length]
+                return self._view[offset : offset + length]
         return memoryview(self._read_fresh(offset, length, what, where)).toreadonly()
 
     def _read_fresh(self, offset, length, what, where):
@@ -271,8 +285,11 @@ class Source:
         groups = []  # [start, end, [index...]]
         for i in order:
             offset, length = ranges[i]
-            if groups and offset - groups[-1][1] <= _GAP and \
-                    max(groups[-1][1], offset + length) - groups[-1][0] <= _GROUP:
+            if (
+                groups
+                and offset - groups[-1][1] <= _GAP
+                and max(groups[-1][1], offset + length) - groups[-1][0] <= _GROUP
+            ):
                 groups[-1][1] = max(groups[-1][1], offset + length)
                 groups[-1][2].append(i)
             else:
@@ -283,7 +300,7 @@ class Source:
             view = memoryview(blob)
             for i in members:
                 offset, length = ranges[i]
-                out[i] = view[offset - start:offset - start + length]
+                out[i] = view[offset - start : offset - start + length]
         return out
 
     def _fetch(self, spans, threads):
@@ -298,14 +315,17 @@ class Source:
                     if isinstance(blob, BaseException):
                         raise blob
                     if len(blob) != length:
-                        raise FormatError(f"component: the source returned {len(blob)} bytes "
-                                          f"for {start}..{start + length}", path=self.name)
+                        raise FormatError(
+                            f"component: the source returned {len(blob)} bytes "
+                            f"for {start}..{start + length}",
+                            path=self.name,
+                        )
             return blobs
         if fd is not None and threads > 1 and len(spans) > 1:
             from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(max_workers=min(threads, len(spans))) as pool:
-                return list(pool.map(lambda span: self.view(span[0], span[1], "component"),
-                                     spans))
+                return list(pool.map(lambda span: self.view(span[0], span[1], "component"), spans))
         return [self.view(start, length, "component") for start, length in spans]
 
     @staticmethod
@@ -323,13 +343,13 @@ class Source:
         nbytes = count * dtype.itemsize
         if not self.mapped:  # a fresh buffer of our own: writable, like a copy
             self._check(offset, nbytes, "component", {})
-            return np.frombuffer(self._read_fresh(offset, nbytes, "component", {}), dtype,
-                                 count)
+            return np.frombuffer(self._read_fresh(offset, nbytes, "component", {}), dtype, count)
         self._check(offset, nbytes, "component", {})
         with self._lock:
             self._require_open()
-            return np.frombuffer(self._map if self._map is not None else self._view,
-                                 dtype, count, offset)
+            return np.frombuffer(
+                self._map if self._map is not None else self._view, dtype, count, offset
+            )
 
     @contextlib.contextmanager
     def reading(self):
@@ -347,20 +367,24 @@ class Source:
         an unmapped source is copied from as ``view`` would."""
         fd = self._open_same_file()
         try:
+
             def read_into(offset, out, what="component", **where):
                 n = out.nbytes
                 self._check(offset, n, what, where)
                 if fd is not None:
-                    _pread_exactly_into(fd, memoryview(out).cast("B"), offset, self.name, what,
-                                        where)
+                    _pread_exactly_into(
+                        fd, memoryview(out).cast("B"), offset, self.name, what, where
+                    )
                 elif self.mapped:
                     with self._lock:  # the view keeps the mapping alive for the copy
                         self._require_open()
-                        src = np.frombuffer(self._map if self._map is not None
-                                            else self._view, np.uint8, n, offset)
+                        src = np.frombuffer(
+                            self._map if self._map is not None else self._view, np.uint8, n, offset
+                        )
                     out[:] = src
                 else:
                     out[:] = np.frombuffer(self._read_fresh(offset, n, what, where), np.uint8)
+
             yield read_into
         finally:
             if fd is not None:
@@ -436,13 +460,20 @@ def _pread_exactly_into(fd, view, offset, name, what, where):
     length, done = len(view), 0
     while done < length:
         try:
-            n = os.preadv(fd, [view[done:]], offset + done) if hasattr(os, "preadv") else \
-                _pread_into(fd, view[done:], offset + done)
+            n = (
+                os.preadv(fd, [view[done:]], offset + done)
+                if hasattr(os, "preadv")
+                else _pread_into(fd, view[done:], offset + done)
+            )
         except InterruptedError:
             continue
         if n == 0:
-            raise FormatError(f"{what}: the file ends at byte {offset + done}, before "
-                              f"{offset + length} (it shrank while open)", path=name, **where)
+            raise FormatError(
+                f"{what}: the file ends at byte {offset + done}, before "
+                f"{offset + length} (it shrank while open)",
+                path=name,
+                **where,
+            )
         done += n
 
 
@@ -462,18 +493,28 @@ def _read_exactly(f, offset, length, name, what, where):
         if use_readinto:
             n = f.readinto(view[done:])
             if n is not None and n > want:
-                raise FormatError(f"{what}: the source claims {n} bytes read into a "
-                                  f"buffer of {want}", path=name, **where)
+                raise FormatError(
+                    f"{what}: the source claims {n} bytes read into a buffer of {want}",
+                    path=name,
+                    **where,
+                )
         else:
             chunk = f.read(want)
             n = len(chunk) if chunk else 0
             if n > want:
-                raise FormatError(f"{what}: the source returned {n} bytes for the {want} "
-                                  f"asked for at {offset + done}", path=name, **where)
-            view[done:done + n] = chunk or b""
+                raise FormatError(
+                    f"{what}: the source returned {n} bytes for the {want} "
+                    f"asked for at {offset + done}",
+                    path=name,
+                    **where,
+                )
+            view[done : done + n] = chunk or b""
         if not n:
-            raise FormatError(f"{what}: the source ends at byte {offset + done}, before "
-                              f"{offset + length}", path=name, **where)
+            raise FormatError(
+                f"{what}: the source ends at byte {offset + done}, before {offset + length}",
+                path=name,
+                **where,
+            )
         done += n
     return out
 
@@ -495,8 +536,9 @@ def open_url(url, storage_options=None):
     try:
         import fsspec
     except ImportError:
-        raise UnsupportedError("reading URLs needs the 'fsspec' package (pip install fsspec)",
-                               path=url) from None
+        raise UnsupportedError(
+            "reading URLs needs the 'fsspec' package (pip install fsspec)", path=url
+        ) from None
     options = url_options(url, storage_options)
     with network_errors(url):
         # no read-ahead: each read is one range request for exactly the bytes asked
@@ -529,8 +571,12 @@ def url_options(url, storage_options=None):
     # a range is of the bytes as stored: no compressed encoding (one would also
     # be decompressed whole, a bomb the range checks never see)
     client["headers"] = {**(client.get("headers") or {}), "Accept-Encoding": "identity"}
-    client.setdefault("timeout", aiohttp.ClientTimeout(
-        total=None, connect=URL_TIMEOUT, sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT))
+    client.setdefault(
+        "timeout",
+        aiohttp.ClientTimeout(
+            total=None, connect=URL_TIMEOUT, sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT
+        ),
+    )
     options["client_kwargs"] = client
     return options
 
@@ -580,11 +626,16 @@ def _checked_response_class(aiohttp):
                     # an error page, or a whole file from its start: only its first
                     # bytes are wanted, the ones asked for
                     return bytes(body[:cap])
-                raise FormatError(f"the server sent more than the {cap} bytes of its "
-                                  f"reply to bytes {asked[0]}-{asked[1]}", path=url)
+                raise FormatError(
+                    f"the server sent more than the {cap} bytes of its "
+                    f"reply to bytes {asked[0]}-{asked[1]}",
+                    path=url,
+                )
             if self.status == 206 and len(body) != cap:
-                raise FormatError(f"the server sent {len(body)} bytes for a range of "
-                                  f"{cap} (Content-Range)", path=url)
+                raise FormatError(
+                    f"the server sent {len(body)} bytes for a range of {cap} (Content-Range)",
+                    path=url,
+                )
             return bytes(body)
 
     _CHECKED.append(_CheckedResponse)
@@ -608,14 +659,16 @@ def _range_reply_size(url, status, headers, asked):
     first, last = asked
     encoding = headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
-        raise FormatError(f"asked for bytes {first}-{last} unencoded, the server answered "
-                          f"with Content-Encoding {encoding[:40]!r}", path=url)
+        raise FormatError(
+            f"asked for bytes {first}-{last} unencoded, the server answered "
+            f"with Content-Encoding {encoding[:40]!r}",
+            path=url,
+        )
     length = headers.get("Content-Length")
     try:
         length = int(length) if length is not None else None
     except ValueError:
-        raise FormatError(f"the server sent Content-Length {length[:40]!r}", path=url) \
-            from None
+        raise FormatError(f"the server sent Content-Length {length[:40]!r}", path=url) from None
     if status == 206:
         got = headers.get("Content-Range", "")
         try:
@@ -626,22 +679,29 @@ def _range_reply_size(url, status, headers, asked):
         except ValueError:
             start = end = None
         if unit != "bytes" or start is None or start != first or not start <= end <= last:
-            raise FormatError(f"asked for bytes {first}-{last}, the server answered with "
-                              f"Content-Range {got[:60]!r}", path=url)
+            raise FormatError(
+                f"asked for bytes {first}-{last}, the server answered with "
+                f"Content-Range {got[:60]!r}",
+                path=url,
+            )
         cap = end - start + 1
     elif status == 200 and first == 0:
         # the whole file, from its start: its first bytes are the ones asked for;
         # only those are read
         return last + 1
     elif status == 200:
-        raise FormatError(f"asked for bytes {first}-{last}, the server sent the whole file "
-                          "(200): it does not answer range requests", path=url)
+        raise FormatError(
+            f"asked for bytes {first}-{last}, the server sent the whole file "
+            "(200): it does not answer range requests",
+            path=url,
+        )
     else:
-        raise FormatError(f"asked for bytes {first}-{last}, the server answered "
-                          f"{status}", path=url)
+        raise FormatError(f"asked for bytes {first}-{last}, the server answered {status}", path=url)
     if length is not None and length > cap:
-        raise FormatError(f"asked for bytes {first}-{last}, the server announced "
-                          f"{length} bytes (Content-Length)", path=url)
+        raise FormatError(
+            f"asked for bytes {first}-{last}, the server announced {length} bytes (Content-Length)",
+            path=url,
+        )
     return cap
 
 
@@ -668,6 +728,7 @@ def _network_error(url, exc):
     """The NetworkError (or FormatError) for ``exc`` and the causes it chains, or
     None for an exception that is not about the network."""
     import asyncio
+
     try:
         import aiohttp
     except ImportError:
@@ -683,17 +744,20 @@ def _network_error(url, exc):
         if aiohttp is not None and isinstance(item, aiohttp.ClientResponseError):
             return _status_error(url, item.status, item.message)
         if isinstance(item, (asyncio.TimeoutError, TimeoutError)) or (
-                aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError)):
-            return NetworkTimeoutError(f"timed out (no answer within {URL_TIMEOUT:g} s)",
-                                       path=url, errno=errno.ETIMEDOUT)
+            aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError)
+        ):
+            return NetworkTimeoutError(
+                f"timed out (no answer within {URL_TIMEOUT:g} s)", path=url, errno=errno.ETIMEDOUT
+            )
         if aiohttp is not None and isinstance(item, aiohttp.ClientConnectorError):
-            reason = item.os_error.strerror or str(item.os_error) if item.os_error else \
-                str(item)
+            reason = item.os_error.strerror or str(item.os_error) if item.os_error else str(item)
             if isinstance(item.os_error, ConnectionRefusedError):
                 reason = "connection refused"
-            return NetworkConnectionError(f"cannot connect to {item.host}:{item.port}: "
-                                          f"{reason}", path=url,
-                                          errno=getattr(item.os_error, "errno", None))
+            return NetworkConnectionError(
+                f"cannot connect to {item.host}:{item.port}: {reason}",
+                path=url,
+                errno=getattr(item.os_error, "errno", None),
+            )
         if aiohttp is not None and isinstance(item, aiohttp.ServerDisconnectedError):
             return NetworkConnectionError("the server closed the connection", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientPayloadError):
@@ -701,18 +765,23 @@ def _network_error(url, exc):
         if aiohttp is not None and isinstance(item, aiohttp.ClientError):
             return NetworkConnectionError(f"{type(item).__name__}: {item}", path=url)
         if isinstance(item, ValueError) and "range requests" in str(item):
-            return FormatError("the server sent the whole file for a range request: it "
-                               "does not answer range requests", path=url)
+            return FormatError(
+                "the server sent the whole file for a range request: it "
+                "does not answer range requests",
+                path=url,
+            )
     if isinstance(exc, FileNotFoundError):
         return NetworkNotFoundError("not found", path=url, errno=errno.ENOENT)
     if isinstance(exc, OSError) and not isinstance(exc, ZTensorError):
-        return NetworkError(f"{type(exc).__name__}: {exc.strerror or exc}", path=url,
-                            errno=exc.errno)
+        return NetworkError(
+            f"{type(exc).__name__}: {exc.strerror or exc}", path=url, errno=exc.errno
+        )
     return None
 
 
 def _status_error(url, status, message):
     from http import HTTPStatus
+
     try:
         reason = message or HTTPStatus(status).phrase
     except ValueError:
@@ -727,5 +796,5 @@ def _status_error(url, status, message):
 
 def _pread_into(fd, view, offset):
     data = os.pread(fd, len(view), offset)
-    view[:len(data)] = data
+    view[: len(data)] = data
     return len(data)

@@ -25,6 +25,7 @@ A process killed mid-upload can still leave what the store keeps of an
 unfinished upload (S3's invisible multipart parts, a temporary key): a store's
 lifecycle rules clear those, as for any client.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,14 +63,21 @@ def check_storage_options(path: Any, storage_options: Any) -> Optional[dict]:
     if storage_options is None:
         return None
     if not isinstance(storage_options, Mapping):
-        raise TypeError("storage_options must be a dict (fsspec's options for the URL's "
-                        f"filesystem), not {type(storage_options).__name__}")
+        raise TypeError(
+            "storage_options must be a dict (fsspec's options for the URL's "
+            f"filesystem), not {type(storage_options).__name__}"
+        )
     if not is_url(path):
         if storage_options:
-            shown = os.fspath(path) if isinstance(path, (str, os.PathLike)) else \
-                f"a {type(path).__name__}"
-            raise ValueError(f"storage_options passed with a non-URL path ({shown!r}): "
-                             "they are for fsspec URLs such as s3://bucket/model.zt")
+            shown = (
+                os.fspath(path)
+                if isinstance(path, (str, os.PathLike))
+                else f"a {type(path).__name__}"
+            )
+            raise ValueError(
+                f"storage_options passed with a non-URL path ({shown!r}): "
+                "they are for fsspec URLs such as s3://bucket/model.zt"
+            )
         return None
     return dict(storage_options)
 
@@ -79,13 +87,18 @@ def _filesystem(url: str, storage_options: Optional[dict]):
     try:
         import fsspec
     except ImportError:
-        raise UnsupportedError("writing URLs needs the 'fsspec' package (pip install "
-                               "fsspec, and s3fs or gcsfs for s3:// or gs://)",
-                               path=url) from None
+        raise UnsupportedError(
+            "writing URLs needs the 'fsspec' package (pip install "
+            "fsspec, and s3fs or gcsfs for s3:// or gs://)",
+            path=url,
+        ) from None
     protocol = url.split("://", 1)[0].lower()
     if protocol in _NOT_WRITABLE:
-        raise UnsupportedError(f"cannot write a file to an {protocol} URL: write to an "
-                               "object store (s3://, gs://, ...) or a local path", path=url)
+        raise UnsupportedError(
+            f"cannot write a file to an {protocol} URL: write to an "
+            "object store (s3://, gs://, ...) or a local path",
+            path=url,
+        )
     try:
         fs, inner = fsspec.core.url_to_fs(url, **url_options(url, storage_options))
     except (ImportError, ValueError) as exc:  # no such protocol, its package missing
@@ -117,9 +130,12 @@ class Upload:
         try:
             return tempfile.mkstemp(prefix=".zt-upload-", suffix=".tmp")
         except OSError as exc:
-            raise WriteError(f"cannot create a local temporary file to build the object "
-                             f"in: {exc.strerror or exc}", path=self.url,
-                             errno=exc.errno) from exc
+            raise WriteError(
+                f"cannot create a local temporary file to build the object "
+                f"in: {exc.strerror or exc}",
+                path=self.url,
+                errno=exc.errno,
+            ) from exc
 
     def commit(self, local: str) -> None:
         """Upload the complete file ``local`` to the URL (see the module doc for how
@@ -130,8 +146,11 @@ class Upload:
                 self.fs.put_file(local, self.key)
             else:
                 parent, _, base = self.key.rstrip("/").rpartition("/")
-                temp = f"{parent}/.{base}.{secrets.token_hex(6)}.tmp" if parent else \
-                    f".{base}.{secrets.token_hex(6)}.tmp"
+                temp = (
+                    f"{parent}/.{base}.{secrets.token_hex(6)}.tmp"
+                    if parent
+                    else f".{base}.{secrets.token_hex(6)}.tmp"
+                )
                 try:
                     self.fs.put_file(local, temp)
                     self.fs.mv(temp, self.key)
@@ -141,8 +160,11 @@ class Upload:
         except ZTensorError:
             raise
         except Exception as exc:
-            raise WriteError(f"cannot upload the file: {_reason(exc)}", path=self.url,
-                             errno=getattr(exc, "errno", None)) from exc
+            raise WriteError(
+                f"cannot upload the file: {_reason(exc)}",
+                path=self.url,
+                errno=getattr(exc, "errno", None),
+            ) from exc
         finally:
             try:
                 os.unlink(local)
@@ -153,6 +175,7 @@ class Upload:
         """Upload ``value`` as the JSON a local sharded index holds (indented, keys
         sorted), whole (:meth:`commit`)."""
         import json
+
         fd, tmp = self.create_temp()
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -172,8 +195,11 @@ class Upload:
         except FileNotFoundError:
             pass
         except Exception as exc:
-            raise WriteError(f"cannot remove the earlier object: {_reason(exc)}",
-                             path=self.url, errno=getattr(exc, "errno", None)) from exc
+            raise WriteError(
+                f"cannot remove the earlier object: {_reason(exc)}",
+                path=self.url,
+                errno=getattr(exc, "errno", None),
+            ) from exc
 
     def _discard(self, key: str) -> None:
         try:

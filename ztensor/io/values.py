@@ -8,6 +8,7 @@ Read rules (docs/dtypes.md):
   and :func:`as_elements` keeps the bit patterns (uint16/uint8).
 * an unknown logical type: the storage elements, as the spec allows.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,13 @@ def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
         return arr.view(np.bool_)
     if ltype in _COMPLEX and dtypes.logical_known(storage, ltype):
         return arr.view(_COMPLEX[ltype].newbyteorder(arr.dtype.byteorder))
-    ml_name = ("bfloat16" if storage == "bf16" else
-               dtypes.LOGICAL[ltype].ml_name if dtypes.logical_known(storage, ltype) else "")
+    ml_name = (
+        "bfloat16"
+        if storage == "bf16"
+        else dtypes.LOGICAL[ltype].ml_name
+        if dtypes.logical_known(storage, ltype)
+        else ""
+    )
     if ml_name:
         viewed = _ml_view(arr, ml_name)
         if viewed is not None:

@@ -1,6 +1,7 @@
 """One zstd stream decoded under the limits: the output grows only as decoded bytes
 arrive, never on the strength of a declared size.  Used by every zstd read
 (io/components.py for whole components, io/seekable.py for frames)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,10 @@ def zstd_decode(stored, size, limits, out=None, **where):
     if size is None:
         cap = min(cap, limits.max_component_size)
     elif size > cap:
-        raise FormatError(f"uncompressed_length {size} is more than {len(stored)} bytes of "
-                          "zstd data can produce", **where)
+        raise FormatError(
+            f"uncompressed_length {size} is more than {len(stored)} bytes of zstd data can produce",
+            **where,
+        )
     want = cap if size is None else size
     if out is not None and (size is None or len(out) != size):
         raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
@@ -47,15 +50,19 @@ def zstd_decode(stored, size, limits, out=None, **where):
             done += n
         if size is None:
             if done == cap and reader.read(1):
-                raise LimitError(f"zstd stream yields more than the per-component limit of "
-                                 f"{cap} bytes", **where)
+                raise LimitError(
+                    f"zstd stream yields more than the per-component limit of {cap} bytes", **where
+                )
             return out[:done] if done < len(out) else out
         if done < size:
-            raise FormatError(f"zstd stream ends after {done} bytes; uncompressed_length "
-                              f"declares {size}", **where)
+            raise FormatError(
+                f"zstd stream ends after {done} bytes; uncompressed_length declares {size}", **where
+            )
         if reader.read(1):
-            raise FormatError(f"zstd stream yields more than the {size} bytes its "
-                              "uncompressed_length declares", **where)
+            raise FormatError(
+                f"zstd stream yields more than the {size} bytes its uncompressed_length declares",
+                **where,
+            )
         return out
     except zstandard.ZstdError as exc:
         raise FormatError(f"corrupt zstd data: {exc}", **where) from None
@@ -80,5 +87,5 @@ def alloc(nbytes, where):
 
 def grow(buf, nbytes, where):
     bigger = alloc(nbytes, where)
-    bigger[:len(buf)] = buf
+    bigger[: len(buf)] = buf
     return bigger

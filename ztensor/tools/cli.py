@@ -15,6 +15,7 @@ Bad input files print one line (``ztensor: <file>: <problem>``) and exit 2, neve
 traceback.  ``verify`` and ``diff`` exit 1 when the file is broken / the files differ.
 Long work shows progress on a terminal (stderr), unless ``--quiet``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,14 @@ def _printable(text) -> str:
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] if ord(c) > 0xFF or c in "\n\t\r"
-                   else f"\\x{ord(c):02x}" for c in text)
+    return "".join(
+        c
+        if c.isprintable()
+        else repr(c)[1:-1]
+        if ord(c) > 0xFF or c in "\n\t\r"
+        else f"\\x{ord(c):02x}"
+        for c in text
+    )
 
 
 def _jsonable(value, depth=0):
@@ -100,20 +107,36 @@ def cmd_ls(reader, args, out):
     rows = []
     for name in reader.keys():
         obj = reader.metadata(name)
-        rows.append({"name": name, "format": obj.format, "shape": list(obj.shape),
-                     "dtype": _type_label(obj), "encoding": _encoding_label(obj),
-                     "stored_bytes": obj.stored_size})
+        rows.append(
+            {
+                "name": name,
+                "format": obj.format,
+                "shape": list(obj.shape),
+                "dtype": _type_label(obj),
+                "encoding": _encoding_label(obj),
+                "stored_bytes": obj.stored_size,
+            }
+        )
         if sharded:
             rows[-1]["shard"] = reader.file_of(name)
     if args.json:
         _dump_json(rows, out)
         return 0
-    table = [("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE")
-             + (("SHARD",) if sharded else ())]
-    table += [(_printable(r["name"]), _printable(r["format"]),
-               "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"], r["encoding"],
-               _human(r["stored_bytes"])) + ((_printable(r["shard"]),) if sharded else ())
-              for r in rows]
+    table = [
+        ("NAME", "FORMAT", "SHAPE", "DTYPE", "ENCODING", "SIZE") + (("SHARD",) if sharded else ())
+    ]
+    table += [
+        (
+            _printable(r["name"]),
+            _printable(r["format"]),
+            "[" + ", ".join(map(str, r["shape"])) + "]",
+            r["dtype"],
+            r["encoding"],
+            _human(r["stored_bytes"]),
+        )
+        + ((_printable(r["shard"]),) if sharded else ())
+        for r in rows
+    ]
     _write_table(table, out)
     return 0
 
@@ -127,10 +150,17 @@ def cmd_info(reader, args, out):
             stored += comp.length
             decoded += comp.decoded_length or 0
             digests += comp.digest is not None
-    info = {"file": reader.path, "version": getattr(reader, "version", None),
-            "format": reader.format, "objects": len(reader),
-            "formats": formats, "stored_bytes": stored, "decoded_bytes": decoded,
-            "digests": digests, "attributes": reader.attributes}
+    info = {
+        "file": reader.path,
+        "version": getattr(reader, "version", None),
+        "format": reader.format,
+        "objects": len(reader),
+        "formats": formats,
+        "stored_bytes": stored,
+        "decoded_bytes": decoded,
+        "digests": digests,
+        "attributes": reader.attributes,
+    }
     if args.json:
         _dump_json(info, out)
         return 0
@@ -138,8 +168,11 @@ def cmd_info(reader, args, out):
     out.write(f"format:      {info['format']}\n")
     if info["version"] is not None:
         out.write(f"version:     {info['version']}\n")
-    out.write(f"objects:     {info['objects']}"
-              + "".join(f"  {k}={v}" for k, v in sorted(formats.items())) + "\n")
+    out.write(
+        f"objects:     {info['objects']}"
+        + "".join(f"  {k}={v}" for k, v in sorted(formats.items()))
+        + "\n"
+    )
     out.write(f"stored:      {_human(stored)} ({stored} bytes)\n")
     out.write(f"decoded:     {_human(decoded)} ({decoded} bytes)\n")
     out.write(f"digests:     {digests}\n")
@@ -169,8 +202,15 @@ class Progress:
             except ImportError:
                 tqdm = None
             if tqdm is not None:
-                self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024,
-                                file=self.stream, leave=False, dynamic_ncols=True)
+                self.bar = tqdm(
+                    total=self.total,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    file=self.stream,
+                    leave=False,
+                    dynamic_ncols=True,
+                )
 
     def update(self, done, total):
         """The progress(bytes done, bytes total) callback the library calls."""
@@ -190,8 +230,10 @@ class Progress:
         self.last = now
         rate = self.done / max(now - self.start, 1e-9)
         left = (self.total - self.done) / rate if rate else 0
-        self.stream.write(f"\r  {100 * self.done / self.total:5.1f}%  {_human(self.done)} / "
-                          f"{_human(self.total)}  {_human(rate)}/s  {left:5.0f} s left ")
+        self.stream.write(
+            f"\r  {100 * self.done / self.total:5.1f}%  {_human(self.done)} / "
+            f"{_human(self.total)}  {_human(rate)}/s  {left:5.0f} s left "
+        )
         self.stream.flush()
 
     def finish(self):
@@ -238,32 +280,56 @@ def cmd_verify(args, out):
             progress.finish()
     lines = [str(exc) for exc in problems]
     if args.json:
-        _dump_json({"file": path, "version": version, "objects": objects,
-                    "digests_checked": digests, "problems": lines, "ok": not lines}, out)
+        _dump_json(
+            {
+                "file": path,
+                "version": version,
+                "objects": objects,
+                "digests_checked": digests,
+                "problems": lines,
+                "ok": not lines,
+            },
+            out,
+        )
     else:
         for line in lines:
             out.write(f"FAILED {_printable(line)}\n")
         status = "OK" if not lines else f"FAILED ({len(lines)} problems)"
-        out.write(f"{_printable(args.file)}: {objects} objects{where}, {digests} digests checked: "
-                  f"{status}\n")
+        out.write(
+            f"{_printable(args.file)}: {objects} objects{where}, {digests} digests checked: "
+            f"{status}\n"
+        )
     return 0 if not lines else 1
 
 
 def cmd_stats(reader, args, out):
 
     names = args.names or reader.keys()
-    rows = [tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements)
-            for name in names]
+    rows = [
+        tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements) for name in names
+    ]
     flagged = [r["name"] for r in rows if r["nan"] or r["posinf"] or r["neginf"]]
     if args.json:
         _dump_json({"tensors": rows, "with_nan_or_inf": flagged}, out)
     else:
+
         def num(v):
             return "-" if v is None else f"{v:.4g}"
+
         table = [("NAME", "MIN", "MAX", "MEAN", "STD", "NAN", "INF", "HISTOGRAM")]
-        table += [(_printable(r["name"]), num(r["min"]), num(r["max"]), num(r["mean"]),
-                   num(r["std"]), str(r["nan"]), str(r["posinf"] + r["neginf"]),
-                   sparkline(r["histogram"])) for r in rows]
+        table += [
+            (
+                _printable(r["name"]),
+                num(r["min"]),
+                num(r["max"]),
+                num(r["mean"]),
+                num(r["std"]),
+                str(r["nan"]),
+                str(r["posinf"] + r["neginf"]),
+                sparkline(r["histogram"]),
+            )
+            for r in rows
+        ]
         _write_table(table, out)
         if not args.quiet:
             out.write(f"{len(rows)} tensors, {len(flagged)} with NaN or Inf\n")
@@ -282,11 +348,11 @@ def _write_table(table, out):
     isatty = getattr(out, "isatty", None)
     if isatty is not None and isatty():
         import shutil
+
         room = shutil.get_terminal_size().columns - sum(widths[1:]) - 2 * (len(widths) - 1)
         if room < widths[0]:
             names = shorten_distinct([row[0] for row in table[1:]], max(12, room))
-            table = [table[0]] + [(name,) + tuple(row[1:])
-                                  for name, row in zip(names, table[1:])]
+            table = [table[0]] + [(name,) + tuple(row[1:]) for name, row in zip(names, table[1:])]
             widths[0] = max(len(row[0]) for row in table)
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
@@ -323,8 +389,7 @@ def shorten_distinct(texts, width):
     if not pending:
         return out
     keys = _key_positions(texts)
-    for form in (lambda i: _middle(texts[i], width),
-                 lambda i: _keep(texts[i], width, keys[i])):
+    for form in (lambda i: _middle(texts[i], width), lambda i: _keep(texts[i], width, keys[i])):
         if not pending:
             break
         cands = {i: form(i) for i in pending}
@@ -359,7 +424,7 @@ def _middle(text, width):
     if len(text) <= width:
         return None
     keep = width - 1
-    return text[:keep - keep // 2] + ELLIPSIS + text[len(text) - keep // 2:]
+    return text[: keep - keep // 2] + ELLIPSIS + text[len(text) - keep // 2 :]
 
 
 def _key_positions(texts):
@@ -367,6 +432,7 @@ def _key_positions(texts):
     where it differs from its closest text by prefix (its neighbours in sorted
     order: no other text shares a longer prefix), and the last where it differs
     from its closest text by suffix (neighbours in order of the reversed texts)."""
+
     def closest(order, key):
         found = [0] * len(texts)
         for j, i in enumerate(order):
@@ -381,9 +447,11 @@ def _key_positions(texts):
                     best = max(best, n)
             found[i] = best
         return found
+
     by_prefix = closest(sorted(range(len(texts)), key=lambda i: texts[i]), lambda i: texts[i])
-    by_suffix = closest(sorted(range(len(texts)), key=lambda i: texts[i][::-1]),
-                        lambda i: texts[i][::-1])
+    by_suffix = closest(
+        sorted(range(len(texts)), key=lambda i: texts[i][::-1]), lambda i: texts[i][::-1]
+    )
     out = []
     for i, text in enumerate(texts):
         last = max(len(text) - 1, 0)
@@ -451,8 +519,15 @@ def _refuse_overwrite(path, force):
 def cmd_convert(args, out):
 
     progress = Progress(0, args.quiet)
-    count = convert(args.input, args.output, compress=args.compress, checksum=args.checksum,
-                    force=args.force, progress=progress.update, format=args.format)
+    count = convert(
+        args.input,
+        args.output,
+        compress=args.compress,
+        checksum=args.checksum,
+        force=args.force,
+        progress=progress.update,
+        format=args.format,
+    )
     progress.finish()
     _report(args, out, {"input": args.input, "output": args.output, "objects": count})
     return 0
@@ -463,13 +538,11 @@ def cmd_dequantize(args, out):
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
     converted = 0
-    with Reader(args.input) as reader, Writer(args.output,
-                                              attributes=reader.attributes) as writer:
+    with Reader(args.input) as reader, Writer(args.output, attributes=reader.attributes) as writer:
         progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
         for name in reader.keys():
             obj = reader.read(name)
-            if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and
-                                                   _decodable(obj)):
+            if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and _decodable(obj)):
                 weight = dequantize(obj, dtype=dtype)
                 types = {"data": "bf16"} if weight.dtype == np.uint16 else None
                 obj = Tensor({"data": weight}, attributes=obj.attributes, types=types)
@@ -495,16 +568,25 @@ def cmd_diff(args, out):
             if change:
                 changes.append({"name": name, "change": "changed", **change})
         if a.attributes != b.attributes:
-            changes.insert(0, {"name": "(file attributes)", "change": "changed",
-                               "attributes": _attribute_difference(a.attributes, b.attributes)})
+            changes.insert(
+                0,
+                {
+                    "name": "(file attributes)",
+                    "change": "changed",
+                    "attributes": _attribute_difference(a.attributes, b.attributes),
+                },
+            )
     if args.json:
         _dump_json({"a": args.a, "b": args.b, "identical": not changes, "changes": changes}, out)
     else:
         for c in changes:
             mark = {"removed": "-", "added": "+", "changed": "~"}[c["change"]]
             detail = "; ".join(f"{k}: {v}" for k, v in c.items() if k not in ("name", "change"))
-            out.write(f"{mark} {_printable(c['name'])}"
-                      + (f"  ({_printable(detail)})" if detail else "") + "\n")
+            out.write(
+                f"{mark} {_printable(c['name'])}"
+                + (f"  ({_printable(detail)})" if detail else "")
+                + "\n"
+            )
         out.write("identical\n" if not changes else f"{len(changes)} differences\n")
     return 0 if not changes else 1
 
@@ -532,8 +614,11 @@ def _compare(a, b, name, max_elements):
 def _attribute_difference(x, y):
     keys = sorted(set(x) | set(y), key=str)
     changed = [k for k in keys if k not in x or k not in y or x[k] != y[k]]
-    return "changed keys: " + ", ".join(_printable(k) for k in changed[:10]) + (
-        f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+    return (
+        "changed keys: "
+        + ", ".join(_printable(k) for k in changed[:10])
+        + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+    )
 
 
 _DIFF_CHUNK = 1 << 18  # elements per step: a few MiB of scratch whatever the size
@@ -554,17 +639,25 @@ def _value_difference(x, y, max_elements, name):
         index.append(slice(0, 1) if both else slice(None))
     x, y = x[tuple(index)], y[tuple(index)]
     if x.size > max_elements:
-        raise LimitError(f"{x.size} elements to compare, more than the limit of "
-                         f"{max_elements}: raise it with --max-elements N", obj=name)
+        raise LimitError(
+            f"{x.size} elements to compare, more than the limit of "
+            f"{max_elements}: raise it with --max-elements N",
+            obj=name,
+        )
     floating = x.dtype.kind in "fc" or x.dtype.name in ("bfloat16",) or "float8" in x.dtype.name
     differ, worst = 0, 0.0
     for xs, ys in zip(chunks(x, _DIFF_CHUNK), chunks(y, _DIFF_CHUNK)):
-        if xs.view(np.uint8).tobytes() == ys.view(np.uint8).tobytes() if xs.dtype.itemsize \
-                else True:
+        if (
+            xs.view(np.uint8).tobytes() == ys.view(np.uint8).tobytes()
+            if xs.dtype.itemsize
+            else True
+        ):
             continue
         if floating:
-            xf, yf = xs.astype(np.complex128 if x.dtype.kind == "c" else np.float64), \
-                ys.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+            xf, yf = (
+                xs.astype(np.complex128 if x.dtype.kind == "c" else np.float64),
+                ys.astype(np.complex128 if x.dtype.kind == "c" else np.float64),
+            )
             with np.errstate(invalid="ignore", over="ignore"):
                 bad = ~((xf == yf) | (np.isnan(xf) & np.isnan(yf)))
                 if bad.any():
@@ -602,25 +695,37 @@ def _compress_level(text):
 COMMANDS: Dict[str, Tuple[Callable[..., int], str, List[str]]] = {
     "ls": (cmd_ls, "list the objects in a file", ["file"]),
     "info": (cmd_info, "summarize a file: version, attributes, counts, sizes", ["file"]),
-    "verify": (cmd_verify, "check structure, decode every object, check every digest",
-               ["file"]),
-    "convert": (cmd_convert, "convert any tensor file to the format OUT's name says "
-                "(.zt v1.2, .safetensors, .npz, .gguf)",
-                ["input", "output"]),
-    "dequantize": (cmd_dequantize, "write quantized_group objects as dense weights",
-                   ["input", "output"]),
+    "verify": (cmd_verify, "check structure, decode every object, check every digest", ["file"]),
+    "convert": (
+        cmd_convert,
+        "convert any tensor file to the format OUT's name says "
+        "(.zt v1.2, .safetensors, .npz, .gguf)",
+        ["input", "output"],
+    ),
+    "dequantize": (
+        cmd_dequantize,
+        "write quantized_group objects as dense weights",
+        ["input", "output"],
+    ),
     "diff": (cmd_diff, "compare two files: objects added, removed, changed", ["a", "b"]),
-    "stats": (cmd_stats, "value statistics per tensor: min/max/mean/std, NaN/Inf, histogram",
-              ["file"]),
+    "stats": (
+        cmd_stats,
+        "value statistics per tensor: min/max/mean/std, NaN/Inf, histogram",
+        ["file"],
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ztensor", description="Inspect and convert zTensor "
-                                     "(.zt) files.")
-    parser.add_argument("--version", action="version",
-                        version=f"ztensor {__version__} (writes zTensor {spec.WRITE_VERSION}; "
-                                "reads v2, v1.2, v1.1, v0.1)")
+    parser = argparse.ArgumentParser(
+        prog="ztensor", description="Inspect and convert zTensor (.zt) files."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"ztensor {__version__} (writes zTensor {spec.WRITE_VERSION}; "
+        "reads v2, v1.2, v1.1, v0.1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text, positionals) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -631,29 +736,45 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("convert", "dequantize"):
             p.add_argument("--force", action="store_true", help="replace an existing output")
         if name == "convert":
-            p.add_argument("--compress", action="store_true",
-                           help="zstd-compress every component (level 3, or --level)")
-            p.add_argument("--level", type=_compress_level, default=None, metavar="LEVEL",
-                           help="the zstd level for --compress (also --compress=LEVEL)")
+            p.add_argument(
+                "--compress",
+                action="store_true",
+                help="zstd-compress every component (level 3, or --level)",
+            )
+            p.add_argument(
+                "--level",
+                type=_compress_level,
+                default=None,
+                metavar="LEVEL",
+                help="the zstd level for --compress (also --compress=LEVEL)",
+            )
             p.add_argument("--checksum", choices=["crc32c", "sha256"])
-            p.add_argument("--format", choices=["zt", "safetensors"], default=None,
-                           help="the shard format of a checkpoint converted into a "
-                           "directory (default zt; safetensors: Hugging Face's names and "
-                           "index); a file output's name says its format")
+            p.add_argument(
+                "--format",
+                choices=["zt", "safetensors"],
+                default=None,
+                help="the shard format of a checkpoint converted into a "
+                "directory (default zt; safetensors: Hugging Face's names and "
+                "index); a file output's name says its format",
+            )
         if name in ("stats", "diff"):
-            p.add_argument("--max-elements", type=_count, default=DEFAULT_MAX_ELEMENTS,
-                           metavar="N", help="refuse a tensor with more than N distinct "
-                           f"elements to walk (default {DEFAULT_MAX_ELEMENTS}; elements a "
-                           "stride-0 view repeats count once)")
+            p.add_argument(
+                "--max-elements",
+                type=_count,
+                default=DEFAULT_MAX_ELEMENTS,
+                metavar="N",
+                help="refuse a tensor with more than N distinct "
+                f"elements to walk (default {DEFAULT_MAX_ELEMENTS}; elements a "
+                "stride-0 view repeats count once)",
+            )
         if name == "stats":
             p.add_argument("names", nargs="*", metavar="NAME", help="tensors (default: all)")
-            p.add_argument("--bins", type=_positive, default=10,
-                           help="histogram bins (default 10)")
-            p.add_argument("--check", action="store_true",
-                           help="exit 1 when any tensor holds NaN or Inf")
+            p.add_argument("--bins", type=_positive, default=10, help="histogram bins (default 10)")
+            p.add_argument(
+                "--check", action="store_true", help="exit 1 when any tensor holds NaN or Inf"
+            )
         if name == "dequantize":
-            p.add_argument("--dtype", choices=["float16", "float32", "bfloat16"],
-                           default="float16")
+            p.add_argument("--dtype", choices=["float16", "float32", "bfloat16"], default="float16")
     return parser
 
 
@@ -730,9 +851,17 @@ def _run(args, out) -> int:
             text = f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")
         sys.stderr.write(f"ztensor: {_printable(text)}\n")
         return 2
-    except (ValueError, TypeError, RecursionError, MemoryError, UnicodeError,
-            ArithmeticError, LookupError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        RecursionError,
+        MemoryError,
+        UnicodeError,
+        ArithmeticError,
+        LookupError,
+    ) as exc:
         # never a traceback: a problem no check above named still gets one line
-        sys.stderr.write(f"ztensor: {_printable(type(exc).__name__)}: "
-                         f"{_printable(str(exc)[:500])}\n")
+        sys.stderr.write(
+            f"ztensor: {_printable(type(exc).__name__)}: {_printable(str(exc)[:500])}\n"
+        )
         return 2

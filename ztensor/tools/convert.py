@@ -31,6 +31,7 @@ output file is written to a temporary name and renamed into place.
 ``progress(bytes done, bytes total)`` is called after each tensor, totals counted in
 input bytes.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,20 +62,29 @@ INDEX_NAME = "model.zt.index.json"
 SHARD_FORMATS = {"zt": INDEX_NAME, "safetensors": "model.safetensors.index.json"}
 
 
-def convert(input: PathLike, output: PathLike, *, compress: Union[bool, int] = False,
-            checksum: Optional[str] = None, force: bool = False,
-            progress: Progress = None, format: Optional[str] = None) -> int:
+def convert(
+    input: PathLike,
+    output: PathLike,
+    *,
+    compress: Union[bool, int] = False,
+    checksum: Optional[str] = None,
+    force: bool = False,
+    progress: Progress = None,
+    format: Optional[str] = None,
+) -> int:
     """Convert ``input`` to ``output`` (see the module doc); returns the number of
     tensors written.  An existing output is refused unless ``force``.  ``format``
     (``"zt"`` or ``"safetensors"``) is the shard format of a checkpoint converted
     into a directory; for a file output it may only repeat what the name says."""
     source, target = os.fspath(input), os.fspath(output)
     if format is not None and format not in SHARD_FORMATS:
-        raise UnsupportedError(f"format {format!r}: a checkpoint directory is written as "
-                               f"{' or '.join(SHARD_FORMATS)} shards", path=target)
+        raise UnsupportedError(
+            f"format {format!r}: a checkpoint directory is written as "
+            f"{' or '.join(SHARD_FORMATS)} shards",
+            path=target,
+        )
     if os.path.isdir(source) or source.endswith(".index.json"):
-        return _convert_checkpoint(source, target, compress, checksum, force, progress,
-                                   format)
+        return _convert_checkpoint(source, target, compress, checksum, force, progress, format)
     _format_agrees(target, format)
     if os.path.exists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
@@ -115,8 +125,11 @@ def _write_zt(target, attributes, tensors, compress, checksum, counter):
     with Writer(target, attributes=attributes) as writer:
         for name, tensor in tensors:
             data = tensor.components.get("data")
-            if tensor.format == "dense" and isinstance(data, np.ndarray) \
-                    and data.nbytes > STREAM_CHUNK:
+            if (
+                tensor.format == "dense"
+                and isinstance(data, np.ndarray)
+                and data.nbytes > STREAM_CHUNK
+            ):
                 _write_streamed(writer, name, tensor, data, compress, checksum)
             else:
                 writer.write(name, tensor, compress=compress, checksum=checksum)
@@ -130,18 +143,24 @@ def _write_streamed(writer, name, tensor, data, compress, checksum):
     The input is a mapped view (or a decoded array the importer already holds), so
     what this adds is one chunk: its byte-order swap or compressed frame, never a
     second copy of the tensor."""
-    with writer.stream(name, tensor.shape, data.dtype, compress=compress,
-                       checksum=checksum, attributes=tensor.attributes or None,
-                       type=tensor.types.get("data")) as sink:
+    with writer.stream(
+        name,
+        tensor.shape,
+        data.dtype,
+        compress=compress,
+        checksum=checksum,
+        attributes=tensor.attributes or None,
+        type=tensor.types.get("data"),
+    ) as sink:
         if data.flags.c_contiguous:
             flat = data.reshape(-1)
             step = max(1, STREAM_CHUNK // data.itemsize)
             for start in range(0, flat.size, step):
-                sink.write(flat[start:start + step])
+                sink.write(flat[start : start + step])
         else:  # strided (a transposed input): blocks of leading rows, copied one at a time
             step = max(1, STREAM_CHUNK // max(1, data[0].nbytes))
             for start in range(0, data.shape[0], step):
-                sink.write(np.ascontiguousarray(data[start:start + step]))
+                sink.write(np.ascontiguousarray(data[start : start + step]))
 
 
 class _CheckpointPlan:
@@ -151,8 +170,7 @@ class _CheckpointPlan:
     input ``index`` (None for a folder of one file) and each input shard's file
     ``attributes``."""
 
-    def __init__(self, folder, shards, weight_map, metadata, indexed, index=None,
-                 attributes=None):
+    def __init__(self, folder, shards, weight_map, metadata, indexed, index=None, attributes=None):
         self.folder, self.shards = folder, shards
         self.weight_map, self.metadata, self.indexed = weight_map, metadata, indexed
         self.index, self.attributes = index, attributes or {}
@@ -170,8 +188,9 @@ def _shard_names(files, fmt):
         return {file: _stem(file) + ".zt" for file in files}
     if len(files) == 1:
         return {files[0]: "model.safetensors"}
-    return {file: f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
-            for i, file in enumerate(files)}
+    return {
+        file: f"model-{i + 1:05d}-of-{len(files):05d}.safetensors" for i, file in enumerate(files)
+    }
 
 
 def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
@@ -208,32 +227,39 @@ def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
         shards.append((file, out, names))
     for name, file in listed.items():
         if name not in tensors:
-            raise FormatError(f"the index names {name!r} in {file}, which does not hold it",
-                              path=where, obj=name)
+            raise FormatError(
+                f"the index names {name!r} in {file}, which does not hold it", path=where, obj=name
+            )
     inputs = {os.path.realpath(os.path.join(folder, f)) for f in files}
     if index is not None:
         inputs.add(os.path.realpath(index))
-    written = [target] if fmt is None else [os.path.join(target, o) for _, o, _ in shards] + [
-        os.path.join(target, SHARD_FORMATS[fmt])]
+    written = (
+        [target]
+        if fmt is None
+        else [os.path.join(target, o) for _, o, _ in shards]
+        + [os.path.join(target, SHARD_FORMATS[fmt])]
+    )
     for out in written:
         if os.path.realpath(out) in inputs:
-            raise FormatError("converting would replace this input file; convert into "
-                              "another directory", path=out)
+            raise FormatError(
+                "converting would replace this input file; convert into another directory", path=out
+            )
     # nor is the output directory the input folder: the files copied would be the
     # inputs themselves, and the outputs would sit among the inputs they came from
     if fmt is not None and os.path.realpath(target) == os.path.realpath(folder or "."):
-        raise FormatError("is the checkpoint's own folder: convert into another directory",
-                          path=target)
-    return _CheckpointPlan(folder, shards, weight_map, metadata, index is not None, index,
-                           attributes)
+        raise FormatError(
+            "is the checkpoint's own folder: convert into another directory", path=target
+        )
+    return _CheckpointPlan(
+        folder, shards, weight_map, metadata, index is not None, index, attributes
+    )
 
 
 def _is_file_target(target) -> bool:
     """Whether a checkpoint converts into the one file ``target`` (its name says a
     format, ``out.safetensors``) rather than into a directory (any other name, an
     existing directory, or a name ending in a separator: ``out.zt/``)."""
-    return (not os.path.isdir(target)
-            and os.path.splitext(target)[1].lower() in exporters.FORMATS)
+    return not os.path.isdir(target) and os.path.splitext(target)[1].lower() in exporters.FORMATS
 
 
 def _format_agrees(target, fmt):
@@ -241,8 +267,9 @@ def _format_agrees(target, fmt):
     if fmt is not None:
         kind = exporters.format_for(target)
         if kind != fmt:
-            raise UnsupportedError(f"format {fmt!r} asked for, but the output's name says "
-                                   f"{kind}", path=target)
+            raise UnsupportedError(
+                f"format {fmt!r} asked for, but the output's name says {kind}", path=target
+            )
 
 
 def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt=None):
@@ -256,31 +283,44 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt
     _check_shards_fit(plan, fmt)
     copies = _plan_copies(plan)
     index_path = os.path.join(target, SHARD_FORMATS[fmt])
-    existing = [p for p in [index_path] + [os.path.join(target, o) for _, o, _ in plan.shards]
-                + [os.path.join(target, c.name) for c in copies] if os.path.lexists(p)]
+    existing = [
+        p
+        for p in [index_path]
+        + [os.path.join(target, o) for _, o, _ in plan.shards]
+        + [os.path.join(target, c.name) for c in copies]
+        if os.path.lexists(p)
+    ]
     if existing and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
     os.makedirs(target, exist_ok=True)
     if os.path.exists(index_path):
         os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
-    counter = _Counter(progress, sum(os.path.getsize(os.path.join(plan.folder, f))
-                                     for f, _, _ in plan.shards))
+    counter = _Counter(
+        progress, sum(os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards)
+    )
     count = 0
     for file, out, names in plan.shards:  # one shard at a time: memory stays at one tensor
-        written = _convert_file(os.path.join(plan.folder, file), os.path.join(target, out),
-                                compress, checksum, counter)
+        written = _convert_file(
+            os.path.join(plan.folder, file), os.path.join(target, out), compress, checksum, counter
+        )
         if written != len(names):  # the index lists what the plan saw: it must be so
-            raise ZTensorError(f"{written} tensors written where {len(names)} were found",
-                               path=os.path.join(plan.folder, file))
+            raise ZTensorError(
+                f"{written} tensors written where {len(names)} were found",
+                path=os.path.join(plan.folder, file),
+            )
         count += written
     for copy in copies:
         _copy_file(copy, plan.folder, target)
     # Hugging Face writes no index for one safetensors shard (model.safetensors is
     # loaded by name); a .zt checkpoint keeps an index whenever its input had one
     if len(plan.shards) > 1 or (plan.indexed and fmt == "zt"):
-        atomic.write_json_atomically(index_path, {
-            "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
-            "weight_map": plan.weight_map})
+        atomic.write_json_atomically(
+            index_path,
+            {
+                "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
+                "weight_map": plan.weight_map,
+            },
+        )
     if progress is not None:
         progress(counter.total, counter.total)
     return count
@@ -314,14 +354,14 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress):
     plan = _plan_checkpoint(source, target, None)
     where = plan.index or source
     attributes = _merged_attributes(plan, where)
-    counter = _Counter(progress, sum(os.path.getsize(os.path.join(plan.folder, f))
-                                     for f, _, _ in plan.shards))
+    counter = _Counter(
+        progress, sum(os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards)
+    )
     with sharded.open_sharded(source) as checkpoint:
         merged = _MergedReader(checkpoint, plan, attributes, where)
         try:
             if kind == "zt":
-                count = _write_zt(target, attributes, merged.tensors(), compress, checksum,
-                                  counter)
+                count = _write_zt(target, attributes, merged.tensors(), compress, checksum, counter)
             else:
                 count = exporters.writer_for(kind)(merged, target, progress=counter.add)
         finally:
@@ -338,9 +378,11 @@ def _merged_attributes(plan, where):
     for file, _, _ in plan.shards:
         for key, value in plan.attributes.get(file, {}).items():
             if key in merged and not (merged[key] == value or repr(merged[key]) == repr(value)):
-                raise UnsupportedError(f"attribute {key!r} differs between shards "
-                                       f"{origin[key]} and {file}: one file holds one value",
-                                       path=where)
+                raise UnsupportedError(
+                    f"attribute {key!r} differs between shards "
+                    f"{origin[key]} and {file}: one file holds one value",
+                    path=where,
+                )
             merged.setdefault(key, value)
             origin.setdefault(key, file)
     return merged
@@ -388,14 +430,31 @@ class _MergedReader:
 # ------------------------------------------------------------------ files copied
 # a file with one of these suffixes holds weights (this checkpoint's in another
 # format, or another model's): copied it would be a second, unconverted copy
-WEIGHT_SUFFIXES = (".safetensors", ".zt", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".hdf5",
-                   ".msgpack", ".gguf", ".onnx", ".onnx_data", ".npz", ".npy", ".ot",
-                   ".tflite", ".pkl", ".pickle")
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".zt",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".hdf5",
+    ".msgpack",
+    ".gguf",
+    ".onnx",
+    ".onnx_data",
+    ".npz",
+    ".npy",
+    ".ot",
+    ".tflite",
+    ".pkl",
+    ".pickle",
+)
 
 
 class _Copy(NamedTuple):
-    name: str       # in the input folder and in the output directory
-    source: str     # the path opened: the file itself, or a contained link's target
+    name: str  # in the input folder and in the output directory
+    source: str  # the path opened: the file itself, or a contained link's target
 
 
 def _plan_copies(plan) -> List[_Copy]:
@@ -437,9 +496,12 @@ def _plan_copies(plan) -> List[_Copy]:
         if entry.is_symlink():
             target = os.path.realpath(path)
             if not any(_inside(target, root) for root in roots):
-                raise FormatError("is a link to a file outside the checkpoint folder; its "
-                                  "content is not copied (put the file itself there if it "
-                                  "is meant)", path=path)
+                raise FormatError(
+                    "is a link to a file outside the checkpoint folder; its "
+                    "content is not copied (put the file itself there if it "
+                    "is meant)",
+                    path=path,
+                )
         try:
             mode = os.stat(target).st_mode
         except OSError as exc:
@@ -447,8 +509,11 @@ def _plan_copies(plan) -> List[_Copy]:
         if stat.S_ISDIR(mode):
             subfolders.append(name)
         elif not stat.S_ISREG(mode):
-            raise FormatError("not a regular file (a FIFO, socket or device): only regular "
-                              "files are copied into a converted checkpoint", path=path)
+            raise FormatError(
+                "not a regular file (a FIFO, socket or device): only regular "
+                "files are copied into a converted checkpoint",
+                path=path,
+            )
         else:
             copies.append(_Copy(name, target))
     if skipped or subfolders:
@@ -479,24 +544,32 @@ def _copy_file(copy, folder, target):
     after the plan is refused) and without blocking, and checked again on the open
     descriptor: a regular file, or FormatError."""
     label = os.path.join(folder, copy.name)
-    flags = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-             | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_BINARY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOFOLLOW", 0)
+    )
     try:
         fd = os.open(copy.source, flags)
     except OSError as exc:
         raise FormatError(f"cannot be copied: {exc.strerror or exc}", path=label) from None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise FormatError("not a regular file: only regular files are copied into a "
-                              "converted checkpoint", path=label)
-        atomic.replace_atomically(os.path.join(target, copy.name),
-                                  lambda out: shutil.copyfileobj(f, out, 1 << 20))
+            raise FormatError(
+                "not a regular file: only regular files are copied into a converted checkpoint",
+                path=label,
+            )
+        atomic.replace_atomically(
+            os.path.join(target, copy.name), lambda out: shutil.copyfileobj(f, out, 1 << 20)
+        )
 
 
 def _stem(file):
     for suffix in (".safetensors", ".zt", ".bin", ".pt", ".pth"):
         if file.endswith(suffix):
-            return file[:-len(suffix)]
+            return file[: -len(suffix)]
     return file
 
 

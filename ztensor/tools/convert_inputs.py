@@ -8,6 +8,7 @@ come out as v1.2).  Tensors come in the canonical order (``_save.canonical_order
 by name), not the input's, so a conversion gives the same ``.zt`` bytes for the
 same tensors however the input file ordered them.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,16 +24,20 @@ PathLike = Union[str, "os.PathLike[str]"]
 # (file attributes, iterator of (name, Tensor)): one tensor at a time
 Opened = Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]
 
+
 def open_any(path: PathLike) -> Opened:
     """Open any file ``Reader`` reads, told by its bytes (see ztensor/foreign)."""
     name = os.fspath(path)
-    fmt = foreign.sniff(name)   # refuses directories, FIFOs, devices (open_local_input)
+    fmt = foreign.sniff(name)  # refuses directories, FIFOs, devices (open_local_input)
     if fmt is None:
         with open_local_input(name) as f:
             head = f.read(8)
             if head[:4] != spec.MAGIC_PREFIX and head != spec.MAGIC_V2:
-                raise FormatError("not a tensor file ztensor can read (zTensor, safetensors, "
-                                  "npy, npz, PyTorch zip, GGUF, HDF5, ONNX)", path=name)
+                raise FormatError(
+                    "not a tensor file ztensor can read (zTensor, safetensors, "
+                    "npy, npz, PyTorch zip, GGUF, HDF5, ONNX)",
+                    path=name,
+                )
         return open_zt(name)
     opened = foreign.open_foreign(name, fmt)
 
@@ -42,6 +47,7 @@ def open_any(path: PathLike) -> Opened:
                 yield key, entry.load()
         finally:
             opened.close()
+
     return dict(opened.attributes), tensors()
 
 
@@ -53,4 +59,5 @@ def open_zt(path: PathLike) -> Opened:
         with reader:
             for key in _save.canonical_names(reader.keys()):
                 yield key, reader.read(key)
+
     return dict(reader.attributes), tensors()

@@ -22,6 +22,7 @@ Work follows the elements a file really holds, never the size a view declares:
 Sums never overflow: values are scaled by a power of two no smaller than the largest
 magnitude (exact), so a valid float64 tensor of +-1.7e308 has its figures too.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
 
 
-def tensor_stats(reader: Any, name: str, *, bins: int = 10,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> Dict[str, Any]:
+def tensor_stats(
+    reader: Any, name: str, *, bins: int = 10, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> Dict[str, Any]:
     """Statistics of object ``name`` of an open reader.
 
     Returns a dict: ``count``, ``nan``, ``posinf``, ``neginf``, ``zeros``, and over the
@@ -69,10 +71,21 @@ def tensor_stats(reader: Any, name: str, *, bins: int = 10,
         if good.size:
             finite += good.size
             lo, hi = min(lo, float(good.min())), max(hi, float(good.max()))
-    out = {"name": name, "of": of, "count": count, "nan": nan * repeat,
-           "posinf": posinf * repeat, "neginf": neginf * repeat, "zeros": zeros * repeat,
-           "min": None, "max": None, "mean": None, "std": None, "histogram": [],
-           "edges": []}
+    out = {
+        "name": name,
+        "of": of,
+        "count": count,
+        "nan": nan * repeat,
+        "posinf": posinf * repeat,
+        "neginf": neginf * repeat,
+        "zeros": zeros * repeat,
+        "min": None,
+        "max": None,
+        "mean": None,
+        "std": None,
+        "histogram": [],
+        "edges": [],
+    }
     if not finite:
         return out
     # a power of two within a factor 2 of the largest magnitude (2**1023 at most, so it
@@ -93,19 +106,28 @@ def tensor_stats(reader: Any, name: str, *, bins: int = 10,
         part_m2 = float(np.square(scaled - part_mean).sum())
         delta = part_mean - mean
         total = n + k
-        mean += delta * k / total        # Chan et al.'s pairwise combination
+        mean += delta * k / total  # Chan et al.'s pairwise combination
         m2 += part_m2 + delta * delta * n * k / total
         n = total
         hist += np.histogram(good, edges)[0]
-    out.update(min=lo, max=hi, mean=mean * scale, std=math.sqrt(m2 / n) * scale,
-               histogram=(hist * repeat).tolist(), edges=edges.tolist())
+    out.update(
+        min=lo,
+        max=hi,
+        mean=mean * scale,
+        std=math.sqrt(m2 / n) * scale,
+        histogram=(hist * repeat).tolist(),
+        edges=edges.tolist(),
+    )
     return out
 
 
 def _too_many(size, limit, reader, name):
-    return LimitError(f"{size} elements to summarise, more than the limit of {limit}: raise "
-                      "it with --max-elements N (tensor_stats(..., max_elements=N))",
-                      path=getattr(reader, "path", None), obj=name)
+    return LimitError(
+        f"{size} elements to summarise, more than the limit of {limit}: raise "
+        "it with --max-elements N (tensor_stats(..., max_elements=N))",
+        path=getattr(reader, "path", None),
+        obj=name,
+    )
 
 
 def _edges(lo, hi, bins):
@@ -148,13 +170,13 @@ def chunks(arr: np.ndarray, n: int = _CHUNK) -> Iterator[np.ndarray]:
     if arr.flags.c_contiguous:
         flat = arr.reshape(-1)
         for start in range(0, flat.size, n):
-            yield flat[start:start + n]
+            yield flat[start : start + n]
         return
     inner = math.prod(arr.shape[1:])
     if inner <= n:
         rows = max(1, n // inner)
         for start in range(0, arr.shape[0], rows):
-            yield np.ascontiguousarray(arr[start:start + rows]).reshape(-1)
+            yield np.ascontiguousarray(arr[start : start + rows]).reshape(-1)
         return
     for i in range(arr.shape[0]):
         yield from chunks(arr[i], n)
@@ -174,21 +196,26 @@ def _values(reader, name, max_elements):
         of = "magnitude" if comp.type in ("complex64", "complex128") else "values"
         return np.asarray(reader.read(name).components["data"]), comp.dtype, comp.type, of
     if meta.format in ("sparse_csr", "sparse_coo"):
-        tensor = reader.read(name)   # the read checks its layout first
+        tensor = reader.read(name)  # the read checks its layout first
         # a v0.1 sparse object is one blob in the manifest: its values' storage type
         # comes from the read, whose types name any logical type
         comp = meta.components.get("values")
-        return (np.asarray(tensor.components["values"]),
-                comp.dtype if comp is not None else None,
-                comp.type if comp is not None else tensor.types.get("values"),
-                "stored values")
+        return (
+            np.asarray(tensor.components["values"]),
+            comp.dtype if comp is not None else None,
+            comp.type if comp is not None else tensor.types.get("values"),
+            "stored values",
+        )
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
-        return (quantized.dequantize(reader.read(name), dtype=np.float32), "f32", None,
-                "dequantized")
-    raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path,
-                           obj=name)
+        return (
+            quantized.dequantize(reader.read(name), dtype=np.float32),
+            "f32",
+            None,
+            "dequantized",
+        )
+    raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path, obj=name)
 
 
 def _as_float(part, storage=None, ltype=None):
