@@ -204,6 +204,9 @@ def _show(value: Any) -> str:
 MAX_INDEX_BYTES = 256 << 20
 
 
+_INDEX_SUFFIXES = (".zt.index.json", ".safetensors.index.json", ".bin.index.json")
+
+
 def find_index(path: PathLike) -> Optional[str]:
     """The index file of a checkpoint directory (or the path itself, if it is one).
     A URL must name the index itself: a server has no directory listing."""
@@ -218,11 +221,14 @@ def find_index(path: PathLike) -> Optional[str]:
         return path
     if not os.path.isdir(path):
         return path if path.endswith(".index.json") else None
-    found = sorted(
-        n for n in os.listdir(path) if n.endswith((".zt.index.json", ".safetensors.index.json"))
-    )
-    zt = [n for n in found if n.endswith(".zt.index.json")]
-    pick = zt or found  # a converted checkpoint keeps its source's index beside ours
+    found = sorted(n for n in os.listdir(path) if n.endswith(_INDEX_SUFFIXES))
+    # in order of preference: a converted checkpoint keeps its source's index beside
+    # ours, and Hugging Face folders often hold a PyTorch index beside a safetensors one
+    pick = []
+    for suffix in _INDEX_SUFFIXES:
+        pick = [n for n in found if n.endswith(suffix)]
+        if pick:
+            break
     if len(pick) > 1:
         raise FormatError(
             f"more than one index ({', '.join(map(repr, pick[:4]))}): open "
@@ -287,10 +293,14 @@ class ShardedReader:
             for n in os.listdir(path)
             if n.endswith((".zt", ".safetensors")) and not n.startswith(".")
         )
+        if not candidates:  # a PyTorch checkpoint alone (pytorch_model.bin)
+            candidates = sorted(
+                n for n in os.listdir(path) if n.endswith(".bin") and not n.startswith(".")
+            )
         if len(candidates) != 1:
             raise FormatError(
-                "no index (*.zt.index.json / *.safetensors.index.json) and not "
-                "exactly one checkpoint file",
+                "no index (*.zt.index.json / *.safetensors.index.json / *.bin.index.json) "
+                "and not exactly one checkpoint file",
                 path=path,
             )
         return os.path.join(path, candidates[0])
