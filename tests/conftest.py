@@ -1,5 +1,7 @@
-"""Shared fixtures: hypothesis profiles, the array matrix, backend facts."""
+"""Shared fixtures: hypothesis profiles, the array matrix, backend facts, the suite's
+folders, GPTQ tensors."""
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,3 +47,23 @@ def _backend_is_what_was_asked():
         f"expected the {wanted} backend, got {ztensor.backend} from {ztensor.__file__}: "
         "install the package (pip install . or pip install -e .) and run `pytest`, not "
         "`python -m pytest`, which imports the uncompiled source folder")
+
+
+# The suite's folders, for test modules at any depth below tests/ (they mirror the
+# package's subpackages): the data files, and the root the docs/ they check sit in (a
+# wheel's test run copies tests/ and docs/ side by side, without the package's source).
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data"
+ROOT = TESTS.parent
+
+
+def random_gptq(rng, N, K, bits, group_size, act_order):
+    """A GPTQ checkpoint's tensors (qweight, qzeros, scales, g_idx) of random values."""
+    per = 32 // bits
+    G = -(-K // group_size)
+    qweight = rng.integers(0, 2**32, (K // per, N), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    qzeros = rng.integers(0, 2**32, (G, N // per), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    scales = (rng.random((G, N)) * 0.02 + 1e-3).astype(np.float16)
+    g_idx = (rng.permutation(K) // group_size).astype(np.int32) if act_order else \
+        (np.arange(K) // group_size).astype(np.int32)
+    return qweight, qzeros, scales, g_idx

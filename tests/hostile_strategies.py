@@ -9,7 +9,7 @@ parser; these inputs are valid up to the one field that lies.
 One generator per kind, written against a small :class:`Draw` interface, so the same
 code serves two drivers:
 
-* hypothesis (``tests/test_hostile_properties.py``): :func:`cases` is a strategy;
+* hypothesis (``tests/hostile/test_hostile_properties.py``): :func:`cases` is a strategy;
 * atheris (``tools/fuzz/fuzz_foreign_structured.py``, ``fuzz_sharded.py``,
   ``fuzz_remote.py``): :class:`ProviderDraw` over a ``FuzzedDataProvider``.
 

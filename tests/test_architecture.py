@@ -178,3 +178,39 @@ def test_every_module_is_in_the_architecture_document():
         if not found:
             missing.append(rel.as_posix())
     assert not missing, f"modules docs/architecture.md does not describe: {missing}"
+
+
+# House rule 5: the tests mirror the package.  A test module sits at the top of tests/
+# (the public modules and the whole-library suites) or in a folder named after the
+# subpackage it holds; these folders are named otherwise, each a decision:
+TEST_FOLDERS = {
+    "native": "_native",   # ztensor/_native's tests: a folder named _native reads as private
+    "hostile": None,       # the threat model's promises across modules (docs/threat-model.md)
+}
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def test_every_test_folder_names_a_subpackage():
+    """tests/container/test_reader.py holds ztensor/container/reader.py: a folder of tests
+    is a subpackage's name (or one of TEST_FOLDERS), one level deep."""
+    misplaced = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        parts = path.relative_to(TESTS).parts
+        if len(parts) == 1:
+            continue
+        subpackage = TEST_FOLDERS.get(parts[0], parts[0])
+        placed = len(parts) == 2 and (
+            subpackage is None or (PACKAGE / subpackage / "__init__.py").is_file())
+        if not placed:
+            misplaced.append("/".join(parts))
+    assert not misplaced, ("test modules in a folder that is no subpackage of ztensor "
+                           f"(house rule 5; or add the folder to TEST_FOLDERS): {misplaced}")
+
+
+def test_test_module_names_are_unique():
+    """No __init__.py in tests/: pytest imports each test module by its file name alone,
+    so two folders may not hold the same name."""
+    seen = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(path.relative_to(TESTS).as_posix())
+    assert not {n: p for n, p in seen.items() if len(p) > 1}

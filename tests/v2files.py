@@ -14,7 +14,7 @@ def xxh3(data: bytes) -> int:
     try:
         import xxhash
         return xxhash.xxh3_64_intdigest(data)
-    except ImportError:  # checked against xxhash and known answers in test_container_v2
+    except ImportError:  # checked against xxhash and known answers in container/test_v2
         from ztensor import kernels
         return kernels.xxh3_64(np.frombuffer(data, np.uint8))
 

@@ -9,7 +9,7 @@ directory, and a weight_map naming a tensor twice is refused.
 
 Speed: an open costs ~40 ms under ASAN, nearly all of it sharded._read_index's
 f.read(MAX_INDEX_BYTES + 1), a 256 MiB buffer whatever the index holds (a library
-finding, reproduced in tests/test_hostile_properties.py); writing the shards is
+finding, reproduced in tests/hostile/test_hostile_properties.py); writing the shards is
 under a millisecond."""
 import atheris
 

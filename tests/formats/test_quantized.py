@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import ztensor
 from backends import MODULES
+from conftest import random_gptq
 from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor._native import fallback as _fallback
@@ -43,17 +44,6 @@ def autogptq_dequant(qweight, qzeros, scales, g_idx, bits, v1=True):
     weight = weight.reshape(weight.shape[0] * weight.shape[1], weight.shape[2])
     w = scales[g_idx].astype(np.float32) * (weight - zeros[g_idx]).astype(np.float32)
     return w.T
-
-
-def random_gptq(rng, N, K, bits, group_size, act_order):
-    per = 32 // bits
-    G = -(-K // group_size)
-    qweight = rng.integers(0, 2**32, (K // per, N), dtype=np.uint64).astype(np.uint32).view(np.int32)
-    qzeros = rng.integers(0, 2**32, (G, N // per), dtype=np.uint64).astype(np.uint32).view(np.int32)
-    scales = (rng.random((G, N)) * 0.02 + 1e-3).astype(np.float16)
-    g_idx = (rng.permutation(K) // group_size).astype(np.int32) if act_order else \
-        (np.arange(K) // group_size).astype(np.int32)
-    return qweight, qzeros, scales, g_idx
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])

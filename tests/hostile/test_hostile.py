@@ -2,7 +2,6 @@
 (never another exception, a crash, a hang or a giant allocation)."""
 import copy
 import struct
-from pathlib import Path
 
 import cbor2
 import numpy as np
@@ -12,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ztensor
+from conftest import DATA
 from crafted import (BLOB, RAW, good_manifest, outcome, streamed,
                      v1_file, zstd_file)
 
-DATA = Path(__file__).parent / "data"
 GOLDEN = sorted(p for p in DATA.glob("*/*.zt") if p.parent.name != "fuzz-regressions")  # valid files
 
 

@@ -1,11 +1,11 @@
 """Replay every input that ever broke ztensor (tests/data/fuzz-regressions)."""
-from pathlib import Path
 
 import pytest
 
 import ztensor
+from conftest import DATA
 
-CASES = sorted((Path(__file__).parent / "data" / "fuzz-regressions").glob("*.zt"))
+CASES = sorted((DATA / "fuzz-regressions").glob("*.zt"))
 
 
 def test_there_are_regression_inputs():
@@ -25,7 +25,7 @@ def test_regression_input_gives_a_result_or_a_ztensor_error(path):
         pass
 
 
-IMPORTER_CASES = sorted((Path(__file__).parent / "data" / "fuzz-regressions" / "importers")
+IMPORTER_CASES = sorted((DATA / "fuzz-regressions" / "importers")
                         .glob("*.bin"))
 EXTENSIONS = [".safetensors", ".npy", ".npz", ".gguf"]   # as tools/fuzz/fuzz_importers.py
 

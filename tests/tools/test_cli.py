@@ -1,6 +1,5 @@
 """The ztensor command: ls and info, text and JSON, and one-line errors."""
 import io
-from pathlib import Path
 import json
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 import ztensor
+from conftest import DATA
 from ztensor.tools.cli import main
 
 
@@ -115,7 +115,7 @@ def test_convert_safetensors_npz_npy_and_zt(tmp_path):
             if src == "m.safetensors":
                 assert r.attributes == {"source": "hand"} and r["step"].tolist() == [7]
     # v0.1 -> v1.2
-    legacy = Path(__file__).parent / "data" / "ref-0.1.4" / "dense.zt"
+    legacy = DATA / "ref-0.1.4" / "dense.zt"
     code, _ = run("convert", str(legacy), str(tmp_path / "new.zt"), "-q")
     with ztensor.Reader(tmp_path / "new.zt") as r, ztensor.Reader(legacy) as old:
         assert code == 0 and r.version == "1.2.0" and r.keys() == sorted(old.keys())

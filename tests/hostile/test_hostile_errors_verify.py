@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import cbor2
 import numpy as np
@@ -19,6 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ztensor
 import ztensor.numpy
+from conftest import TESTS
 from ztensor.tools import stats
 from ztensor.formats import gguf_blocks, quantized
 
@@ -388,7 +388,7 @@ def test_sharded_verify_of_a_missing_shard(tmp_path):
 def test_stats_of_a_sparse_object_lacking_its_values_is_a_clean_error(tmp_path):
     """fuzz_cli found `ztensor stats` printing "KeyError: 'values'": stats looked up
     the component before the read checked the sparse layout."""
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(TESTS))
     import crafted
     manifest = {"version": "1.2.0", "objects": {"s": {
         "shape": [2, 2], "format": "sparse_csr", "components": {

@@ -8,6 +8,7 @@ import pytest
 import zstandard
 
 import ztensor
+from conftest import DATA
 from ztensor.io import seekable
 from ztensor.errors import FormatError
 
@@ -254,8 +255,7 @@ def test_an_unmapped_source_fetches_only_the_frames(tmp_path, small_frames):
 
 def test_the_committed_seed_file():
     """tests/data/seekable/frames-256.zt (256-byte frames: see its README)."""
-    from pathlib import Path
-    path = Path(__file__).parent / "data" / "seekable" / "frames-256.zt"
+    path = DATA / "seekable" / "frames-256.zt"
     want = (np.arange(40 * 24, dtype=np.float32) % 7).reshape(40, 24)
     with ztensor.Reader(path) as r:
         r.verify()

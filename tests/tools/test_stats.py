@@ -3,12 +3,12 @@ Inf counted, chunked passes agree with one pass, the command's exit codes and JS
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ztensor
+from conftest import DATA
 from ztensor.tools import stats
 from ztensor.tools.cli import main
 
@@ -111,7 +111,7 @@ def test_bad_bins_is_one_line(path, capsys):
 def test_stats_of_v01_sparse_objects():
     """A v0.1 sparse object is one blob in its manifest: stats found no 'values'
     component there and raised KeyError on a valid file (found by fuzz_cli)."""
-    path = Path(__file__).parent / "data" / "v0.1-handmade" / "features.zt"
+    path = DATA / "v0.1-handmade" / "features.zt"
     with ztensor.Reader(path) as r:
         for name in ("csr", "coo"):
             values = np.asarray(r.read(name).components["values"], np.float64)

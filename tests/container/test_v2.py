@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import ztensor
 from backends import MODULES
+from conftest import DATA
 from v2files import build, dense, encode
 
 A = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -326,7 +327,7 @@ def test_files_fresh_from_ztensor_2(tmp_path):
 
 
 # ------------------------------------------------------------------ around the reader
-GOLDEN = __import__("pathlib").Path(__file__).parent / "data" / "ref-2.1.2"
+GOLDEN = DATA / "ref-2.1.2"
 
 
 def test_cli_reads_v2_and_convert_makes_v12(tmp_path, capsys):

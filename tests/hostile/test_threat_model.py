@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import ztensor
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "threat-model.md"
 PACKAGE = Path(ztensor.__file__).resolve().parent   # the sources imported (an installed wheel's too)
 

@@ -2,15 +2,12 @@
 import json
 import os
 import stat
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ztensor
-from conftest import asymmetric
-
-DATA = Path(__file__).parent / "data"
+from conftest import DATA, asymmetric
 
 
 def test_output_is_byte_identical_to_the_reference_writer(tmp_path):

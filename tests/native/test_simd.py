@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from test_quantized import random_gptq
+from conftest import random_gptq
 from ztensor import kernels
 
 pytestmark = pytest.mark.skipif(kernels.backend != "c", reason="compiled kernels only: "

@@ -3,7 +3,6 @@ the general path (cbor2 + manifest.Checker), which is the oracle: on every manif
 both give the same verdict, the same message and the same specs; and the fast path
 is really taken for the files real writers produce."""
 import math
-from pathlib import Path
 
 import cbor2
 import numpy as np
@@ -12,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ztensor
+from conftest import DATA
 from crafted import decode_both_ways, encode, v1_file
 from ztensor import kernels, spec
 from ztensor.container.manifest import MAX_CBOR_DEPTH
@@ -21,7 +21,6 @@ from ztensor.formats import dense
 pytestmark = pytest.mark.skipif(kernels.backend != "c",
                                 reason="the numpy fallback has no fast path: every "
                                        "manifest goes the general way there")
-DATA = Path(__file__).parent / "data"
 
 
 def assert_agree(data, limits=spec.DEFAULT_LIMITS):
