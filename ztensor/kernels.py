@@ -70,7 +70,7 @@ set_simd = getattr(_impl, "set_simd", lambda on: False)
 avx2_active = getattr(_impl, "avx2_active", lambda: False)
 
 # codes shared with csrc/floatconv.h and csrc/quant.h (one home: _contract.py, checked
-# against the headers by tests/test_c_constants.py)
+# against the headers by tests/native/test_c_constants.py)
 F32: int = _contract.F32
 F16: int = _contract.F16
 BF16: int = _contract.BF16

@@ -82,7 +82,7 @@ class VersionInfo:
 
 
 # Read by the footer parser (the numpy twin of csrc/footer.c: magic and tail size;
-# the C one has them as constants, checked by tests/test_c_constants.py) and by the
+# the C one has them as constants, checked by tests/native/test_c_constants.py) and by the
 # manifest checks (requires_uncompressed_length).  v0.1's manifest is a CBOR array
 # of per-tensor maps, which legacy.py lifts.
 VERSIONS = {

@@ -12,7 +12,7 @@ from ztensor.errors import KernelArgumentError
 
 # ---- the numbers csrc/'s headers define, as Python uses them: their one Python home.
 # Both backends take them from here (kernels.py re-exports them); the compiled
-# extension exports the headers' own values and tests/test_c_constants.py asserts
+# extension exports the headers' own values and tests/native/test_c_constants.py asserts
 # each equal, so the numpy fallback cannot drift from C.
 F32, F16, BF16 = 0, 1, 2  # zt_float_type (floatconv.h)
 FLOAT_WIDTHS = (4, 2, 2)  # bytes of each zt_float_type, by code

@@ -31,7 +31,7 @@ from ztensor.objects import ComponentSpec, ObjectSpec
 
 # columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
 # compiled extension exports the structs' field order, HEADER_CONSTANTS, and
-# tests/test_c_constants.py checks these names against it)
+# tests/native/test_c_constants.py checks these names against it)
 (
     NAME_OFF,
     NAME_LEN,
