@@ -20,7 +20,6 @@ Reader API over all shards, each shard opened on first use.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -34,8 +33,8 @@ from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
 from ztensor.foreign.names import json_loads_unique
+from ztensor.io import atomic
 from ztensor.io import upload as remote_write
-from ztensor.io.atomic import create_temp
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
 from ztensor.safe import safe_open
 
@@ -144,23 +143,8 @@ def save_sharded(
     if _is_url(index_path):  # uploaded whole, last (remote_write.Upload.commit)
         remote_write.Upload(index_path, storage_options).write_json(index)
     else:
-        _write_json_atomically(index_path, index)
+        atomic.write_json_atomically(index_path, index)
     return files
-
-
-def _write_json_atomically(path: str, value: Any) -> None:
-    fd, tmp = create_temp(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _is_url(path: str) -> bool:
