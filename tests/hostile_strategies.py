@@ -1216,10 +1216,10 @@ def read_through_reader(path: Path, limits: Any, most: int) -> int:
 
 
 def read_through_open_any(path: Path, most: int) -> int:
-    """ztensor convert's path: importers.open_any, every tensor pulled through."""
-    from ztensor.tools import convert_inputs as importers
+    """ztensor convert's path: convert_inputs.open_any, every tensor pulled through."""
+    from ztensor.tools import convert_inputs
     n = 0
-    attributes, tensors = importers.open_any(path)
+    attributes, tensors = convert_inputs.open_any(path)
     check_attributes(attributes, "open_any attributes")
     for nm, tensor in tensors:
         for role, arr in tensor.components.items():

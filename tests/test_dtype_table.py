@@ -131,5 +131,5 @@ def test_thread_count_is_asked_in_one_place():
 
 
 def test_rank_ceiling_is_one_constant():
-    from ztensor.container import v2 as container_v2
-    assert spec.Limits().max_rank == spec.MAX_RANK == container_v2.MAX_RANK
+    from ztensor.container import v2
+    assert spec.Limits().max_rank == spec.MAX_RANK == v2.MAX_RANK

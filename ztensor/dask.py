@@ -36,8 +36,7 @@ import numpy as np
 
 from ztensor.container.reader import Reader
 from ztensor.errors import ClosedError, LimitError, UnsupportedError
-from ztensor.io import components
-from ztensor.io import values as logical
+from ztensor.io import components, values
 from ztensor.io.source import url_options
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
@@ -141,7 +140,7 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
 def _dtype_of(meta) -> np.dtype:
     comp = meta.components["data"]
     empty = np.empty(0, components.storage_dtype(comp))
-    return logical.as_values(empty, comp.dtype, comp.type).dtype
+    return values.as_values(empty, comp.dtype, comp.type).dtype
 
 
 def _require_readable(reader, meta):

@@ -20,8 +20,7 @@ from ztensor.container.reader import Reader
 from ztensor.errors import ClosedError, ObjectNotFoundError, SliceError, UnsupportedError
 from ztensor.formats import dense
 from ztensor.frameworks.torch_bridge import numpy_to_torch, numpy_to_torch_plain, object_to_torch
-from ztensor.io import components, seekable
-from ztensor.io import values as logical
+from ztensor.io import components, seekable, values
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 
@@ -294,10 +293,10 @@ class _Slice:
             if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
                 self._decoded[self._name] = stored
         where = {"path": reader.path, "obj": self._name, "component": "data"}
-        elements = logical.as_elements(stored, comp.dtype, comp.type, **where).reshape(
+        elements = values.as_elements(stored, comp.dtype, comp.type, **where).reshape(
             self._meta.shape
         )
-        return logical.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
+        return values.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
 
     def _frames_only(self, selection):
         """For a zstd component written with a seek table (ztensor/io/seekable.py): the
@@ -350,9 +349,9 @@ class _Slice:
             (end - start) * row_bytes // components.storage_dtype(comp).itemsize,
             at,
         )
-        elements = logical.as_elements(stored, comp.dtype, comp.type, **where)
+        elements = values.as_elements(stored, comp.dtype, comp.type, **where)
         block = elements.reshape((end - start,) + tuple(shape[1:]))
-        return logical.as_values(
+        return values.as_values(
             np.array(block[(local,) + tuple(selection[1:])]), comp.dtype, comp.type, **where
         )
 

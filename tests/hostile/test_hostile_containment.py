@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import ztensor
 from ztensor import sharded
-from ztensor.tools import convert_inputs as importers
+from ztensor.tools import convert_inputs
 from ztensor.io import source
 from ztensor.foreign import sniff
 
@@ -235,7 +235,7 @@ OPENERS = {
     "Reader": lambda p: ztensor.Reader(p),
     "ztensor.open": lambda p: ztensor.open(p),
     "Reader(mmap=False)": lambda p: ztensor.Reader(p, mmap=False),
-    "open_any": lambda p: importers.open_any(p),
+    "open_any": lambda p: convert_inputs.open_any(p),
     "sniff": lambda p: sniff(os.fspath(p)),
     "convert": lambda p: ztensor.convert(p, os.path.join(os.path.dirname(os.fspath(p)) or
                                                          ".", "never.zt"), force=True),

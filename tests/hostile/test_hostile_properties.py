@@ -2,7 +2,7 @@
 and the remote source (generators: tests/hostile_strategies.py).
 
 The property, for every generated input, through ``ztensor.Reader``,
-``importers.open_any`` (``ztensor convert``'s path) and ``open_sharded``:
+``convert_inputs.open_any`` (``ztensor convert``'s path) and ``open_sharded``:
 
 * the outcome is a result or a ``ZTensorError``, never another exception;
 * every tensor handed out is read fully, and costs no more than the input's bytes can
@@ -421,12 +421,12 @@ def test_torch_views_are_made_for_every_corner_draw():
 
 def test_check_array_counts_memory_held_not_elements_shown(tmp_path):
     torch = pytest.importorskip("torch")
-    from ztensor.tools import convert_inputs as importers
+    from ztensor.tools import convert_inputs
     path = tmp_path / "views.pt"
     torch.save({"expanded": torch.zeros(1).expand(2 ** 34),   # 64 GiB shown, 4 bytes held
                 "overlapping": torch.arange(8192.0).as_strided((2 ** 12, 2 ** 12), (1, 1))},
                path)
-    _, tensors = importers.open_any(path)    # default Limits: both are views
+    _, tensors = convert_inputs.open_any(path)    # default Limits: both are views
     for name, tensor in tensors:
         arr = tensor.components["data"]
         assert hs.allocated(arr) <= 8192 * 4, name

@@ -133,10 +133,10 @@ def test_npz_whose_zip_directory_lies_is_refused(tmp_path):
         cd = raw.rfind(b"PK\\x01\\x02")
         raw[cd + 24:cd + 28] = (0xFFFFFFFF).to_bytes(4, "little")
         open({str(path)!r}, "wb").write(raw)
-        from ztensor.tools import convert_inputs as importers
+        from ztensor.tools import convert_inputs
         limit(int(sys.argv[1]))
         def convert():
-            for _ in importers.open_any({str(path)!r})[1]:
+            for _ in convert_inputs.open_any({str(path)!r})[1]:
                 pass
         expect_clean_error(convert)
     """)

@@ -126,17 +126,17 @@ def test_bf16_encode_edges_and_random(impl):
 
 @needs_ml
 def test_convert_module_round_trips_shapes():
-    from ztensor.io import floats as floatconv
+    from ztensor.io import floats
     values = np.linspace(-500, 500, 24, dtype=np.float32).reshape(2, 3, 4)
-    codes = floatconv.float_to_fp8(values, "f8_e4m3fn")
+    codes = floats.float_to_fp8(values, "f8_e4m3fn")
     assert codes.shape == values.shape and codes.dtype == np.uint8
-    back = floatconv.fp8_to_float(codes, "f8_e4m3fn")
+    back = floats.fp8_to_float(codes, "f8_e4m3fn")
     np.testing.assert_array_equal(back, values.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
     big_endian = values.astype(">f4")
-    np.testing.assert_array_equal(floatconv.float_to_fp8(big_endian, "f8_e5m2"),
+    np.testing.assert_array_equal(floats.float_to_fp8(big_endian, "f8_e5m2"),
                                   values.astype(ml_dtypes.float8_e5m2).view(np.uint8))
     with pytest.raises(ValueError, match="unknown FP8 type"):
-        floatconv.fp8_to_float(codes, "f8_e3m4")
+        floats.fp8_to_float(codes, "f8_e3m4")
 
 
 C_AND_FALLBACK = pytest.mark.skipif(kernels.backend != "c", reason="needs the compiled kernels")
@@ -178,17 +178,17 @@ def test_c_matches_fallback_for_bf16():
 def test_known_values_without_any_oracle():
     """A few values worked out by hand, so a host without ml_dtypes still checks
     absolute correctness, not only agreement between our two implementations."""
-    from ztensor.io import floats as floatconv
+    from ztensor.io import floats
     codes = np.array([0x00, 0x01, 0x38, 0x7E, 0x7F, 0x80, 0xB8, 0xFE], np.uint8)
-    got = floatconv.fp8_to_float(codes, "f8_e4m3fn")
+    got = floats.fp8_to_float(codes, "f8_e4m3fn")
     assert got[:4].tolist() == [0.0, 2.0 ** -9, 1.0, 448.0] and np.isnan(got[4])
     assert got[5] == 0 and np.signbit(got[5]) and got[6:].tolist() == [-1.0, -448.0]
-    assert floatconv.fp8_to_float(np.array([0x7C, 0x80], np.uint8), "f8_e5m2").tolist() == \
+    assert floats.fp8_to_float(np.array([0x7C, 0x80], np.uint8), "f8_e5m2").tolist() == \
         [np.inf, -0.0]
-    enc = floatconv.float_to_fp8(np.array([1.0, 464.0, 465.0, -0.0, 1e-3], np.float32), "f8_e4m3fn")
+    enc = floats.float_to_fp8(np.array([1.0, 464.0, 465.0, -0.0, 1e-3], np.float32), "f8_e4m3fn")
     assert enc.tolist() == [0x38, 0x7E, 0x7F, 0x80, 0x01]
-    assert floatconv.float_to_fp8(np.array([-0.0, 300.0], np.float32), "f8_e4m3fnuz").tolist() == \
+    assert floats.float_to_fp8(np.array([-0.0, 300.0], np.float32), "f8_e4m3fnuz").tolist() == \
         [0x00, 0x80]
-    assert floatconv.float32_to_bf16(np.array([1.00390625, 1.01171875, 3.4028235e38], np.float32)
+    assert floats.float32_to_bf16(np.array([1.00390625, 1.01171875, 3.4028235e38], np.float32)
                                    ).tolist() == [0x3F80, 0x3F82, 0x7F80]
-    assert floatconv.bf16_to_float32(np.array([0x3F80, 0xC000], np.uint16)).tolist() == [1.0, -2.0]
+    assert floats.bf16_to_float32(np.array([0x3F80, 0xC000], np.uint16)).tolist() == [1.0, -2.0]

@@ -14,7 +14,7 @@ import tempfile
 
 from common import LIMITS, only_ztensor_errors, run
 from hostile import HDF5_SIGNATURE, hs
-from ztensor.tools import convert_inputs as importers
+from ztensor.tools import convert_inputs
 
 # indices 0-3 as before: the seeds of seed_importers.py keep their meaning
 EXTENSIONS = [".safetensors", ".npy", ".npz", ".gguf", ".pt", ".pth", ".onnx"]
@@ -31,7 +31,7 @@ def test_one_input(data: bytes):
     # a stride-0 view of a huge shape holds its one element, and is read as that
     most = max(LIMITS.max_component_size, 1032 * len(data))
     with only_ztensor_errors():
-        _, tensors = importers.open_any(path)
+        _, tensors = convert_inputs.open_any(path)
         for key, tensor in tensors:
             for role, arr in tensor.components.items():
                 hs.check_array(arr, most, f"{key!r}.{role}")

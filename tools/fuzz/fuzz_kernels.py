@@ -7,7 +7,7 @@ import numpy as np
 from common import only_ztensor_errors, run, ztensor
 from ztensor import kernels
 from ztensor._native import fallback as _fallback
-from ztensor.io import floats as floatconv
+from ztensor.io import floats
 
 FLOATS = [np.float16, np.float32, np.uint16]          # uint16: bf16 bit patterns
 
@@ -40,12 +40,12 @@ def test_one_input(data: bytes):
     elif which == 1:
         kind = fdp.PickValueInList(["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"])
         codes = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)), np.uint8)
-        floatconv.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
+        floats.fp8_to_float(codes, kind, fdp.PickValueInList([np.float32, np.float16]))
         values = array(fdp, fdp.PickValueInList([np.float32, np.float16]), 2048)
-        floatconv.float_to_fp8(values, kind)
+        floats.float_to_fp8(values, kind)
     elif which == 2:
-        floatconv.bf16_to_float32(array(fdp, np.uint16, 4096))
-        floatconv.float32_to_bf16(array(fdp, np.float32, 4096))
+        floats.bf16_to_float32(array(fdp, np.uint16, 4096))
+        floats.float32_to_bf16(array(fdp, np.float32, 4096))
     elif which == 4:  # the v2 kernels: one verdict, one hash, from both backends
         raw = np.frombuffer(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 4096)), np.uint8)
         assert kernels.xxh3_64(raw) == _fallback.xxh3_64(raw)

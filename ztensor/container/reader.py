@@ -37,8 +37,7 @@ from ztensor.errors import (
 )
 from ztensor.formats import dense
 from ztensor.frameworks.torch_bridge import object_to_torch
-from ztensor.io import components, digests
-from ztensor.io import floats as floatconv
+from ztensor.io import components, digests, floats
 from ztensor.io import values as logical
 from ztensor.io.source import Source, is_url
 from ztensor.io.upload import check_storage_options
@@ -437,9 +436,9 @@ class Reader:
         if comp is not None and dtype in (np.float32, np.float16):
             raw = self._component(obj, comp, False)
             if comp.dtype == "u8" and comp.type in dtypes.FP8_TYPES:
-                return floatconv.fp8_to_float(raw, comp.type, dtype).reshape(obj.shape)
+                return floats.fp8_to_float(raw, comp.type, dtype).reshape(obj.shape)
             if comp.dtype == "bf16":
-                values = floatconv.bf16_to_float32(raw).reshape(obj.shape)
+                values = floats.bf16_to_float32(raw).reshape(obj.shape)
                 return values if dtype == np.float32 else values.astype(dtype)
         return self.read_numpy(name).astype(dtype)
 

@@ -19,7 +19,7 @@ from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor.attributes import show
 from ztensor.errors import FormatError, UnsupportedError
-from ztensor.io import floats as floatconv
+from ztensor.io import floats
 
 ROLES = ("blocks",)
 
@@ -127,7 +127,7 @@ def dequantize(obj: Any, *, dtype: Any = np.float32, threads: Optional[int] = No
         return out
     if code == kernels.F16:
         return out.astype(np.float16)
-    bits = floatconv.float32_to_bf16(out)
+    bits = floats.float32_to_bf16(out)
     return bits.view(out_dtype) if out_dtype != np.uint16 else bits
 
 

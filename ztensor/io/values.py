@@ -15,7 +15,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError
-from ztensor.io import floats as floatconv
+from ztensor.io import floats
 from ztensor.io.components import to_native
 
 _COMPLEX: dict[str, np.dtype] = {"complex64": np.dtype("<c8"), "complex128": np.dtype("<c16")}
@@ -64,7 +64,7 @@ def as_values(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     if out.dtype.kind != "u" or out is not arr:
         return out
     if storage == "bf16":
-        return floatconv.bf16_to_float32(arr)
+        return floats.bf16_to_float32(arr)
     if ltype in dtypes.FP8_TYPES and storage == "u8":
-        return floatconv.fp8_to_float(arr, ltype)
+        return floats.fp8_to_float(arr, ltype)
     return out

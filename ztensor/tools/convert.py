@@ -50,7 +50,7 @@ from ztensor.foreign import export as exporters
 from ztensor.foreign.names import NameTable
 from ztensor.io import atomic
 from ztensor.io.source import open_local_input
-from ztensor.tools import convert_inputs as importers
+from ztensor.tools import convert_inputs
 
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[int, int], None]]
@@ -113,7 +113,7 @@ def _convert_file(source, target, compress, checksum, counter):
     if kind != "zt":
         with Reader(source) as reader:
             return exporters.writer_for(kind)(reader, target, progress=counter.add)
-    attributes, tensors = importers.open_any(source)
+    attributes, tensors = convert_inputs.open_any(source)
     return _write_zt(target, attributes, tensors, compress, checksum, counter)
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import LimitError, UnsupportedError
 from ztensor.formats import quantized
-from ztensor.io import floats as floatconv
+from ztensor.io import floats
 
 _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
@@ -225,9 +225,9 @@ def _as_float(part, storage=None, ltype=None):
         with np.errstate(over="ignore"):  # a magnitude beyond float64 is an infinity
             return np.abs(part.astype(np.complex128, copy=False))
     if part.dtype.kind == "u" and storage == "bf16":
-        return floatconv.bf16_to_float32(part).astype(np.float64)
+        return floats.bf16_to_float32(part).astype(np.float64)
     if part.dtype.kind == "u" and storage == "u8" and ltype in dtypes.FP8_TYPES:
-        return floatconv.fp8_to_float(part, ltype).astype(np.float64)
+        return floats.fp8_to_float(part, ltype).astype(np.float64)
     if part.dtype.kind == "f" and part.dtype.itemsize >= 4:
         return part.astype(np.float64, copy=False)
     return part.astype(np.float64)
