@@ -27,6 +27,7 @@ Two rules keep a graph honest about the file it reads:
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import threading
@@ -293,6 +294,8 @@ class _Handles:
 
 
 _HANDLES = _Handles()
+# the cache is the worker's, on purpose: closed at exit, not reported as a leak
+atexit.register(_HANDLES.clear)
 
 
 def _read(source, tensor, shape, dtype, select, storage_options=None):
