@@ -368,7 +368,7 @@ def test_msb_first_object_is_refused_not_silently_wrong(tmp_path):
             ztensor.dequantize(back)
 
 
-def test_group_size_minus_one_is_one_group_per_row():
+def test_group_size_minus_one_set_on_a_stored_object_is_one_group_per_row():
     w = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
     q = ztensor.quantize(w, bits=4, group_size=64)
     q.attributes["group_size"] = -1
@@ -484,7 +484,7 @@ def test_fp8_type_means_encode_and_saturate_is_torchs_rule(tmp_path):
     assert s[:5].tolist() == x.to(torch.float8_e4m3fn).float().tolist()
 
 
-def test_dequantize_takes_torch_dtypes():
+def test_dequantize_gives_the_numpy_dtype_of_a_torch_dtype():
     torch = pytest.importorskip("torch")
     q = ztensor.quantize(np.ones((8, 64), np.float32), group_size=32)
     assert ztensor.dequantize(q, dtype=torch.float16).dtype == np.float16
