@@ -26,11 +26,7 @@ ALLOWED_REACHES = {
     ("foreign/pytorch.py", "pickle._Unpickler"),
 }
 # private names imported across modules that are allowed, by importing file and name
-ALLOWED_IMPORTS = {
-    # safetensors' own name for its handle-based safe_open (``safetensors.
-    # _safe_open_handle``): the package re-exports it under the name callers use
-    ("__init__.py", "_safe_open_handle"),
-}
+ALLOWED_IMPORTS: set[tuple[str, str]] = set()
 # our own private modules: importing them is how the package is built (the backend
 # switch, the version), not a reach into another module's internals
 PRIVATE_MODULES = {"_kernels", "_fallback", "_contract", "_status", "_save", "_version",

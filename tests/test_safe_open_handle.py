@@ -181,7 +181,11 @@ def test_closed_after_with_block(zt_file):
 
 
 def test_names_it_exports():
-    assert ztensor._safe_open_handle is safe._safe_open_handle
+    """safetensors' spelling, from the package and from ztensor.safe, and ours are one
+    class."""
+    assert ztensor._safe_open_handle is safe._safe_open_handle is ztensor.safe_open_handle
+    assert safe.safe_open_handle is ztensor.safe_open_handle
+    assert "safe_open_handle" in ztensor.__all__
     assert issubclass(ztensor._safe_open_handle, ztensor.safe_open)
 
 

@@ -37,12 +37,15 @@ from ztensor.frameworks import staging
 from ztensor.io import source
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.safe import _safe_open_handle, safe_open  # noqa: F401 - safetensors' names
+from ztensor.safe import safe_open, safe_open_handle
 from ztensor.serialize import deserialize, serialize, serialize_file
 from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 from ztensor.tools.convert import convert
+
+# safetensors' name for safe_open over a handle, which its users' code calls
+_safe_open_handle = safe_open_handle
 
 # import paths earlier releases documented, kept (docs/architecture.md): the modules
 # moved into layers; ``import ztensor.staging`` and ``ztensor.staging.release()`` still work
@@ -75,6 +78,7 @@ __all__ = [
     "quantize",
     "from_gptq",
     "safe_open",
+    "safe_open_handle",
     "ObjectSpec",
     "ComponentSpec",
     "ZTensorError",

@@ -157,9 +157,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         return False
 
 
-class _safe_open_handle(safe_open):  # noqa: N801 - safetensors' name
+class safe_open_handle(safe_open):  # noqa: N801 - named after safe_open
     """:class:`safe_open` for an open file handle, as safetensors'
-    ``_safe_open_handle(f, framework, device)``: ``f`` is a file object with a
+    ``_safe_open_handle(f, framework, device)`` (the package exports it under that
+    name too, for code written against safetensors): ``f`` is a file object with a
     descriptor and a name, as ``open(path, "rb")`` or ``open(path, "r")`` (text mode
     too) returns.  Everything after opening is :class:`safe_open`'s, for zTensor and
     every other format it reads (``.safetensors`` included).
@@ -186,14 +187,14 @@ class _safe_open_handle(safe_open):  # noqa: N801 - safetensors' name
 
 def handle_path(f: Any) -> str:
     """The path of the file open in handle ``f``, proven to be that file (see
-    :class:`_safe_open_handle`).  Whatever ``f``'s attributes raise becomes the
+    :class:`safe_open_handle`).  Whatever ``f``'s attributes raise becomes the
     UnsupportedError saying what is missing."""
     what = type(f).__name__
     hint = "a zTensor file in a file-like object opens with ztensor.Reader(f)"
     fileno = _attribute(f, "fileno")
     if not callable(fileno):
         raise UnsupportedError(
-            f"_safe_open_handle takes an open file (with fileno() and a "
+            f"safe_open_handle takes an open file (with fileno() and a "
             f"name, as open() returns), not a {what}: {hint}"
         )
     if _attribute(f, "closed") is True:
@@ -212,7 +213,7 @@ def handle_path(f: Any) -> str:
     if type(fd) is not int or fd < 0 or not name:
         raise UnsupportedError(
             f"the {what} handle has no file name (descriptor {show(fd)}, "
-            f"name {show(_attribute(f, 'name'))}): _safe_open_handle "
+            f"name {show(_attribute(f, 'name'))}): safe_open_handle "
             "opens the file by its name, as safetensors does"
         )
     try:
@@ -228,6 +229,11 @@ def handle_path(f: Any) -> str:
             path=name,
         )
     return name
+
+
+# safetensors' own spelling, which code written against it imports from here and from
+# the package (docs/migrating.md)
+_safe_open_handle = safe_open_handle
 
 
 def _attribute(f: Any, attr: str) -> Any:
