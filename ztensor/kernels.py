@@ -65,6 +65,7 @@ if backend == "c":  # the numpy fallback decodes and encodes manifests through c
     # read_numpy's zero-copy hot path over the manifest's tables
     ViewTable = _impl.ViewTable  # type: ignore[attr-defined]
 copy_spans = _impl.copy_spans
+range_resident = _impl.range_resident
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
 set_simd = getattr(_impl, "set_simd", lambda on: False)
 avx2_active = getattr(_impl, "avx2_active", lambda: False)

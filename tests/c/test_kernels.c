@@ -4,8 +4,13 @@
  * byte swap on a big-endian host shows as a wrong value.
  * Prints "N passed, M failed" and exits non-zero on any failure. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#endif
 #include "blobwrite.h"
 #include "byteswap.h"
 #include "cbor_canonical.h"
@@ -17,6 +22,7 @@
 #include "manifest_encode.h"
 #include "manifest_scan.h"
 #include "quant.h"
+#include "residency.h"
 #include "xxh3.h"
 #include "zt_endian.h"
 
@@ -338,6 +344,30 @@ static void test_cbor_canonical(void) {
     CHECK(canonical("0000") == ZT_E_CBOR_MALFORMED, "trailing byte");
 }
 
+static void test_residency(void) {
+    size_t n = 1u << 20;
+    uint8_t *touched = malloc(n);
+    CHECK(touched != NULL, "malloc");
+    if (!touched) return;
+    memset(touched, 1, n);
+    CHECK(zt_range_resident(touched + 3, n - 3) == 1, "a touched buffer is resident");
+    CHECK(zt_range_resident(touched, 0) == 1, "an empty range is resident");
+    free(touched);
+    CHECK(zt_range_resident((const void *)(uintptr_t)4096, SIZE_MAX) == -1, "a range that wraps");
+#if defined(__unix__) || defined(__APPLE__)
+    /* fresh anonymous pages are not resident until first touched */
+    uint8_t *fresh = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
+    if (fresh != MAP_FAILED) {
+        CHECK(zt_range_resident(fresh, n) == 0, "untouched pages");
+        fresh[0] = 1;
+        CHECK(zt_range_resident(fresh, 1) == 1 && zt_range_resident(fresh, n) == 0,
+              "one touched page");
+        munmap(fresh, n);
+        CHECK(zt_range_resident(fresh, n) == -1, "an unmapped range");
+    }
+#endif
+}
+
 int main(void) {
     zt_crc32c_init();
     zt_floatconv_init();
@@ -353,6 +383,7 @@ int main(void) {
     test_blobwriter();
     test_xxh3();
     test_cbor_canonical();
+    test_residency();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

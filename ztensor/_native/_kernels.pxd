@@ -35,6 +35,9 @@ cdef extern from "footer.h":
 cdef extern from "byteswap.h":
     zt_status zt_bswap(const void *src, void *dst, size_t count, size_t width) nogil
 
+cdef extern from "residency.h":
+    int zt_range_resident(const void *addr, size_t len) nogil
+
 cdef extern from "crc32c.h":
     void zt_crc32c_init()
     uint32_t zt_crc32c_update(uint32_t crc, const void *data, size_t len) nogil

@@ -425,6 +425,18 @@ def decode_spans(const uint8_t[::1] data, const uint64_t[:] offsets,
     return out
 
 
+def range_resident(const uint8_t[::1] buf):
+    """Whether every page under ``buf`` (a view of a file mapping) is in the page
+    cache: True, False, or None where the platform cannot say (csrc/residency.c)."""
+    cdef size_t n = buf.shape[0]
+    if n == 0:
+        return True
+    cdef int r
+    with nogil:
+        r = zt_range_resident(&buf[0], n)
+    return None if r < 0 else bool(r)
+
+
 def copy_spans(const uint8_t[::1] src, uint8_t[::1] dst, src_offsets, dst_offsets, lengths):
     """dst[d:d+n] = src[s:s+n] for each span, with the GIL released (callers run
     several at once in threads: copies into fresh pages fault in parallel)."""

@@ -72,6 +72,12 @@ def bswap(src, dst, width):
         dst[start : start + step].view(_UINT[width])[...] = part.byteswap()
 
 
+def range_resident(buf):
+    """Whether ``buf``'s pages are in the page cache: the numpy twin cannot ask the
+    kernel, so it says it does not know (None), and readers take their general path."""
+    return True if len(memoryview(buf)) == 0 else None
+
+
 def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
     """dst[d:d+n] = src[s:s+n] for each span."""
     src = np.frombuffer(src, np.uint8)

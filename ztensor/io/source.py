@@ -31,6 +31,7 @@ import threading
 
 import numpy as np
 
+from ztensor import kernels
 from ztensor.errors import (
     ClosedError,
     FormatError,
@@ -357,31 +358,38 @@ class Source:
         with the bytes at ``offset`` (bounds-checked), for many large reads at once
         (batch.py), from any thread.
 
-        For a mapped local file it is ``pread`` on a descriptor opened for the
-        duration (the same file: its device and inode are checked; a replaced file
-        falls back to the mapping): from a cold page cache, faulting a mapping in
-        reads the file in readahead-sized pieces (bench/bench_cold.py: 0.4x
-        ``cat``'s rate), while ``pread`` of large pieces, with the sequential hint,
-        reads ahead as ``cat`` does; from a warm cache the two cost the same.  A
-        copy-on-write mapping (its pages may hold the caller's writes), a buffer or
-        an unmapped source is copied from as ``view`` would."""
+        For a mapped local file, a piece whose pages are all in the page cache
+        (``kernels.range_resident``, one ``mincore``) is copied from the mapping: a
+        large page-cache folio maps in one fault, and the copy runs at about 1.5x
+        ``pread``'s rate (bench/bench_container.py).  Any other piece is ``pread`` on
+        a descriptor opened for the duration (the same file: its device and inode are
+        checked; a replaced file falls back to the mapping): from a cold page cache,
+        faulting a mapping in reads the file in readahead-sized pieces
+        (bench/bench_cold.py: 0.4x ``cat``'s rate), while ``pread`` of large pieces,
+        with the sequential hint, reads ahead as ``cat`` does.  A copy-on-write
+        mapping (its pages may hold the caller's writes), a buffer or an unmapped
+        source is copied from as ``view`` would."""
         fd = self._open_same_file()
         try:
 
             def read_into(offset, out, what="component", **where):
                 n = out.nbytes
                 self._check(offset, n, what, where)
-                if fd is not None:
-                    _pread_exactly_into(
-                        fd, memoryview(out).cast("B"), offset, self.name, what, where
-                    )
-                elif self.mapped:
+                if self.mapped:
                     with self._lock:  # the view keeps the mapping alive for the copy
                         self._require_open()
                         src = np.frombuffer(
                             self._map if self._map is not None else self._view, np.uint8, n, offset
                         )
-                    out[:] = src
+                    # cached pages copy fastest from the mapping; pread only when some
+                    # are not (or the platform cannot tell), where its readahead wins
+                    if fd is None or kernels.range_resident(src) is True:
+                        out[:] = src
+                        return
+                    del src
+                    _pread_exactly_into(
+                        fd, memoryview(out).cast("B"), offset, self.name, what, where
+                    )
                 else:
                     out[:] = np.frombuffer(self._read_fresh(offset, n, what, where), np.uint8)
 
