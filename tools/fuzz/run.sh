@@ -18,7 +18,7 @@ else
   pypath=build/fuzz
   preload=$(python -c 'import atheris, os; print(os.path.join(atheris.path(), "asan_with_fuzzer.so"))')
 fi
-mkdir -p build/fuzz-crashes
+mkdir -p build/fuzz-crashes build/fuzz-logs
 for t in $targets; do
   corpus=build/fuzz-corpus/$t
   mkdir -p "$corpus"
@@ -32,5 +32,6 @@ for t in $targets; do
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     python "tools/fuzz/fuzz_$t.py" "$corpus" -max_total_time="$secs" -rss_limit_mb=3072 \
       -timeout=20 -artifact_prefix=build/fuzz-crashes/"$t"- -print_final_stats=1 2>&1 |
+    tee "build/fuzz-logs/$t-$(date +%Y%m%d-%H%M%S).log" |
     grep -E "^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::|==[0-9]+==ERROR|SUMMARY|Traceback|.*Error)" | tail -n 20
 done
