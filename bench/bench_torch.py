@@ -64,30 +64,21 @@ def state_dict(size_mb: int) -> dict:
 
 
 class Model(torch.nn.Module):
-    """A module whose state dict is exactly ``sd``'s names and shapes."""
+    """A module tree whose state dict is exactly ``sd``'s names and shapes (a
+    submodule per dotted prefix, a parameter at each leaf), loading through
+    nn.Module's own ``load_state_dict``, as a transformers model does."""
 
     def __init__(self, sd: dict) -> None:
         super().__init__()
-        self.params = torch.nn.ParameterDict()
         for name, t in sd.items():
-            self.params[name.replace(".", "_")] = torch.nn.Parameter(
-                torch.empty_like(t), requires_grad=False)
-        self._names = {name.replace(".", "_"): name for name in sd}
-
-    def state_dict(self, *args, **kwargs):  # the file's names, not ParameterDict's
-        return {self._names[k]: v for k, v in self.params.items()}
-
-    def load_state_dict(self, sd, strict=True, assign=False):
-        missing = []
-        with torch.no_grad():
-            for k, p in self.params.items():
-                if self._names[k] in sd:
-                    p.copy_(sd[self._names[k]])
-                else:
-                    missing.append(self._names[k])
-        known = set(self._names.values())
-        return torch.nn.modules.module._IncompatibleKeys(
-            missing, [k for k in sd if k not in known])
+            *path, leaf = name.split(".")
+            module: torch.nn.Module = self
+            for part in path:
+                if not hasattr(module, part):
+                    module.add_module(part, torch.nn.Module())
+                module = getattr(module, part)
+            module.register_parameter(
+                leaf, torch.nn.Parameter(torch.zeros_like(t), requires_grad=False))
 
 
 def touch(tensors) -> int:

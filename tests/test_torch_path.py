@@ -357,3 +357,113 @@ def test_ls_of_an_unreachable_url_is_one_clear_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ztensor: http://127.0.0.1:1/x.zt: ")
     assert "refused" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ load_model in place
+class _Net(torch.nn.Module):
+    """nn.Module's own loading: a Linear, a LayerNorm, a buffer, a tied head."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 16, dtype=dtype)
+        self.proj = torch.nn.Linear(16, 16, dtype=dtype)
+        self.norm = torch.nn.LayerNorm(16, dtype=dtype)
+        self.head = torch.nn.Linear(16, 64, bias=False, dtype=dtype)
+        self.head.weight = self.embed.weight  # tied
+        self.register_buffer("steps", torch.zeros(3, dtype=torch.int64))
+
+
+def _filled_net(seed, dtype=torch.float32):
+    torch.manual_seed(seed)
+    net = _Net(dtype)
+    with torch.no_grad():
+        for t in net.state_dict().values():
+            t.copy_(torch.randint(-50, 50, t.shape).to(t.dtype))
+    return net
+
+
+def _same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]), k
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_load_model_fills_the_model_in_place(tmp_path, monkeypatch, sharded):
+    """A model that loads through nn.Module's own machinery is filled straight from
+    the file (Reader.read_into, in threads): the same values as load_state_dict gives,
+    into the parameters' own memory, tied weights kept tied, and load_state_dict is
+    called with nothing left to load."""
+    src = _filled_net(1)
+    path = str(tmp_path / ("ckpt" if sharded else "m.zt"))
+    if sharded:
+        ztensor.save_sharded({k: v.numpy() for k, v in src.state_dict().items()
+                              if k != "head.weight"}, path, max_shard_size=2048)
+        assert len([f for f in os.listdir(path) if f.endswith(".zt")]) > 1
+    else:
+        zt.save_model(src, path)
+    dst = _filled_net(2)
+    ptrs = {k: t.data_ptr() for k, t in dst.state_dict().items()}
+    given = []
+    real = torch.nn.Module.load_state_dict
+
+    def spy(self, sd, *a, **kw):
+        given.append(set(sd))
+        return real(self, sd, *a, **kw)
+
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", spy)  # still nn.Module's own
+    missing, unexpected = zt.load_model(dst, path)
+    assert (missing, unexpected) == ([], [])
+    _same_state(dst, src)
+    assert {k: t.data_ptr() for k, t in dst.state_dict().items()} == ptrs
+    assert dst.head.weight is dst.embed.weight
+    assert all(not names for names in given), given
+
+
+class _Hooked(_Net):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.register_load_state_dict_pre_hook(
+            lambda module, sd, prefix, *rest: self.seen.append(sorted(sd)))
+
+
+def test_load_model_with_load_hooks_takes_load_state_dict(tmp_path):
+    """A load hook (or an overridden _load_from_state_dict) sees every tensor, as
+    with safetensors: nothing is filled behind its back."""
+    src = _filled_net(3)
+    path = str(tmp_path / "m.zt")
+    zt.save_model(src, path)
+    dst = _Hooked()
+    zt.load_model(dst, path)
+    _same_state(dst, src)
+    assert dst.seen and "proj.weight" in dst.seen[0]
+
+
+def test_load_model_converts_what_it_cannot_fill(tmp_path):
+    """A stored dtype other than the parameter's, and an extra or absent name, go the
+    general way: copy_ converts, unexpected and missing are reported as before."""
+    src = _filled_net(4, torch.float64)
+    sd = {k: v for k, v in src.state_dict().items() if k not in ("head.weight", "norm.bias")}
+    sd["extra"] = torch.ones(2)
+    path = str(tmp_path / "m.zt")
+    zt.save_file(sd, path)
+    dst = _filled_net(5)
+    before = dst.norm.bias.clone()
+    missing, unexpected = zt.load_model(dst, path, strict=False)
+    assert missing == ["norm.bias"] and unexpected == ["extra"]
+    assert torch.equal(dst.proj.weight, src.proj.weight.float())
+    assert torch.equal(dst.norm.bias, before)
+    with pytest.raises(RuntimeError, match="norm.bias"):
+        zt.load_model(_filled_net(5), path)
+
+
+def test_load_model_shape_mismatch_is_load_state_dicts_error(tmp_path):
+    path = str(tmp_path / "m.zt")
+    sd = dict(_filled_net(6).state_dict())
+    sd["proj.weight"] = torch.zeros(16, 8)
+    sd.pop("head.weight")
+    zt.save_file(sd, path)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        zt.load_model(_filled_net(7), path)

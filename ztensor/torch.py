@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from ztensor import _save, sharded
+from ztensor import _save, dtypes, sharded
 from ztensor.container import checkpoint_keys as checkpoint
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
@@ -237,7 +237,7 @@ def load_file(
     :func:`ztensor.numpy.load_file`)."""
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
-        for _, part in _shard_by_shard(filename, device, copy, dequantize, threads):
+        for _, part, _ in _shard_by_shard(filename, device, copy, dequantize, threads):
             out.update(part)
         return out
     with Reader(filename, copy_on_write=True) as r:
@@ -245,21 +245,111 @@ def load_file(
 
 
 def _shard_by_shard(
-    checkpoint: Any, device: Any, copy: bool, dequantize: bool, threads: Optional[int]
+    checkpoint: Any,
+    device: Any,
+    copy: bool,
+    dequantize: bool,
+    threads: Optional[int],
+    fill: Optional[Dict[str, torch.Tensor]] = None,
 ):
-    """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
-    :func:`load_file` loads one file, restricted to the tensors the index places
-    there.  A checkpoint name given by two shards is refused (a GPTQ object's
-    ``x.qweight`` in one, a plain ``x.qweight`` in another)."""
+    """(shard file, name -> tensor, names filled in place) for each shard of a
+    checkpoint in turn, each as :func:`load_file` loads one file, restricted to the
+    tensors the index places there.  A checkpoint name given by two shards is refused
+    (a GPTQ object's ``x.qweight`` in one, a plain ``x.qweight`` in another).  With
+    ``fill`` (:func:`_fill_targets`), what :func:`_fill_in_place` can read straight
+    into those tensors is, and is left out of the returned tensors."""
     with open_sharded(checkpoint) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
             with ckpt.open_shard(file, copy_on_write=True) as r:
-                part = _load_reader(r, device, copy, dequantize, threads, set(ckpt.names_in(file)))
-            for key in part:
+                only = set(ckpt.names_in(file))
+                filled = _fill_in_place(r, fill, only) if fill else {}
+                rest = only - set(filled.values())
+                part = _load_reader(r, device, copy, dequantize, threads, rest) if rest else {}
+            for key in (*part, *filled):
                 taken.claim(key, f"{key} in {file}")
-            yield file, part
+            yield file, part, set(filled)
             del part  # a suspended generator must not keep this shard mapped
+
+
+def _file_in_parts(filename: Any, device: Any, fill: Dict[str, torch.Tensor]):
+    """One file as :func:`_shard_by_shard` gives a shard: (file, tensors, filled)."""
+    with Reader(filename, copy_on_write=True) as r:
+        filled = _fill_in_place(r, fill, None)
+        rest = set(r.keys()) - set(filled.values()) if filled else None
+        part = _load_reader(r, device, False, False, None, rest) if rest or not filled else {}
+    yield filename, part, set(filled)
+    del part
+
+
+def _fill_targets(model: torch.nn.Module, device: Any) -> Dict[str, torch.Tensor]:
+    """The tensors of ``model.state_dict()`` that :func:`load_model` may fill in
+    place, skipping ``load_state_dict``'s per-tensor ``copy_``: none unless loading
+    through ``load_state_dict`` would do nothing but copy into them, which holds when
+    the model and every submodule use ``nn.Module``'s own ``load_state_dict``,
+    ``_load_from_state_dict`` and ``state_dict``, with no load or state-dict hooks;
+    then every plain, contiguous CPU tensor (a tensor subclass, a quantized or meta
+    tensor goes the general way).  Filling in place does not bump a parameter's
+    autograd version counter, as ``copy_`` does; loading weights happens outside
+    autograd."""
+    module = torch.nn.Module
+    if not is_cpu(device) or type(model).load_state_dict is not module.load_state_dict:
+        return {}
+    for m in model.modules():
+        kind = type(m)
+        if (
+            kind._load_from_state_dict is not module._load_from_state_dict
+            or kind.state_dict is not module.state_dict
+            or m._load_state_dict_pre_hooks
+            or m._load_state_dict_post_hooks
+            or m._state_dict_hooks
+            or m._state_dict_pre_hooks
+        ):
+            return {}
+    return {
+        key: t
+        for key, t in model.state_dict().items()
+        if type(t) is torch.Tensor
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.is_quantized
+        and t.is_contiguous()
+    }
+
+
+def _fill_in_place(
+    r: Reader, targets: Optional[Dict[str, torch.Tensor]], only: Optional[Set[str]]
+) -> Dict[str, str]:
+    """Read every object of ``r`` (of ``only``) whose checkpoint name is a target of
+    the same shape and dtype straight into that target, in threads
+    (``Reader.read_into``); returns {checkpoint name: object name} of those filled.
+    A zTensor file's dense objects only; targets sharing memory (tied weights) are
+    left to ``load_state_dict``, which copies one after the other."""
+    if not targets or r.internals.foreign is not None:
+        return {}
+    chosen: Dict[str, str] = {}
+    seen: Set[int] = set()
+    shared: Set[int] = set()
+    for key, (name, role) in checkpoint.entries(r, False).items():
+        t = targets.get(key)
+        if t is None or role is not None or (only is not None and name not in only):
+            continue
+        obj = r.metadata(name)
+        comp = obj.components.get("data")
+        row = dtypes.BY_SPEC.get((comp.type or comp.dtype) if comp is not None else "")
+        if (
+            obj.format != "dense"
+            or row is None
+            or getattr(torch, row.torch or "-", None) != t.dtype
+            or tuple(obj.shape) != tuple(t.shape)
+        ):
+            continue
+        ptr = t.data_ptr()
+        (shared if ptr in seen else seen).add(ptr)
+        chosen[key] = name
+    chosen = {k: n for k, n in chosen.items() if targets[k].data_ptr() not in shared}
+    r.read_into({name: targets[key] for key, name in chosen.items()})
+    return chosen
 
 
 # public for ztensor.transformers, which fills a model one shard at a time
@@ -403,25 +493,26 @@ def load_model(
     it is loaded shard by shard, each shard's zero-copy views copied into the model
     and released before the next shard is mapped, so memory peaks at the model plus
     one shard, never two copies of the model."""
+    fill = _fill_targets(model, device)
+    names: Set[str] = set()
+    missing: Optional[Set[str]] = None
+    unexpected: List[str] = []
     if sharded.is_checkpoint(filename):
-        names: Set[str] = set()
-        missing, unexpected = None, []
-        for _, part in _shard_by_shard(filename, device, False, False, None):
-            names.update(part)
-            result = model.load_state_dict(part, strict=False)
-            del part  # the shard's mapping goes with its last view
-            # missing overall: what no shard gave; unexpected: what any shard gave
-            missing = (
-                set(result.missing_keys) if missing is None else missing & set(result.missing_keys)
-            )
-            unexpected += result.unexpected_keys
-        missing = set(model.state_dict()) if missing is None else missing
+        parts = _shard_by_shard(filename, device, False, False, None, fill)
     else:
-        state_dict = load_file(filename, device=device)
-        names = set(state_dict)
-        missing_list, unexpected = model.load_state_dict(state_dict, strict=False)
-        del state_dict
-        missing, unexpected = set(missing_list), list(unexpected)
+        parts = _file_in_parts(filename, device, fill)
+    for _, part, filled in parts:
+        names.update(part, filled)
+        if part or not filled:
+            result = model.load_state_dict(part, strict=False)
+            gave_none = set(result.missing_keys) - filled
+            unexpected += result.unexpected_keys
+        else:  # all of it was filled in place
+            gave_none = set(model.state_dict()) - filled
+        del part  # the file's mapping goes with its last view
+        # missing overall: what no shard gave; unexpected: what any shard gave
+        missing = gave_none if missing is None else missing & gave_none
+    missing = set(model.state_dict()) if missing is None else missing
     model_state = model.state_dict()
     to_remove = _remove_duplicate_names(model_state, preferred_names=names)
     for group in to_remove.values():

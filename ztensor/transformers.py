@@ -40,7 +40,7 @@ from ztensor.container.reader import Reader
 from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url
 from ztensor.sharded import save_sharded
-from ztensor.torch import load_file, remove_duplicate_names, shard_by_shard
+from ztensor.torch import find_shared_tensors, load_file, remove_duplicate_names, shard_by_shard
 
 __all__ = ["from_pretrained", "save_pretrained"]
 
@@ -243,7 +243,7 @@ def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
 def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
     """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
     if sharded.is_checkpoint(checkpoint):
-        for _, part in shard_by_shard(checkpoint, "cpu", False, False, None):
+        for _, part, _ in shard_by_shard(checkpoint, "cpu", False, False, None):
             yield part
             del part
     else:
@@ -368,13 +368,13 @@ def save_pretrained(
     folder = os.fspath(save_directory)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ZTensorError("exists and is not a directory", path=folder)
+    state_dict = model.state_dict()
+    targets = _tied_targets(model)
+    _check_sharing_is_tied(state_dict, targets, folder)
     os.makedirs(folder, exist_ok=True)
 
-    state_dict = model.state_dict()
     metadata = {"format": "pt"}
-    for kept, dropped in remove_duplicate_names(
-        state_dict, discard_names=_tied_targets(model)
-    ).items():
+    for kept, dropped in remove_duplicate_names(state_dict, discard_names=targets).items():
         for name in dropped:
             metadata.setdefault(name, kept)
             del state_dict[name]
@@ -407,6 +407,30 @@ def save_pretrained(
         ):
             os.unlink(path)
     return files
+
+
+def _check_sharing_is_tied(
+    state_dict: Dict[str, torch.Tensor], targets: List[str], folder: str
+) -> None:
+    """Tensors that share memory are stored once, and :func:`from_pretrained` gives
+    the others back only where the model it builds ties them: the tie targets the
+    model declares (``_tied_targets``).  A group sharing memory with more than one
+    name outside those (two layers made to share a weight after the model was
+    built) would be saved as a checkpoint missing a weight its own loader needs;
+    it is refused, as transformers' ``save_pretrained`` refuses it, before
+    anything is written."""
+    declared = set(targets)
+    for group in find_shared_tensors(state_dict):
+        undeclared = sorted(name for name in group if name not in declared)
+        if len(undeclared) > 1:
+            raise FormatError(
+                f"tensors {', '.join(map(repr, undeclared))} share memory but the model "
+                "does not declare them tied (its tied weights: "
+                f"{', '.join(map(repr, sorted(declared))) or 'none'}): a model built from "
+                "the config would not share them, so one would be missing on loading; "
+                "tie them in the model's config or clone one before saving",
+                path=folder,
+            )
 
 
 def _tied_targets(model: Any) -> List[str]:
