@@ -17,9 +17,13 @@ MAX_BYTES = 1 << 63
 def shape_problem(shape, unit_bytes=16):
     """Why numpy could not make an array of this shape, or None.  numpy multiplies out
     every dimension, zero or not, so the product of the non-zero ones (times the
-    element size; 16 covers complex128) must fit in 63 bits, as must each one."""
+    element size; 16 covers complex128) must fit in 63 bits, as must each one.  A
+    negative dimension is no size at all (numpy reads -1 as "whatever is left", and
+    two of them as a product that looks positive)."""
     extent = unit_bytes
     for dim in shape:
+        if dim < 0:
+            return f"dimension {dim} is negative"
         if dim >= MAX_BYTES:
             return f"dimension {dim} is not below 2**63"
         extent *= dim or 1

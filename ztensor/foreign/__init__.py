@@ -36,6 +36,9 @@ from ztensor.io.source import open_local_input
 from ztensor.spec import DEFAULT_LIMITS, Limits
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
+# torch.save's legacy (non-zip) format begins by pickling its magic number
+# 0x1950a86a20f9469cfc6c (protocol 2, LONG1 of 10 bytes), whatever the file's name
+LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 
 
 def sniff(path: str) -> Optional[str]:
@@ -69,6 +72,8 @@ def sniff(path: str) -> Optional[str]:
         header_len = int.from_bytes(head[:8], "little")
         if 2 <= header_len <= size - 8:
             return "safetensors"
+    if head.startswith(LEGACY_TORCH_MAGIC):
+        return "legacy-pickle"
     if head[:1] == b"\x80" and os.path.splitext(path)[1].lower() in (
         ".pt",
         ".pth",

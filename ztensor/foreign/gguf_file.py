@@ -293,8 +293,10 @@ def _tensor_info(cur, path, limits):
         )
     dims = [cur.unpack("<Q", f"dims of {tname}") for _ in range(n_dims)]
     gtype, offset = cur.unpack("<I", f"type of {tname}"), cur.unpack("<Q", f"offset of {tname}")
-    if gtype not in GGML_TYPES and any(d >= 1 << 63 for d in dims):
-        raise FormatError("a dimension is not below 2**63", path=path, obj=tname)
+    if gtype not in GGML_TYPES:  # a known type's shape is checked with its block size
+        problem = shape_problem(dims, 1)  # no shape a real tensor could have
+        if problem:
+            raise FormatError(problem, path=path, obj=tname)
     return tname, dims, gtype, offset
 
 

@@ -1,7 +1,9 @@
 """HDF5 (``.h5``/``.hdf5``) through h5py (optional): every numeric dataset, named
 by its path with ``/`` turned into ``.`` (``layer1/weight`` -> ``layer1.weight``,
 the reference implementation's names, which are also state-dict names).  Datasets are read when
-asked for; their shape and dtype come from the file's metadata.  The file's scalar
+asked for; their shape and dtype come from the file's metadata.  Datasets of a type
+zTensor has no dtype for (strings, compounds, references, long doubles) are listed,
+by HDF5 path, in the ``hdf5_skipped_datasets`` attribute.  The file's scalar
 attributes that are plain values become attributes (``hdf5.<name>``).
 
 Containment: a model file's tensors come from its own bytes.  HDF5 can point
@@ -47,6 +49,10 @@ MAX_DATASETS = 1_000_000
 MAX_EXPANSION = 32_768
 # below this a dataset may declare what it likes: a small fill-value dataset is cheap
 SMALL = 1 << 20
+# the file attribute listing the datasets (by HDF5 path) that hold no tensor zTensor
+# has a dtype for: strings, compounds, references, long doubles (outside ``hdf5.``,
+# where the file's own attributes are, so no attribute of the file can take its place)
+SKIPPED = "hdf5_skipped_datasets"
 
 
 def open_file(
@@ -85,8 +91,10 @@ def open_file(
             raw.close()
 
     try:
-        entries = _entries(h5py, handle, name, limits, unsafe_allow_external)
+        entries, skipped = _entries(h5py, handle, name, limits, unsafe_allow_external)
         attributes = {f"hdf5.{k}": v for k, v in _plain_attrs(handle, name)}
+        if skipped:  # said, not dropped without a word (as ONNX's skipped initializers)
+            attributes[SKIPPED] = skipped
     except BaseException:
         close()
         raise
@@ -114,14 +122,22 @@ def _entries(h5py, handle, name, limits, allow_external):
         )
     names = NameTable(name, "dataset")
     entries = {}
+    skipped = []
     for key, dataset in found:
         spec = _spec(name, key, dataset, limits, allow_external)
+        if spec is _NOT_A_TENSOR:
+            skipped.append("/" + key)
+            continue
         if spec is None:
             continue
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
         entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
-    return entries
+    return entries, skipped
+
+
+# what _spec returns for a dataset whose element type zTensor has no dtype for
+_NOT_A_TENSOR = object()
 
 
 def _spec(path, key, dataset, limits, allow_external):
@@ -154,8 +170,8 @@ def _spec(path, key, dataset, limits, allow_external):
                 obj=key,
             )
     found = dtypes.spec_types_for(dtype) if dtype.kind in "biufc" else None
-    if found is None:
-        return None  # strings, compounds, references: not tensors
+    if found is None:  # strings, compounds, references, long doubles: listed in SKIPPED
+        return _NOT_A_TENSOR
     if len(shape) > limits.max_rank:
         raise LimitError(
             f"rank {len(shape)} exceeds the limit {limits.max_rank}", path=path, obj=key

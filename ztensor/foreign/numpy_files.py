@@ -12,12 +12,15 @@ both, never one array hiding the other."""
 
 from __future__ import annotations
 
+import ast
 import io
 import lzma
 import math
 import os
+import re
 import struct
 import tokenize
+import warnings
 import zipfile
 import zlib
 
@@ -139,18 +142,62 @@ def _member_header(archive, member, key):
 
 
 def _read_header(fp, path, key):
-    """(shape, fortran_order, dtype) from the ``.npy`` header at ``fp``'s position
-    (numpy's parser; its errors are FormatErrors).  :func:`_header_spec` checks them."""
+    """(shape, fortran_order, dtype) from the ``.npy`` header at ``fp`` (a BytesIO)'s
+    position (numpy's parser; its errors are FormatErrors), in a format version numpy
+    writes, with no key given twice.  :func:`_header_spec` checks the values."""
     try:
         version = np.lib.format.read_magic(fp)
+    except READ_ERRORS as exc:
+        raise FormatError(f"cannot read the array header: {exc}", path=path, obj=key) from None
+    if version not in _VERSIONS:  # numpy's header-2.0 reader takes any version
+        raise FormatError(
+            f"npy format version {version[0]}.{version[1]} (1.0, 2.0 and 3.0 are read)",
+            path=path,
+            obj=key,
+        )
+    start = fp.tell() + _VERSIONS[version]  # past the header length
+    try:
         reader = (
             np.lib.format.read_array_header_1_0
             if version == (1, 0)
             else np.lib.format.read_array_header_2_0
         )
-        return reader(fp)
+        found = reader(fp)
     except READ_ERRORS as exc:
         raise FormatError(f"cannot read the array header: {exc}", path=path, obj=key) from None
+    repeated = _repeated_key(bytes(fp.getbuffer()[start : fp.tell()]))
+    if repeated is not None:  # numpy keeps the last; another reader may keep the first
+        raise FormatError(f"the array header gives {repeated!r} twice", path=path, obj=key)
+    return found
+
+
+# npy format version -> bytes of its header length field
+_VERSIONS = {(1, 0): 2, (2, 0): 4, (3, 0): 4}
+
+
+def _repeated_key(header: bytes):
+    """A key the header's dict literal gives twice, or None.  numpy has parsed the
+    header already, so it is a dict literal of at most 10,000 characters (a file
+    written by Python 2 may spell integers ``3L``, which numpy filters out too)."""
+    text = header.decode("utf-8", "replace").strip()
+    with warnings.catch_warnings():  # an odd escape in a string: numpy has said so once
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError:
+            try:
+                tree = ast.parse(re.sub(r"(\d)L\b", r"\1", text), mode="eval")
+            except SyntaxError:
+                return None
+    if not isinstance(tree.body, ast.Dict):
+        return None
+    seen = set()
+    for node in tree.body.keys:
+        value = node.value if isinstance(node, ast.Constant) else None
+        if value in seen:
+            return value
+        seen.add(value)
+    return None
 
 
 def _header_spec(path, key, shape, dtype, limits):

@@ -156,16 +156,32 @@ def _kind(value) -> str:
 
 
 def _show(value) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of over 4,300 digits; deep nesting
+        return f"<{_kind(value)} too large to show>"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# a key is part of a tensor's name: an integer key has a decimal form (str() of one
+# above about 14,000 bits is a ValueError), and a real one is an index, far below this
+MAX_KEY_BITS = 1024
+
+
 def _check_key(key, what="dict key"):
-    if type(key) is tuple:
-        if not all(type(k) in _KEY_TYPES for k in key):
-            raise FormatError(f"a {what} that is a tuple of anything but plain values")
-    elif type(key) not in _KEY_TYPES:
+    """The one rule for dict keys and set items: plain values (or tuples of them),
+    each with a printable name."""
+    parts = key if type(key) is tuple else (key,)
+    if type(key) is tuple and not all(type(k) in _KEY_TYPES for k in key):
+        raise FormatError(f"a {what} that is a tuple of anything but plain values")
+    if type(key) is not tuple and type(key) not in _KEY_TYPES:
         raise FormatError(f"a {what} that is {_kind(key)}, not a plain value")
+    for part in parts:
+        if type(part) is int and part.bit_length() > MAX_KEY_BITS:
+            raise FormatError(
+                f"a {what} that is an integer of {part.bit_length()} bits "
+                f"(at most {MAX_KEY_BITS}: a key names a tensor)"
+            )
 
 
 class _Load:

@@ -64,7 +64,9 @@ def _parse(source, name, limits) -> ForeignFile:
         raise FormatError("safetensors header nests too deeply", path=name) from None
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=name)
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)  # null is what safetensors writes for none
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict):
         raise FormatError("safetensors __metadata__ is not an object", path=name)
     start, data_len = 8 + header_len, size - 8 - header_len
@@ -96,7 +98,8 @@ def _entry(path, key, info, data_len, limits):
     if not isinstance(info, dict):
         raise FormatError("entry is not an object", path=path, obj=key)
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in dtypes.SAFETENSORS_STORAGE:
+    # a string first: a JSON list or object here is unhashable (a TypeError)
+    if type(dtype) is not str or dtype not in dtypes.SAFETENSORS_STORAGE:
         raise UnsupportedError(f"safetensors dtype {dtype!r} is not supported", path=path, obj=key)
     if (
         not isinstance(shape, list)
