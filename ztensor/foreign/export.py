@@ -2,8 +2,8 @@
 says its format (``.zt``, ``.safetensors``, ``.npz``, ``.gguf``); anything else is
 refused.
 
-Each exporter runs in two passes.  A plan (``plan_safetensors``, ``plan_npz``,
-``plan_gguf``) checks every name, type, shape and attribute against what the format
+Each exporter runs in two passes.  A plan (``plan_zt``, ``plan_safetensors``,
+``plan_npz``, ``plan_gguf``) checks every name, type, shape and attribute against what the format
 and its usual readers (the safetensors package, ``numpy.load``, llama.cpp and the
 ``gguf`` package) accept, and refuses the first that does not fit with one
 :class:`ztensor.ZTensorError` naming it, before any file is created.  Then the
@@ -26,8 +26,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ztensor import attributes as attrs
 from ztensor import dtypes
-from ztensor.errors import UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError
 from ztensor.foreign.base import optional_import
 from ztensor.foreign.gguf_file import VALUE_TYPES
 from ztensor.foreign.names import NameTable
@@ -108,6 +109,34 @@ def _check_rank(reader, name, shape, most, who):
         raise UnsupportedError(
             f"{len(shape)} dimensions ({who} holds at most {most})", path=reader.path, obj=name
         )
+
+
+# ------------------------------------------------------------------ zTensor
+def plan_zt(reader) -> None:
+    """Check that a ``.zt`` file can hold every object and attribute of ``reader``,
+    by the Writer's own rules (ztensor/attributes.py: a name is a non-empty string
+    of valid Unicode; attributes are plain data, strings of valid Unicode); nothing
+    is written.  Other formats hold what ``.zt`` does not (a tensor named ``""``
+    in a safetensors header, a lone surrogate its JSON escapes), and the Writer,
+    refusing them only when it reaches them, would name its own output and no
+    object, after writing every tensor before, or the checkpoint shards before."""
+    path = reader.path
+    _zt_holds(attrs.check_map, reader.attributes, "file attributes", path=path)
+    for name in reader.keys():
+        _zt_holds(attrs.check_name, name, "object names", path=path, obj=name)
+        spec = reader.metadata(name)
+        _zt_holds(attrs.check_map, spec.attributes or {}, "attributes", path=path, obj=name)
+
+
+def _zt_holds(check, value, what, **where) -> None:
+    """``check`` (a Writer rule) on ``value``; what it refuses, an UnsupportedError
+    naming the input: the input is valid in its own format, ``.zt`` cannot hold it."""
+    try:
+        check(value, what, **where)
+    except FormatError as exc:
+        raise UnsupportedError(
+            f"{exc.message}: a .zt file cannot hold it", path=where["path"], obj=where.get("obj")
+        ) from None
 
 
 # ------------------------------------------------------------------ safetensors
@@ -400,6 +429,16 @@ def write_gguf(reader, path: str, progress=None) -> int:
 def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
     spec = reader.metadata(name)
     _check_rank(reader, name, spec.shape, GGUF_MAX_DIMS, "GGUF (llama.cpp)")
+    if 0 in tuple(spec.shape)[:-1]:
+        # GGUF lists dimensions innermost first, and llama.cpp's reader (gguf.cpp)
+        # divides INT64_MAX by every one but the innermost: a zero there is a
+        # division by zero in llama.cpp, not an empty tensor
+        raise UnsupportedError(
+            f"shape {list(spec.shape)}: a dimension of 0 before the last one, which "
+            "llama.cpp divides by when it reads the file",
+            path=reader.path,
+            obj=name,
+        )
     if spec.format == "gguf_blocks":
         type_id = spec.attributes.get("ggml_type_id")
         try:

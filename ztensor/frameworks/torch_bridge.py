@@ -49,7 +49,14 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
     """(numpy array, spec type or None) holding exactly the tensor's elements."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    t = t.detach().cpu().contiguous()
+    if t.is_nested or t.layout != torch.strided:
+        layout = "nested" if t.is_nested else str(t.layout).replace("torch.", "")
+        raise UnsupportedError(f"a {layout} tensor is not stored: make it dense first", obj=name)
+    if t.device.type == "meta":
+        raise UnsupportedError("a tensor on the meta device holds no data to store", obj=name)
+    # a conjugate or negative view (x.conj(), x.imag of one) shows values its
+    # memory does not hold: resolved, the elements stored are the ones it shows
+    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
     bits = _bit_types()[0]
     if t.dtype in bits:
         bits_torch, bits_np, spec = bits[t.dtype]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import unicodedata
 import warnings
 from typing import Callable, List, NamedTuple, Optional, Union
 
@@ -86,7 +87,9 @@ def convert(
     if os.path.isdir(source) or source.endswith(".index.json"):
         return _convert_checkpoint(source, target, compress, checksum, force, progress, format)
     _format_agrees(target, format)
-    if os.path.exists(target) and not force:
+    # lexists: a link to a file not there yet is an output too (the file written
+    # goes where it points), replaced only with --force, as _merge_checkpoint has it
+    if os.path.lexists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
@@ -110,9 +113,10 @@ class _Counter:
 def _convert_file(source, target, compress, checksum, counter):
 
     kind = exporters.format_for(target)  # the output's name says its format
-    if kind != "zt":
-        with Reader(source) as reader:
+    with Reader(source) as reader:
+        if kind != "zt":  # each exporter plans, then writes
             return exporters.writer_for(kind)(reader, target, progress=counter.add)
+        exporters.plan_zt(reader)  # what .zt cannot hold, refused before the file exists
     attributes, tensors = convert_inputs.open_any(source)
     return _write_zt(target, attributes, tensors, compress, checksum, counter)
 
@@ -196,7 +200,8 @@ def _shard_names(files, fmt):
 def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
     """The one place a checkpoint conversion's names are checked: each input shard
     gets its own output file (two inputs with one stem, ``part.safetensors`` and
-    ``part.zt``, are refused, naming both), no tensor is in two shards, every tensor
+    ``part.zt``, or stems differing only in case, ``Part`` and ``part``, are
+    refused, naming both), no tensor is in two shards, every tensor
     the input index names is in the shard it names, and no output replaces an input
     (nor is the output directory the checkpoint's own folder).  Each shard is opened
     (its manifest or header read, no data) to learn its names and attributes, so
@@ -215,7 +220,11 @@ def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
     out_names = _shard_names(files, fmt)
     shards, weight_map, attributes = [], {}, {}
     for file in files:
-        out = outputs.claim(out_names[file], file)
+        out = out_names[file]
+        # macOS and Windows file systems ignore case (and APFS the Unicode normal
+        # form): two outputs differing only so would be one file there, the second
+        # shard overwriting the first under an index that names both
+        outputs.claim(out if fmt is None else _folded(out), file)
         # the sharded reader's one shard opener: a missing shard is a FormatError
         # naming the index, as open_sharded gives (a bare Reader let OSError out)
         with checkpoint.open_shard(file, unlisted_ok=True) as reader:
@@ -255,6 +264,11 @@ def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
     )
 
 
+def _folded(name: str) -> str:
+    """``name`` as a case-insensitive, normalising file system compares it."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
 def _is_file_target(target) -> bool:
     """Whether a checkpoint converts into the one file ``target`` (its name says a
     format, ``out.safetensors``) rather than into a directory (any other name, an
@@ -292,16 +306,56 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt
     ]
     if existing and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
+    made_folder = not os.path.isdir(target)
     os.makedirs(target, exist_ok=True)
     if os.path.exists(index_path):
         os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
     counter = _Counter(
         progress, sum(os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards)
     )
+    # the files this conversion adds where there were none: a failure part way (a
+    # full disk, an interrupt, a shard whose data is broken) removes them again, and
+    # the folder if it made it, so what is left is what was there (less an index
+    # that --force replaces), never some shards of a checkpoint with no index
+    created = []
+    try:
+        count = _write_checkpoint(
+            plan, fmt, copies, target, index_path, compress, checksum, counter, created
+        )
+    except BaseException:
+        for path in reversed(created):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if made_folder:
+            try:
+                os.rmdir(target)  # only when empty: nothing of anyone else's is removed
+            except OSError:
+                pass
+        raise
+    if progress is not None:
+        progress(counter.total, counter.total)
+    return count
+
+
+def _write_checkpoint(plan, fmt, copies, target, index_path, compress, checksum, counter, created):
+    """The planned shards, copies and index into ``target``; ``created`` gets every
+    path written that did not exist before, as it is written."""
+
+    def fresh(path):
+        if not os.path.lexists(path):
+            created.append(path)
+        return path
+
     count = 0
     for file, out, names in plan.shards:  # one shard at a time: memory stays at one tensor
         written = _convert_file(
-            os.path.join(plan.folder, file), os.path.join(target, out), compress, checksum, counter
+            os.path.join(plan.folder, file),
+            fresh(os.path.join(target, out)),
+            compress,
+            checksum,
+            counter,
         )
         if written != len(names):  # the index lists what the plan saw: it must be so
             raise ZTensorError(
@@ -310,32 +364,30 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt
             )
         count += written
     for copy in copies:
+        fresh(os.path.join(target, copy.name))
         _copy_file(copy, plan.folder, target)
     # Hugging Face writes no index for one safetensors shard (model.safetensors is
     # loaded by name); a .zt checkpoint keeps an index whenever its input had one
     if len(plan.shards) > 1 or (plan.indexed and fmt == "zt"):
         atomic.write_json_atomically(
-            index_path,
+            fresh(index_path),
             {
                 "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
                 "weight_map": plan.weight_map,
             },
         )
-    if progress is not None:
-        progress(counter.total, counter.total)
     return count
 
 
 def _check_shards_fit(plan, fmt):
     """Every input shard checked against the output format before any shard is
-    written (``exporters.plan_safetensors``: dense tensors of a safetensors dtype,
-    string metadata), so a refusal leaves no directory of some shards.  A ``.zt``
-    shard holds everything a Reader gives: nothing to check."""
-    if fmt == "zt":
-        return
+    written (``exporters.plan_zt``: names and attributes the Writer takes;
+    ``exporters.plan_safetensors``: dense tensors of a safetensors dtype, string
+    metadata), so a refusal leaves no directory of some shards."""
+    check = {"zt": exporters.plan_zt, "safetensors": exporters.plan_safetensors}[fmt]
     for file, _, _ in plan.shards:
         with Reader(os.path.join(plan.folder, file)) as reader:
-            exporters.plan_safetensors(reader)
+            check(reader)
 
 
 # ------------------------------------------------------------------ one file
@@ -361,6 +413,7 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress):
         merged = _MergedReader(checkpoint, plan, attributes, where)
         try:
             if kind == "zt":
+                exporters.plan_zt(merged)  # as the other exporters plan, before writing
                 count = _write_zt(target, attributes, merged.tensors(), compress, checksum, counter)
             else:
                 count = exporters.writer_for(kind)(merged, target, progress=counter.add)
