@@ -467,3 +467,26 @@ def test_load_model_shape_mismatch_is_load_state_dicts_error(tmp_path):
     zt.save_file(sd, path)
     with pytest.raises(RuntimeError, match="size mismatch"):
         zt.load_model(_filled_net(7), path)
+
+
+def test_load_model_leaves_the_model_alone_when_a_compressed_tensor_is_corrupt(tmp_path):
+    """Compressed objects are decoded before anything is copied into the model: a
+    corrupt one is refused with the model as it was (raw ones are filled in place
+    only because nothing can fail after their bounds were checked at open)."""
+    src = _filled_net(8)
+    path = str(tmp_path / "m.zt")
+    sd = {k: v for k, v in src.state_dict().items() if k != "head.weight"}
+    with ztensor.Writer(path) as w:
+        for k, v in sd.items():
+            w.write_numpy(k, v.numpy(), compress=(k == "proj.weight"))
+    with ztensor.Reader(path) as r:
+        comp = r.metadata("proj.weight").components["data"]
+    with open(path, "r+b") as f:  # garble the middle of the zstd frame
+        f.seek(comp.offset + comp.length // 2)
+        f.write(b"\xff" * 8)
+    dst = _filled_net(9)
+    before = {k: t.clone() for k, t in dst.state_dict().items()}
+    with pytest.raises(ztensor.ZTensorError):
+        zt.load_model(dst, path)
+    for k, t in dst.state_dict().items():
+        assert torch.equal(t, before[k]), k

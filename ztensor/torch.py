@@ -256,16 +256,17 @@ def _shard_by_shard(
     checkpoint in turn, each as :func:`load_file` loads one file, restricted to the
     tensors the index places there.  A checkpoint name given by two shards is refused
     (a GPTQ object's ``x.qweight`` in one, a plain ``x.qweight`` in another).  With
-    ``fill`` (:func:`_fill_targets`), what :func:`_fill_in_place` can read straight
-    into those tensors is, and is left out of the returned tensors."""
+    ``fill`` (:func:`_fill_targets`), what :func:`_fillable` chooses is read straight
+    into those tensors, after the rest is loaded, and left out of the returned ones."""
     with open_sharded(checkpoint) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
             with ckpt.open_shard(file, copy_on_write=True) as r:
                 only = set(ckpt.names_in(file))
-                filled = _fill_in_place(r, fill, only) if fill else {}
+                filled = _fillable(r, fill, only) if fill else {}
                 rest = only - set(filled.values())
                 part = _load_reader(r, device, copy, dequantize, threads, rest) if rest else {}
+                _fill(r, fill, filled)  # after the rest decoded: a refusal changes nothing
             for key in (*part, *filled):
                 taken.claim(key, f"{key} in {file}")
             yield file, part, set(filled)
@@ -275,9 +276,10 @@ def _shard_by_shard(
 def _file_in_parts(filename: Any, device: Any, fill: Dict[str, torch.Tensor]):
     """One file as :func:`_shard_by_shard` gives a shard: (file, tensors, filled)."""
     with Reader(filename, copy_on_write=True) as r:
-        filled = _fill_in_place(r, fill, None)
+        filled = _fillable(r, fill, None)
         rest = set(r.keys()) - set(filled.values()) if filled else None
         part = _load_reader(r, device, False, False, None, rest) if rest or not filled else {}
+        _fill(r, fill, filled)  # after the rest decoded: a refusal changes nothing
     yield filename, part, set(filled)
     del part
 
@@ -317,14 +319,15 @@ def _fill_targets(model: torch.nn.Module, device: Any) -> Dict[str, torch.Tensor
     }
 
 
-def _fill_in_place(
+def _fillable(
     r: Reader, targets: Optional[Dict[str, torch.Tensor]], only: Optional[Set[str]]
 ) -> Dict[str, str]:
-    """Read every object of ``r`` (of ``only``) whose checkpoint name is a target of
-    the same shape and dtype straight into that target, in threads
-    (``Reader.read_into``); returns {checkpoint name: object name} of those filled.
-    A zTensor file's dense objects only; targets sharing memory (tied weights) are
-    left to ``load_state_dict``, which copies one after the other."""
+    """{checkpoint name: object name} of the objects of ``r`` (of ``only``) that
+    :func:`_fill` may read straight into ``targets``: a target of the same shape and
+    dtype, a raw dense object of a zTensor file.  Raw, because their bounds were
+    checked at open, so the copies cannot fail half-way and leave the model partly
+    loaded; the caller decodes everything else first.  Targets sharing memory (tied
+    weights) are left to ``load_state_dict``, which copies one after the other."""
     if not targets or r.internals.foreign is not None:
         return {}
     chosen: Dict[str, str] = {}
@@ -339,6 +342,8 @@ def _fill_in_place(
         row = dtypes.BY_SPEC.get((comp.type or comp.dtype) if comp is not None else "")
         if (
             obj.format != "dense"
+            or comp is None
+            or comp.encoding != "raw"  # a copy, which cannot fail half-way; zstd can
             or row is None
             or getattr(torch, row.torch or "-", None) != t.dtype
             or tuple(obj.shape) != tuple(t.shape)
@@ -347,9 +352,13 @@ def _fill_in_place(
         ptr = t.data_ptr()
         (shared if ptr in seen else seen).add(ptr)
         chosen[key] = name
-    chosen = {k: n for k, n in chosen.items() if targets[k].data_ptr() not in shared}
-    r.read_into({name: targets[key] for key, name in chosen.items()})
-    return chosen
+    return {k: n for k, n in chosen.items() if targets[k].data_ptr() not in shared}
+
+
+def _fill(r: Reader, targets: Optional[Dict[str, torch.Tensor]], chosen: Dict[str, str]) -> None:
+    """Read the objects :func:`_fillable` chose into their targets, in threads."""
+    if targets and chosen:
+        r.read_into({name: targets[key] for key, name in chosen.items()})
 
 
 # public for ztensor.transformers, which fills a model one shard at a time
