@@ -35,6 +35,7 @@ from ztensor.foreign.names import NameTable
 from ztensor.frameworks.staging import for_device as staging_for
 from ztensor.frameworks.torch_bridge import (
     is_cpu,
+    loads_by_copy,
     numpy_to_torch_plain,
     object_to_torch,
     to_numpy_for_writing,
@@ -287,27 +288,13 @@ def _file_in_parts(filename: Any, device: Any, fill: Dict[str, torch.Tensor]):
 def _fill_targets(model: torch.nn.Module, device: Any) -> Dict[str, torch.Tensor]:
     """The tensors of ``model.state_dict()`` that :func:`load_model` may fill in
     place, skipping ``load_state_dict``'s per-tensor ``copy_``: none unless loading
-    through ``load_state_dict`` would do nothing but copy into them, which holds when
-    the model and every submodule use ``nn.Module``'s own ``load_state_dict``,
-    ``_load_from_state_dict`` and ``state_dict``, with no load or state-dict hooks;
-    then every plain, contiguous CPU tensor (a tensor subclass, a quantized or meta
-    tensor goes the general way).  Filling in place does not bump a parameter's
-    autograd version counter, as ``copy_`` does; loading weights happens outside
-    autograd."""
-    module = torch.nn.Module
-    if not is_cpu(device) or type(model).load_state_dict is not module.load_state_dict:
+    through ``load_state_dict`` would do nothing but copy into them
+    (``torch_bridge.loads_by_copy``); then every plain, contiguous CPU tensor (a
+    tensor subclass, a quantized or meta tensor goes the general way).  Filling in
+    place does not bump a parameter's autograd version counter, as ``copy_`` does;
+    loading weights happens outside autograd."""
+    if not is_cpu(device) or not loads_by_copy(model):
         return {}
-    for m in model.modules():
-        kind = type(m)
-        if (
-            kind._load_from_state_dict is not module._load_from_state_dict
-            or kind.state_dict is not module.state_dict
-            or m._load_state_dict_pre_hooks
-            or m._load_state_dict_post_hooks
-            or m._state_dict_hooks
-            or m._state_dict_pre_hooks
-        ):
-            return {}
     return {
         key: t
         for key, t in model.state_dict().items()
