@@ -415,3 +415,19 @@ def test_tables_fit_a_narrow_terminal(tmp_path, monkeypatch):
     assert cli.main(["ls", str(path)], out=piped) == 0
     assert max(map(len, narrow.getvalue().splitlines())) <= 60
     assert "\u2026" in narrow.getvalue() and long_name in piped.getvalue()
+
+
+def test_ctrl_c_is_one_line_and_status_130(model, monkeypatch, capsys):
+    """An interrupt in any command is `ztensor: interrupted` and the shell's status for
+    SIGINT, never a traceback (the command's own clean-up runs as the exception
+    passes through it)."""
+    from ztensor.tools import cli
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    for command in ("ls", "verify"):
+        monkeypatch.setitem(cli.COMMANDS, command, (interrupted, *cli.COMMANDS[command][1:]))
+        assert main([command, str(model)]) == 130
+        err = capsys.readouterr().err
+        assert err == "ztensor: interrupted\n", err

@@ -844,6 +844,11 @@ def _run(args, out) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback;
+        # convert and every writer have already removed what they had begun
+        sys.stderr.write("ztensor: interrupted\n")
+        return 130
     except (ZTensorError, OSError) as exc:
         if isinstance(exc, ZTensorError):
             text = str(exc)
