@@ -38,7 +38,7 @@ import numpy as np
 from ztensor.container.reader import Reader
 from ztensor.errors import ClosedError, LimitError, UnsupportedError
 from ztensor.io import components, values
-from ztensor.io.source import url_options
+from ztensor.io.source import is_url, network_errors, url_options
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
 from ztensor.sharded import is_checkpoint, open_sharded
@@ -71,12 +71,13 @@ def from_zt(
     or cannot be decoded, ValueError for ``rows``/``chunk_bytes`` below 1."""
     import dask.array as da
 
-    if rows is not None and (not isinstance(rows, int) or rows < 1):
+    if rows is not None and (not _is_count(rows) or rows < 1):
         raise ValueError(f"rows must be at least 1, got {rows!r}")
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+    if not _is_count(chunk_bytes) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
-    options = check_storage_options(os.fspath(source), storage_options)
-    source = _shard_of(os.fspath(source), name, options)
+    source = _path_of(source)
+    options = check_storage_options(source, storage_options)
+    source = _shard_of(source, name, options)
     with safe_open(source, framework="np", storage_options=options) as f:
         piece = f.get_slice(name)  # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
@@ -101,7 +102,7 @@ def from_zt(
 def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, dask.array.Array]:
     """name -> dask array for every dense object of ``source`` (a file, or a
     sharded checkpoint's directory or index)."""
-    source = os.fspath(source)
+    source = _path_of(source)
     options = kwargs.get("storage_options")
     if _is_sharded(source):
         with open_sharded(source, storage_options=options) as s:
@@ -110,6 +111,24 @@ def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, dask.array.Array]:
         with Reader(source, storage_options=options) as r:
             names = [n for n in r.keys() if r.metadata(n).format == "dense"]
     return {n: from_zt(source, n, **kwargs) for n in names}
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is not 1 row
+
+
+def _path_of(source: Any) -> str:
+    """``source`` as the text of a path or URL.  The graph carries it to workers,
+    which open it there: bytes in memory would travel in every task (and a bytes
+    path was read as the file's contents), so both are refused here."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if isinstance(path, str):
+            return path
+    raise TypeError(
+        "from_zt reads a path or URL (str or os.PathLike of str), "
+        f"not {type(source).__name__}: open bytes with ztensor.Reader"
+    )
 
 
 def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
@@ -160,10 +179,6 @@ def _require_readable(reader, meta):
 
 
 # ------------------------------------------------------------------ sharded checkpoints
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
 def _is_sharded(source: str) -> bool:
     return is_checkpoint(source)
 
@@ -200,13 +215,16 @@ def _identity(source: str, storage_options=None):
     stat (a rename gives another inode; a rewrite in place another size or time);
     for a URL what the server says of it, or None where it says nothing beyond the
     size (such a file gets a fresh handle per chunk: nothing shows it unchanged)."""
-    if not _is_url(source):
+    if not is_url(source):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     import fsspec
 
-    fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
-    info = fs.info(inner)
+    # a URL gone or refused since the graph was made says so (404, refused), as a
+    # read of it would: fsspec's bare FileNotFoundError named no status
+    with network_errors(source):
+        fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
+        info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
     return (("size", str(info.get("size"))),) + marks if marks else None
 

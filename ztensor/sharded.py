@@ -160,20 +160,41 @@ def check_shard_name(file: Any, index: Optional[str] = None) -> str:
     (a server decodes ``..%2f`` into a separator, so the name is refused before and
     after percent-decoding alike); NUL and every other control character; the dot
     segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL); a lone
-    surrogate (JSON's ``"\ud800"``: no path or URL can encode it)."""
+    surrogate (JSON's ``"\ud800"``: no path or URL can encode it).
+
+    Each rule holds for the name as given and for its NFKC form, which a server or
+    filesystem that normalises Unicode would see: ``"\uff0e\uff0e"`` (fullwidth
+    dots) and ``"\u2025"`` (two dot leader) become ``..``, ``"\uff0f"`` a ``/``,
+    ``"\uff05"`` a ``%``.  A name of dots and spaces alone (``...``, ``.. ``) is
+    refused too: Windows drops trailing dots and spaces, so it is a dot segment
+    there."""
     if not isinstance(file, str) or not file:
         raise FormatError(f"shard name {_show(file)} is not a file name", path=index)
-    bad = next(
-        (c for c in file if c in _NOT_IN_SHARD_NAMES or unicodedata.category(c) in ("Cc", "Cs")),
-        None,
-    )
-    if bad is not None:
-        raise FormatError(
-            f"shard {_show(file)} is not a file beside the index: it holds {bad!r}", path=index
+    for form in dict.fromkeys((file, _nfkc(file))):  # the name, then what it may become
+        bad = next(
+            (
+                c
+                for c in form
+                if c in _NOT_IN_SHARD_NAMES or unicodedata.category(c) in ("Cc", "Cs")
+            ),
+            None,
         )
-    if file in (".", ".."):
-        raise FormatError(f"shard {_show(file)} is not a file beside the index", path=index)
+        if bad is not None:
+            how = "" if form == file else f" once normalised ({_show(form)})"
+            raise FormatError(
+                f"shard {_show(file)} is not a file beside the index: it holds {bad!r}{how}",
+                path=index,
+            )
+        if not form.strip(". "):
+            raise FormatError(f"shard {_show(file)} is not a file beside the index", path=index)
     return file
+
+
+def _nfkc(text: str) -> str:
+    try:
+        return unicodedata.normalize("NFKC", text)
+    except UnicodeError:  # a lone surrogate: refused as a character above
+        return text
 
 
 _NOT_IN_SHARD_NAMES = frozenset("/\\%:")
@@ -309,11 +330,18 @@ class ShardedReader:
         index places there: the one place a shard is opened for reading."""
         try:
             reader = Reader(self._shard(file), storage_options=self._options, **reader_options)
+        except IsADirectoryError:  # NotAFileError too: its advice is for a checkpoint
+            raise FormatError(
+                f"the index names shard {_show(file)}, which is a directory",
+                path=self.path,
+                obj=name,
+            ) from None
         except ZTensorError:
             raise  # says what is wrong, and where
         except OSError as exc:  # the index names a shard that is not there
             raise FormatError(
-                f"the index names shard {file!r}, which cannot be opened: {exc.strerror or exc}",
+                f"the index names shard {_show(file)}, which cannot be opened: "
+                f"{exc.strerror or exc}",
                 path=self.path,
                 obj=name,
             ) from None
@@ -321,7 +349,8 @@ class ShardedReader:
         if missing:
             reader.close()
             raise FormatError(
-                f"the index names {missing[0]!r} in {file}, which does not hold it", path=self.path
+                f"the index names {_show(missing[0])} in {_show(file)}, which does not hold it",
+                path=self.path,
             )
         # a tensor the index places nowhere, or in another shard, would be dropped
         # without a word: the index and its shards disagree
@@ -474,7 +503,8 @@ class ShardedReader:
                     for name in self._missing(file, r):
                         problem(
                             FormatError(
-                                f"the index names this tensor in {file}, which does not hold it",
+                                f"the index names this tensor in {_show(file)}, which does "
+                                "not hold it",
                                 path=self.path,
                                 obj=name,
                             )
@@ -487,7 +517,7 @@ class ShardedReader:
             except (ZTensorError, OSError) as exc:
                 if not isinstance(exc, ZTensorError):  # a missing or unreadable shard
                     exc = FormatError(
-                        f"cannot open shard {file}: {exc.strerror or exc}", path=self.path
+                        f"cannot open shard {_show(file)}: {exc.strerror or exc}", path=self.path
                     )
                 problem(exc)
             done += sizes[file]

@@ -555,10 +555,42 @@ def open_url(url, storage_options=None):
         # keywords are options of the filesystem: s3fs took cache_type there and
         # ignored it, and read whole blocks
         fs, inner = fsspec.core.url_to_fs(url, **options)
+        pinned = _pinned_version(fs, inner) if _is_http(url) else {}
         try:
-            return fs.open(inner, "rb", cache_type="none")
+            return fs.open(inner, "rb", cache_type="none", **pinned)
         except TypeError:  # a filesystem whose files take no cache_type
             return fs.open(inner, "rb")
+
+
+def _is_http(url):
+    return url.lower().startswith(("http://", "https://"))
+
+
+def _pinned_version(fs, inner):
+    """Open arguments that hold every range request of an HTTP(S) file to the version
+    of the file its first answer (HEAD) described: ``If-Match`` its strong ETag, else
+    ``If-Unmodified-Since`` its Last-Modified.  A file replaced on the server between
+    two reads is then a 412 (:func:`_status_error`: "changed while it was read"),
+    never a manifest of one version read with the bytes of another.  A weak ETag
+    never matches (If-Match compares strongly), so it pins nothing; a server that
+    names no version cannot be held to one.  Nor can a URL that redirects: the
+    version described is the last host's, and the first host (a hub's resolver)
+    may judge the condition against a version of its own.  The HEAD's size is
+    handed on, so the open asks no second time."""
+    info = fs.info(inner)
+    etag = str(info.get("ETag") or "")
+    if str(info.get("url", inner)) != inner:
+        pin = {}
+    elif etag and not etag.startswith("W/"):
+        pin = {"If-Match": etag}
+    elif info.get("Last-Modified"):
+        pin = {"If-Unmodified-Since": str(info["Last-Modified"])}
+    else:
+        pin = {}
+    # the filesystem's own request headers (storage_options' "headers") are kept:
+    # headers given to open replace them
+    headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
+    return {"size": info.get("size"), "headers": headers}
 
 
 def url_options(url, storage_options=None):
@@ -568,7 +600,7 @@ def url_options(url, storage_options=None):
     timeout are kept; the checked response class and the identity encoding are not
     the caller's to drop."""
     options = dict(storage_options or {})
-    if not url.lower().startswith(("http://", "https://")):
+    if not _is_http(url):
         return options
     try:
         import aiohttp
@@ -749,6 +781,9 @@ def _network_error(url, exc):
     for item in seen:
         if isinstance(item, ZTensorError):
             return item
+        if aiohttp is not None and isinstance(item, aiohttp.TooManyRedirects):
+            # a ClientResponseError of status 0: "HTTP 0 error" said nothing
+            return NetworkError(f"too many redirects ({len(item.history)})", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientResponseError):
             return _status_error(url, item.status, item.message)
         if isinstance(item, (asyncio.TimeoutError, TimeoutError)) or (
@@ -799,6 +834,8 @@ def _status_error(url, status, message):
         return NetworkNotFoundError(text, path=url, errno=errno.ENOENT)
     if status in (401, 403):
         return NetworkPermissionError(text, path=url, errno=errno.EACCES)
+    if status == 412:  # the version open_url pinned (_pinned_version) is gone
+        return FormatError(f"the file changed on the server while it was read ({text})", path=url)
     return NetworkError(text, path=url)
 
 
