@@ -352,26 +352,27 @@ class ShardedReader:
                 f"the index names {_show(missing[0])} in {_show(file)}, which does not hold it",
                 path=self.path,
             )
-        # a tensor the index places nowhere, or in another shard, would be dropped
-        # without a word: the index and its shards disagree
-        extra = next(
-            (
-                n
-                for n in reader.keys()
-                if self._map.get(n) != file and not (unlisted_ok and n not in self._map)
-            ),
-            None,
-        )
+        extra = next(self._misplaced(file, reader, unlisted_ok), None)
         if extra is not None:
             reader.close()
-            elsewhere = self._map.get(extra)
-            raise FormatError(
-                f"shard {file} holds {extra!r}, which the index "
+            raise extra
+        return reader
+
+    def _misplaced(self, file: str, reader: Reader, unlisted_ok: bool = False):
+        """A FormatError for each tensor shard ``file`` holds that the index places
+        in another shard or (unless ``unlisted_ok``) does not list: it would be
+        dropped without a word, the index and its shards disagree.  The one rule:
+        _open_checked (every read of a shard) refuses the first, verify reports all."""
+        for n in reader.keys():
+            elsewhere = self._map.get(n)
+            if elsewhere == file or (unlisted_ok and elsewhere is None):
+                continue
+            yield FormatError(
+                f"shard {file} holds {n!r}, which the index "
                 + (f"places in {elsewhere}" if elsewhere else "does not list"),
                 path=self.path,
-                obj=extra,
+                obj=n,
             )
-        return reader
 
     # shard by shard, for callers that load or convert one shard at a time
     def files(self) -> List[str]:
@@ -509,6 +510,8 @@ class ShardedReader:
                                 obj=name,
                             )
                         )
+                    for exc in self._misplaced(file, r):  # what every read of it refuses
+                        problem(exc)
 
                     def shard_progress(d, t, base=done):  # this shard's bytes after base
                         progress(base + d, total)

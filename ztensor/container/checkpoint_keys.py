@@ -59,7 +59,10 @@ def array(
 
 
 def _scale_dtype(obj) -> Any:
-    scales = np.asarray(obj.components["scales"])
+    scales = obj.components.get("scales")
+    if scales is None:  # an object in another convention: dequantize says why not
+        return np.float16
+    scales = np.asarray(scales)
     if scales.dtype == np.uint16 or scales.dtype.name == "bfloat16":
         return "bfloat16"
     return np.float32 if scales.dtype == np.float32 else np.float16

@@ -432,7 +432,10 @@ class Reader:
 
     def _read_converted(self, name, dtype):
         obj = self.metadata(name)
-        comp = obj.components.get("data") if obj.format == "dense" else None
+        # the C decoders read a zTensor component's stored bits; another format's
+        # tensors (no Source) convert from read_numpy's values like every other dtype
+        zt = obj.format == "dense" and self._foreign is None
+        comp = obj.components.get("data") if zt else None
         if comp is not None and dtype in (np.float32, np.float16):
             raw = self._component(obj, comp, False)
             if comp.dtype == "u8" and comp.type in dtypes.FP8_TYPES:
@@ -463,6 +466,11 @@ class Reader:
         if self._foreign is not None:
             self._require_open()
             t = self._foreign.entries[name].load()
+            if t.format != "dense":
+                # the format's own rules, as for zTensor objects below: a GGUF tensor
+                # is gguf_blocks, and what dequantize refuses (blocks that cannot hold
+                # its shape) every read refuses, so verify reports it too
+                formats.handler(t.format).assemble(obj, t.components, path=self.path)
             if copy:
                 t = Tensor(
                     {r: np.array(a) for r, a in t.components.items()},

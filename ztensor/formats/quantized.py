@@ -149,11 +149,14 @@ class _Layout:
     @classmethod
     def from_tensor(cls, t, where=None):
         where = where or {}
+        # the attribute rule first: an object in another convention is that
+        # convention's to shape (UnsupportedError, read as stored), so a FormatError
+        # here is one every read (validate) gives too, and verify reports
+        bits, group_size = check_attributes(t.shape, t.attributes, **where)
         if len(t.shape) != 2:
             raise FormatError(
                 f"quantized_group needs a 2-D shape [N, K], got {list(t.shape)}", **where
             )
-        bits, group_size = check_attributes(t.shape, t.attributes, **where)
         return cls(t.shape[0], t.shape[1], bits, group_size, where)
 
     def shaped(self, role, arr):
@@ -321,10 +324,10 @@ def _from_tensor(t, where=None) -> _Inputs:
     where = where or {}
     if t.format != "quantized_group":
         raise FormatError(f"dequantize needs a quantized_group object, got {t.format!r}", **where)
+    layout = _Layout.from_tensor(t, where)  # the attributes first, as validate checks them
     for role in ("packed_weight", "scales"):
         if role not in t.components:
             raise FormatError(f"quantized_group object has no {role!r} component", **where)
-    layout = _Layout.from_tensor(t, where)
     comps = t.components
     qweight = _int32_words(
         layout.shaped("packed_weight", np.asarray(comps["packed_weight"])), "packed_weight", where

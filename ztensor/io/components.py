@@ -132,13 +132,15 @@ def copy_array(arr: np.ndarray) -> np.ndarray:
 
 
 def to_native(arr: np.ndarray) -> np.ndarray:
-    """An owned, native-byte-order copy of a 1-D array (C byte swap when needed)."""
+    """An owned, native-byte-order copy of an array of any shape (C byte swap when
+    needed).  The swap kernel takes flat bytes: an object's data reaches here in its
+    shape (a v0.1 big-endian matrix read as a torch tensor)."""
     if arr.dtype.isnative or arr.dtype.itemsize == 1:
         return copy_array(arr)
     native = arr.dtype.newbyteorder("=")
     out = np.empty(arr.shape, native)
     width = native.itemsize // 2 if native.kind == "c" else native.itemsize
-    kernels.bswap(arr.view(np.uint8), out.view(np.uint8), width)
+    kernels.bswap(arr.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), width)
     return out
 
 
