@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 import torch
 
 from ztensor import _save, dtypes, sharded
-from ztensor.container import checkpoint_keys as checkpoint
+from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
 from ztensor.errors import FormatError
@@ -251,30 +251,32 @@ def _shard_by_shard(
     copy: bool,
     dequantize: bool,
     threads: Optional[int],
-    fill: Optional[Dict[str, torch.Tensor]] = None,
+    fill: Optional["_Targets"] = None,
 ):
     """(shard file, name -> tensor, names filled in place) for each shard of a
     checkpoint in turn, each as :func:`load_file` loads one file, restricted to the
     tensors the index places there.  A checkpoint name given by two shards is refused
-    (a GPTQ object's ``x.qweight`` in one, a plain ``x.qweight`` in another).  With
-    ``fill`` (:func:`_fill_targets`), what :func:`_fillable` chooses is read straight
-    into those tensors, after the rest is loaded, and left out of the returned ones."""
+    (a GPTQ object's ``x.qweight`` in one, a plain ``x.qweight`` in another), before
+    that shard changes anything.  With ``fill`` (:func:`_fill_targets`), what
+    :func:`_fillable` chooses is read straight into those tensors, after the rest is
+    loaded, and left out of the returned ones."""
     with open_sharded(checkpoint) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
             with ckpt.open_shard(file, copy_on_write=True) as r:
                 only = set(ckpt.names_in(file))
+                for key, (name, _) in checkpoint_keys.entries(r, dequantize).items():
+                    if name in only:
+                        taken.claim(key, f"{key} in {file}")
                 filled = _fillable(r, fill, only) if fill else {}
                 rest = only - set(filled.values())
                 part = _load_reader(r, device, copy, dequantize, threads, rest) if rest else {}
                 _fill(r, fill, filled)  # after the rest decoded: a refusal changes nothing
-            for key in (*part, *filled):
-                taken.claim(key, f"{key} in {file}")
             yield file, part, set(filled)
             del part  # a suspended generator must not keep this shard mapped
 
 
-def _file_in_parts(filename: Any, device: Any, fill: Dict[str, torch.Tensor]):
+def _file_in_parts(filename: Any, device: Any, fill: Optional["_Targets"]):
     """One file as :func:`_shard_by_shard` gives a shard: (file, tensors, filled)."""
     with Reader(filename, copy_on_write=True) as r:
         filled = _fillable(r, fill, None)
@@ -285,44 +287,101 @@ def _file_in_parts(filename: Any, device: Any, fill: Dict[str, torch.Tensor]):
     del part
 
 
-def _fill_targets(model: torch.nn.Module, device: Any) -> Dict[str, torch.Tensor]:
+class _Targets(NamedTuple):
+    """What :func:`load_model` may fill in place (:func:`_fill_targets`)."""
+
+    #: state-dict name -> a plain, contiguous CPU tensor whose memory holds its elements
+    tensors: Dict[str, torch.Tensor]
+    #: state-dict name -> every state-dict name whose memory overlaps it (itself
+    #: included), for the tensors that share memory with another (tied weights, views)
+    overlapping: Dict[str, FrozenSet[str]]
+
+
+def _fill_targets(model: torch.nn.Module, device: Any) -> Optional[_Targets]:
     """The tensors of ``model.state_dict()`` that :func:`load_model` may fill in
     place, skipping ``load_state_dict``'s per-tensor ``copy_``: none unless loading
     through ``load_state_dict`` would do nothing but copy into them
-    (``torch_bridge.loads_by_copy``); then every plain, contiguous CPU tensor (a
-    tensor subclass, a quantized or meta tensor goes the general way).  Filling in
-    place does not bump a parameter's autograd version counter, as ``copy_`` does;
-    loading weights happens outside autograd."""
+    (``torch_bridge.loads_by_copy``); then every plain, contiguous CPU tensor whose
+    memory holds exactly the elements it shows (a tensor subclass, a quantized,
+    meta, conjugate or negative view, or an inference tensor, which torch refuses to
+    change in place, goes the general way).  Filling in place does not bump a
+    parameter's autograd version counter, as ``copy_`` does; loading weights
+    happens outside autograd."""
     if not is_cpu(device) or not loads_by_copy(model):
-        return {}
-    return {
+        return None
+    state = model.state_dict()
+    tensors = {
         key: t
-        for key, t in model.state_dict().items()
+        for key, t in state.items()
         if type(t) is torch.Tensor
         and t.device.type == "cpu"
         and t.layout == torch.strided
         and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and not t.is_inference()
         and t.is_contiguous()
     }
+    return _Targets(tensors, _overlapping(state)) if tensors else None
 
 
-def _fillable(
-    r: Reader, targets: Optional[Dict[str, torch.Tensor]], only: Optional[Set[str]]
-) -> Dict[str, str]:
+def _overlapping(state: Dict[str, torch.Tensor]) -> Dict[str, FrozenSet[str]]:
+    """name -> the names whose bytes overlap its own (itself included), for every
+    tensor of ``state`` that overlaps another: tied weights, and views of one
+    storage at offsets that overlap.  Any strides (a transposed buffer over a
+    parameter counts); disjoint views of one storage do not overlap."""
+    spans = []
+    for key, t in state.items():
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or not t.nelement():
+            continue
+        ptr = storage_ptr(t)
+        if not ptr:
+            continue
+        start = t.data_ptr()
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        spans.append(
+            (t.device, ptr, start, start + last * t.element_size() + t.element_size(), key)
+        )
+    spans.sort(key=lambda s: (str(s[0]), s[1], s[2]))
+    out: Dict[str, FrozenSet[str]] = {}
+    group: List[str] = []
+    where: Any = None
+    end = 0
+    for device, ptr, start, stop, key in spans + [(None, 0, 0, 0, "")]:
+        if group and (device, ptr) == where and start < end:
+            group.append(key)
+            end = max(end, stop)
+            continue
+        if len(group) > 1:
+            members = frozenset(group)
+            out.update(dict.fromkeys(group, members))
+        group, where, end = [key], (device, ptr), stop
+    return out
+
+
+def _fillable(r: Reader, targets: Optional[_Targets], only: Optional[Set[str]]) -> Dict[str, str]:
     """{checkpoint name: object name} of the objects of ``r`` (of ``only``) that
     :func:`_fill` may read straight into ``targets``: a target of the same shape and
     dtype, a raw dense object of a zTensor file.  Raw, because their bounds were
     checked at open, so the copies cannot fail half-way and leave the model partly
-    loaded; the caller decodes everything else first.  Targets sharing memory (tied
-    weights) are left to ``load_state_dict``, which copies one after the other."""
+    loaded; the caller decodes everything else first, and :func:`_fill` reads every
+    chosen one (its checks, no copy) before writing any.  A target whose memory
+    overlaps another that this file also gives (both names of a tied weight) is
+    left to ``load_state_dict``, which copies one after the other in the model's
+    order, as safetensors' load_model does."""
     if not targets or r.internals.foreign is not None:
         return {}
+    entries = {
+        key: entry
+        for key, entry in checkpoint_keys.entries(r, False).items()
+        if only is None or entry[0] in only
+    }
     chosen: Dict[str, str] = {}
-    seen: Set[int] = set()
-    shared: Set[int] = set()
-    for key, (name, role) in checkpoint.entries(r, False).items():
-        t = targets.get(key)
-        if t is None or role is not None or (only is not None and name not in only):
+    for key, (name, role) in entries.items():
+        t = targets.tensors.get(key)
+        if t is None or role is not None:
+            continue
+        if any(other != key and other in entries for other in targets.overlapping.get(key, ())):
             continue
         obj = r.metadata(name)
         comp = obj.components.get("data")
@@ -336,16 +395,19 @@ def _fillable(
             or tuple(obj.shape) != tuple(t.shape)
         ):
             continue
-        ptr = t.data_ptr()
-        (shared if ptr in seen else seen).add(ptr)
         chosen[key] = name
-    return {k: n for k, n in chosen.items() if targets[k].data_ptr() not in shared}
+    return chosen
 
 
-def _fill(r: Reader, targets: Optional[Dict[str, torch.Tensor]], chosen: Dict[str, str]) -> None:
-    """Read the objects :func:`_fillable` chose into their targets, in threads."""
+def _fill(r: Reader, targets: Optional[_Targets], chosen: Dict[str, str]) -> None:
+    """Read the objects :func:`_fillable` chose into their targets, in threads.
+    Each is read first as every read path reads it (views: no copy), so a rule the
+    read path enforces (a v2 part in another file, a v2 bool byte other than 0
+    or 1) refuses the file before any target is written."""
     if targets and chosen:
-        r.read_into({name: targets[key] for key, name in chosen.items()})
+        for name in chosen.values():
+            r.read(name)
+        r.read_into({name: targets.tensors[key] for key, name in chosen.items()})
 
 
 # public for ztensor.transformers, which fills a model one shard at a time
@@ -363,7 +425,7 @@ def _load_reader(
     """load_file's work on one open Reader (``only``: these objects, else all)."""
     out = {}
     on_cpu = is_cpu(device)
-    entries = checkpoint.entries(r, dequantize)
+    entries = checkpoint_keys.entries(r, dequantize)
     if only is not None:
         entries = {key: entry for key, entry in entries.items() if entry[0] in only}
     owned = {}
@@ -397,7 +459,7 @@ def _load_reader(
         elif role is None and format_of(name) == "dense":
             out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
         else:
-            arr = checkpoint.array(r, name, role, dtype=np.float16 if role is None else None)
+            arr = checkpoint_keys.array(r, name, role, dtype=np.float16 if role is None else None)
             out[key] = numpy_to_torch_plain(arr, device, sync=False)
     if not on_cpu:
         staging.sync()  # every tensor complete, as after tensor.to(device)
@@ -488,7 +550,17 @@ def load_model(
     is a RuntimeError.  ``filename`` may be a sharded checkpoint's directory or index:
     it is loaded shard by shard, each shard's zero-copy views copied into the model
     and released before the next shard is mapped, so memory peaks at the model plus
-    one shard, never two copies of the model."""
+    one shard, never two copies of the model.
+
+    A refusal (a corrupt file, a name two shards give) leaves the model as it
+    was for a single file: everything is decoded and checked before anything is
+    written into it.  In a sharded checkpoint the shards before the one refused
+    stay loaded; the refused shard changes nothing.  Memory shared by the model's
+    tensors in a way :func:`_remove_duplicate_names` cannot resolve is refused
+    before anything is read, as safetensors refuses it."""
+    # safetensors' load_model finds the names to remove before it loads: the same
+    # refusal (a shared group with no tensor covering its memory) comes first here
+    _remove_duplicate_names(model.state_dict())
     fill = _fill_targets(model, device)
     names: Set[str] = set()
     missing: Optional[Set[str]] = None

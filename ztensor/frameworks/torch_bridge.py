@@ -31,6 +31,10 @@ _HOOK_REGISTRIES = (
     "_state_dict_pre_hooks",
 )
 
+# nn.Module's methods that load_state_dict and state_dict call on each module,
+# besides _load_from_state_dict: a module overriding one loads more than copies
+_OWN_METHODS = ("state_dict", "get_extra_state", "set_extra_state")
+
 # logical types whose elements come as a numpy dtype torch has (v2's bool as np.bool_)
 _NUMPY_TYPES = ("complex64", "complex128", "bool")
 
@@ -79,8 +83,9 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
 def loads_by_copy(model) -> bool:
     """Whether ``model.load_state_dict`` does nothing but copy each tensor into the
     one of ``model.state_dict()`` under its name: the model and every submodule use
-    nn.Module's own ``load_state_dict``, ``_load_from_state_dict`` and
-    ``state_dict``, and none has a state-dict hook.  A torch whose modules lack one
+    nn.Module's own ``load_state_dict``, ``_load_from_state_dict``, ``state_dict``
+    and extra-state methods (``set_extra_state`` is called with what the file
+    holds, never filled), and none has a state-dict hook.  A torch whose modules lack one
     of the registries this knows says no (the caller takes load_state_dict)."""
     base = torch.nn.Module
     if type(model).load_state_dict is not base.load_state_dict:
@@ -88,8 +93,8 @@ def loads_by_copy(model) -> bool:
     own_load = getattr(base, "_load_from_state_dict", None)
     for m in model.modules():
         kind = type(m)
-        if getattr(kind, "_load_from_state_dict", None) is not own_load or (
-            kind.state_dict is not base.state_dict
+        if getattr(kind, "_load_from_state_dict", None) is not own_load or any(
+            getattr(kind, method) is not getattr(base, method) for method in _OWN_METHODS
         ):
             return False
         if any(getattr(m, registry, True) for registry in _HOOK_REGISTRIES):
