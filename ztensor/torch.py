@@ -552,12 +552,13 @@ def load_model(
     and released before the next shard is mapped, so memory peaks at the model plus
     one shard, never two copies of the model.
 
-    A refusal (a corrupt file, a name two shards give) leaves the model as it
-    was for a single file: everything is decoded and checked before anything is
+    A ZTensorError (a corrupt file, a name two shards give) leaves the model as
+    it was for a single file: everything is decoded and checked before anything is
     written into it.  In a sharded checkpoint the shards before the one refused
     stay loaded; the refused shard changes nothing.  Memory shared by the model's
     tensors in a way :func:`_remove_duplicate_names` cannot resolve is refused
-    before anything is read, as safetensors refuses it."""
+    before anything is read, as safetensors refuses it; ``load_state_dict``'s own
+    RuntimeError (a size mismatch) leaves what it copied, as with safetensors."""
     # safetensors' load_model finds the names to remove before it loads: the same
     # refusal (a shared group with no tensor covering its memory) comes first here
     _remove_duplicate_names(model.state_dict())

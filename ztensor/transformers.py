@@ -37,7 +37,13 @@ import transformers
 
 from ztensor import _save, sharded
 from ztensor.container.reader import Reader
-from ztensor.errors import FormatError, ObjectNotFoundError, UnsupportedError, ZTensorError
+from ztensor.errors import (
+    FormatError,
+    LimitError,
+    ObjectNotFoundError,
+    UnsupportedError,
+    ZTensorError,
+)
 from ztensor.io.source import is_url, network_errors, open_local_input, open_url
 from ztensor.sharded import save_sharded
 from ztensor.torch import find_shared_tensors, load_file, remove_duplicate_names, shard_by_shard
@@ -87,18 +93,27 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     if dtype is None:
         dtype = torch_dtype
 
-    config_dict = _read_json(_beside(folder, CONFIG_NAME), what="config")
+    config_path = _beside(folder, CONFIG_NAME)
+    config_dict = _read_json(config_path, what="config")
     if config_dict is None:
         raise FormatError(
             f"no {CONFIG_NAME} beside the weights: a transformers model is built from it",
-            path=_beside(folder, CONFIG_NAME),
+            path=config_path,
         )
     config_class = _config_class(cls, config_dict, source)
-    config, model_kwargs = config_class.from_dict(config_dict, return_unused_kwargs=True, **kwargs)
-    resolved = _resolve_dtype(dtype, config, checkpoint)
+    with _config_refusals(config_path, "transformers refuses the config"):
+        config, model_kwargs = config_class.from_dict(
+            config_dict, return_unused_kwargs=True, **kwargs
+        )
+    resolved = _resolve_dtype(dtype, config, checkpoint, config_path)
 
-    with _parameters_on_meta():
-        model = _build(cls, config, resolved, model_kwargs)
+    # every parameter the model registers is filled from a tensor of the checkpoint:
+    # a config declaring many more (10**9 layers) is refused while it is built,
+    # after work that follows the checkpoint, not the count the config declares
+    most = 2 * _checkpoint_count(checkpoint) + 1024
+    with _config_refusals(config_path, "the model this config declares cannot be built"):
+        with _parameters_on_meta(most, config_path):
+            model = _build(cls, config, resolved, model_kwargs)
     model.config.name_or_path = source
     _load_weights(model, checkpoint, resolved, cls)
 
@@ -165,18 +180,52 @@ def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:
     return mapping[model_type]
 
 
-def _resolve_dtype(dtype: Any, config: Any, checkpoint: str) -> torch.dtype:
+def _resolve_dtype(dtype: Any, config: Any, checkpoint: str, config_path: str) -> torch.dtype:
     """transformers 5's rule: None or "auto" -> the config's dtype, else the
-    checkpoint's first floating dtype, else torch's default; a name -> that dtype."""
-    if dtype is None or dtype == "auto":
+    checkpoint's first floating dtype, else torch's default; a name -> that dtype.
+    A caller's dtype that is none is a ValueError; the config's, a FormatError
+    naming it."""
+    from_config = dtype is None or dtype == "auto"
+    if from_config:
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         if dtype is None:
             dtype = _checkpoint_float_dtype(checkpoint) or torch.get_default_dtype()
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        if from_config:
+            raise FormatError(f"dtype {dtype!r} is not a floating torch dtype", path=config_path)
         raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', not {dtype!r}")
     return dtype
+
+
+def _checkpoint_count(checkpoint: str) -> int:
+    """How many tensors the checkpoint holds (its index's names, or one file's)."""
+    opened = (
+        sharded.open_sharded(checkpoint)
+        if sharded.is_checkpoint(checkpoint)
+        else Reader(checkpoint)
+    )
+    with opened as r:
+        return len(r.keys())
+
+
+@contextlib.contextmanager
+def _config_refusals(config_path: str, what: str) -> Iterator[None]:
+    """transformers' and torch's refusals of what a config declares (a dtype torch
+    lacks, a negative size, a field of the wrong type, a tensor larger than memory)
+    as a ZTensorError naming the config: a FormatError, or a LimitError where
+    memory ran out (torch's CPU allocator says so in a RuntimeError)."""
+    try:
+        yield
+    except ZTensorError:
+        raise
+    except MemoryError as exc:
+        raise LimitError(f"{what}: out of memory", path=config_path) from exc
+    except Exception as exc:  # any class: transformers' validators raise their own
+        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):
+            raise LimitError(f"{what}: out of memory: {exc}", path=config_path) from exc
+        raise FormatError(f"{what}: {type(exc).__name__}: {exc}", path=config_path) from exc
 
 
 def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
@@ -205,7 +254,7 @@ def _build(cls: Any, config: Any, dtype: torch.dtype, model_kwargs: Dict[str, An
 
 
 @contextlib.contextmanager
-def _parameters_on_meta() -> Iterator[None]:
+def _parameters_on_meta(most: int, config_path: str) -> Iterator[None]:
     """Every parameter registered while the model is built goes to the ``meta``
     device (shape and dtype, no memory), so the weights are never allocated before
     the checkpoint's are: the largest allocation of the build is one uninitialised
@@ -213,10 +262,20 @@ def _parameters_on_meta() -> Iterator[None]:
     frequencies) are computed in ``__init__``, not stored in the checkpoint.  A
     parameter already on meta is registered as it is, so weights the model ties
     while it is built stay one object.  The patch is global while it lasts: build no
-    other module in another thread meanwhile."""
+    other module in another thread meanwhile.  More than ``most`` registrations
+    are a LimitError naming ``config_path``."""
     original = torch.nn.Module.register_parameter
+    count = 0
 
     def register(module, name, param):
+        nonlocal count
+        count += 1
+        if count > most:
+            raise LimitError(
+                f"the config declares a model of more than {most} parameters, "
+                "many more than the checkpoint holds",
+                path=config_path,
+            )
         if param is not None and param.device.type != "meta":
             param = torch.nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
         original(module, name, param)

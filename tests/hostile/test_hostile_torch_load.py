@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -291,3 +293,65 @@ def test_a_name_two_shards_give_is_refused_before_that_shard_changes_the_model(t
     with pytest.raises(ztensor.ZTensorError, match="x.qweight"):
         zt.load_model(model, folder, strict=False)
     assert model.y.detach().tolist() == [0] * 8
+
+
+# ------------------------------------------------------------------ transformers
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    """A tiny Llama saved by save_pretrained (no download: built from its config)."""
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128, max_position_embeddings=64,
+        tie_word_embeddings=False))
+    folder = tmp_path_factory.mktemp("llama") / "zt"
+    ztf.save_pretrained(model, folder)
+    return folder
+
+
+def _with_config(folder, tmp_path, **changes):
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config.update(changes)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize("changes, error", [
+    ({"vocab_size": -5}, ztensor.FormatError),                       # torch: negative dimension
+    ({"hidden_size": -32}, ztensor.FormatError),
+    ({"num_hidden_layers": "2"}, ztensor.FormatError),               # hub's validator
+    ({"dtype": "float128", "torch_dtype": "float128"}, ztensor.FormatError),  # AttributeError
+    ({"dtype": "__class__"}, ztensor.FormatError),                   # IndexError
+    ({"dtype": [1]}, ztensor.FormatError),
+    ({"dtype": "int8"}, ztensor.FormatError),                        # was a ValueError
+    ({"rope_scaling": {"rope_type": "nonesuch"}}, ztensor.FormatError),  # KeyError
+    ({"num_hidden_layers": 10 ** 9}, ztensor.LimitError),            # built for ever
+])
+def test_a_hostile_config_is_a_ztensor_error_naming_it(llama_folder, tmp_path, changes, error):
+    """What config.json declares reached transformers and torch unchecked: their
+    refusals came out as AttributeError, IndexError, KeyError, RuntimeError or
+    huggingface_hub's validation error, and 10**9 layers were built one by one
+    (on meta, so for hours).  Each is now a ZTensorError naming config.json; the
+    layer count is refused once the model registers far more parameters than the
+    checkpoint holds."""
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    folder = _with_config(llama_folder, tmp_path, **changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' own notes on the odd values
+        with pytest.raises(error) as info:
+            ztf.from_pretrained(transformers.AutoModelForCausalLM, str(folder))
+    assert info.value.path.endswith("config.json")
+
+
+def test_a_caller_dtype_that_is_not_floating_stays_a_value_error(llama_folder):
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    with pytest.raises(ValueError, match="floating") as info:
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, str(llama_folder), dtype="int8")
+    assert not isinstance(info.value, ztensor.ZTensorError)
+
