@@ -9,7 +9,8 @@ copies run in ``threads`` threads with the GIL released: copying into fresh page
 is bound by page faults, which proceed in parallel.  Unmapped sources (URLs, file
 objects, ``mmap=False``) fetch every planned range at once: neighbours coalesced,
 fetches concurrent (Source.read_ranges).  Everything else (zstd, logical types, byte
-swaps, ``verify=True``) takes the per-object path.
+swaps, bool, whose bytes io/values.check_bools checks, ``verify=True``) takes the
+per-object path.
 """
 
 from __future__ import annotations

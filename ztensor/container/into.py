@@ -15,7 +15,7 @@ from typing import Any, Callable, Tuple
 import numpy as np
 
 from ztensor import dtypes, kernels
-from ztensor.errors import UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError
 from ztensor.frameworks import staging, torch_bridge
 from ztensor.io import components
 from ztensor.io import values as logical
@@ -81,10 +81,16 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
             out=raw,
             **where,
         )
-        # the element rules (a v2 bool byte is 0 or 1), as on every other path
-        logical.as_elements(
-            raw.view(components.storage_dtype(comp)), comp.dtype, comp.type, **where
-        )
+        # the element rules (a bool byte is 0 or 1), as on every other path
+        try:
+            logical.as_elements(
+                raw.view(components.storage_dtype(comp)), comp.dtype, comp.type, **where
+            )
+        except FormatError:
+            # the caller's memory was filled with the refused bytes: a torch bool
+            # tensor holding 0x02 misbehaves as a numpy one does, so it is cleared
+            raw.fill(0)
+            raise
         width = dtypes.swap_width(target.dtype)  # 0 on little-endian hosts
         if width:  # little-endian bytes -> native order, in place
             kernels.bswap(raw, raw, width)

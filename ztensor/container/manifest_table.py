@@ -143,11 +143,12 @@ def _shape_list(starts, ranks, dims):
 
 
 # dtype index -> numpy dtype of a plain view (None: never one: bf16, v1.1 aliases of
-# logical types, and multi-byte types on big-endian hosts, which need a swap)
+# logical types, multi-byte types on big-endian hosts, which need a swap, and bool,
+# whose bytes must be checked on the way out: formats/dense.py view_plan)
 _VIEW_DTYPES = [
     dtypes.STORAGE[w].numpy
     if w in dtypes.STORAGE
-    and w != "bf16"
+    and w not in ("bf16", "bool")
     and (dtypes.STORAGE[w].numpy.isnative or dtypes.STORAGE[w].itemsize == 1)
     else None
     for w in DTYPE_WORDS
@@ -402,8 +403,8 @@ class TableSpecs:
     def plain_views(self, rows, shapes=True):
         """For object rows: (numpy storage dtypes, offsets, byte counts, shapes) of the
         plain raw views among them, and the mask of which rows those are.  Column form
-        of formats/dense.py's view_plan (dense, raw, no logical type, not bf16, bytes
-        already in host order); a test holds the two to the same answers."""
+        of formats/dense.py's view_plan (dense, raw, no logical type, not bf16 or bool,
+        bytes already in host order); a test holds the two to the same answers."""
         comp_rows = self._plain_rows()[rows]
         mask = comp_rows >= 0
         chosen = self.comps[:, comp_rows[mask]]

@@ -465,7 +465,7 @@ class Reader:
         obj = self.metadata(name)
         if self._foreign is not None:
             self._require_open()
-            t = self._foreign.entries[name].load()
+            t = _clean_foreign_bools(obj, self._foreign.entries[name].load())
             if t.format != "dense":
                 # the format's own rules, as for zTensor objects below: a GGUF tensor
                 # is gguf_blocks, and what dequantize refuses (blocks that cannot hold
@@ -483,6 +483,10 @@ class Reader:
         if obj.legacy is not None:  # a v0.1 sparse blob: lifted to v1.2 sparse components
             blob = self._component(obj, obj.components["data"], copy)
             arrays = legacy.assemble(obj, blob, path=self.path, obj=name)
+            # the element rules for the values the blob holds (bool bytes 0 or 1)
+            arrays["values"] = logical.as_elements(
+                arrays["values"], obj.legacy[1], None, path=self.path, obj=name
+            )
             return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes)
         arrays = {
             role: logical.as_elements(
@@ -582,6 +586,8 @@ class Reader:
         self._require_open()
         comp = obj.components["data"]
         arr = self._foreign.entries[obj.name].load().components["data"]
+        if logical.is_bool(comp.dtype, comp.type):  # see _clean_foreign_bools
+            arr = logical.clean_bools(np.asarray(arr))
         arr = logical.as_values(
             np.asarray(arr), comp.dtype, comp.type, path=self.path, obj=obj.name
         )
@@ -699,6 +705,26 @@ class Reader:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
         return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"
+
+
+def _clean_foreign_bools(obj, t):
+    """Another format's tensor with its bool components' bytes made 0 or 1
+    (io/values.clean_bools: a copy only where a byte is neither).  Those formats
+    (safetensors, npy, torch.save, ...) store a framework's memory and say nothing
+    of its bool bytes, which numpy and torch read as true when not zero; a zTensor
+    file's bool bytes other than 0 or 1 are refused instead (its spec says 0x00
+    and 0x01), docs/format-decisions.md."""
+    bools = [
+        r
+        for r, c in obj.components.items()
+        if logical.is_bool(c.dtype, c.type) and r in t.components
+    ]
+    if not bools:
+        return t
+    comps = dict(t.components)
+    for role in bools:
+        comps[role] = logical.clean_bools(np.asarray(comps[role]))
+    return Tensor(comps, shape=t.shape, format=t.format, attributes=t.attributes, types=t.types)
 
 
 # an index's weight_map comes early: Hugging Face and save_sharded write metadata first

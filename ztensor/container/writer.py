@@ -28,6 +28,7 @@ from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 from ztensor.io import atomic, components
 from ztensor.io import floats as floatconv
 from ztensor.io import upload as remote_write
+from ztensor.io import values as logical
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
 
@@ -45,9 +46,10 @@ def require_writable_version(reader):
 
 def _plain_storage():
     """numpy dtype -> storage for arrays written as they are: a spec primitive with no
-    logical type, whose bytes are already little-endian on this host."""
+    logical type, whose bytes are already little-endian on this host.  Not bool: its
+    bytes are made 0 or 1 first (Writer._prepare)."""
     out = {}
-    for code in ("f8", "f4", "f2", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "?"):
+    for code in ("f8", "f4", "f2", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1"):
         for order in "<>=|":
             dtype = np.dtype(code).newbyteorder(order) if order != "|" else np.dtype(code)
             found = dtypes.spec_types_for(dtype)
@@ -292,6 +294,8 @@ class Writer:
             compress=level,
             checksum=checksum,
         )
+        if logical.is_bool(storage, ltype):  # each chunk's bytes made 0 or 1 (_prepare)
+            sink = _BoolSink(sink)
         self._state = "streaming"
 
         def finish(comp):
@@ -330,10 +334,13 @@ class Writer:
             )
             return
         # stored bytes are copied as they are, but an object a read refuses for its
-        # attributes is not copied either (formats.check_attributes)
+        # attributes is not copied either (formats.check_attributes), nor one whose
+        # bool bytes it refuses (a read checks them: io/values.check_bools)
         formats.check_attributes(
             meta.format, meta.shape, meta.attributes, path=self.path, obj=target
         )
+        if any(logical.is_bool(c.dtype, c.type) for c in meta.components.values()):
+            reader.read(name)
         comps = {}
         for role, c in meta.components.items():
             stored = reader.stored_bytes(name, role)
@@ -487,6 +494,11 @@ class Writer:
         storage, ltype = self._storage_of(name, role, arr.dtype, explicit)
         if not arr.flags.c_contiguous:
             arr = np.array(arr, order="C")
+        if (storage == "bool" or ltype == "bool") and logical.is_bool(storage, ltype):
+            # the spec's bool bytes are 0 and 1; an array made through a view (numpy's
+            # or torch's) may hold 0x02 and means true: written as 1, never as read
+            # would refuse it (docs/format-decisions.md)
+            arr = logical.clean_bools(arr)
         return arr, storage, ltype
 
     def _storage_of(self, name, role, dtype, explicit):
@@ -627,6 +639,20 @@ class Writer:
     def __repr__(self) -> str:
         state = "finished" if self._state == "closed" else self._state  # the reference's word
         return f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
+
+
+class _BoolSink:
+    """A bool stream's ComponentSink, each chunk's bytes made 0 or 1 on the way
+    (io/values.clean_bools), as Writer._prepare does for whole arrays."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def write(self, chunk) -> None:
+        self.sink.write(logical.clean_bools(np.asarray(chunk)))
+
+    def finish(self):
+        return self.sink.finish()
 
 
 # the largest finite value of each FP8 type (what saturate=True clips to)

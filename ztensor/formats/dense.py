@@ -8,7 +8,8 @@ writer before it writes, and by the reader when it views or assembles:
 * ``data`` holds exactly shape x element size bytes, decoded (:func:`check_entry`
   on the manifest, :func:`prepare` on arrays);
 * a raw, native-order ``data`` without a logical type is a plain view of the file
-  (:func:`view_plan`).
+  (:func:`view_plan`), except ``bool`` data, whose bytes must be checked
+  (io/values.check_bools) on the way out.
 """
 
 from __future__ import annotations
@@ -71,9 +72,11 @@ def prepare(fmt, shape, prepared, **where):
 
 def view_plan(spec):
     """(numpy dtype, count, offset) when the object is a plain raw view of the file
-    (no logical type, no bf16, no byte swap, not a v0.1 sparse blob, no v2 blob
-    another part shares: components.read_component decides whether that one may be
-    a view), else False."""
+    (no logical type, no bf16, no bool, no byte swap, not a v0.1 sparse blob, no v2
+    blob another part shares: components.read_component decides whether that one
+    may be a view), else False.  bool is declined because a plain view would hand
+    out its bytes unchecked: the general path checks them (io/values.as_elements)
+    and still returns a view of the file."""
 
     if spec.format != "dense" or spec.legacy is not None:
         return False
@@ -81,7 +84,7 @@ def view_plan(spec):
     if (
         comp.encoding != "raw"
         or comp.type is not None
-        or comp.dtype == "bf16"
+        or comp.dtype in ("bf16", "bool")
         or comp.shard is not None
         or comp.shared
     ):

@@ -7,6 +7,12 @@ Read rules (docs/dtypes.md):
   :func:`as_values` decodes to float32 (exact: every bf16/FP8 value is a float32)
   and :func:`as_elements` keeps the bit patterns (uint16/uint8).
 * an unknown logical type: the storage elements, as the spec allows.
+* bool (v1.x/v0.1 storage ``bool``, v2's ``u8`` with type ``bool``): every byte is
+  0x00 or 0x01, as every spec version says; any other byte is a FormatError
+  (:func:`check_bools`), never a numpy bool array holding it (numpy's behaviour
+  for such an array is undefined: ``a == True``, ``view(np.uint8)`` and
+  ``array_equal`` disagree).  Writing, the values are made 0/1 instead
+  (:func:`clean_bools`): an in-memory array is a value, whose truth is "not zero".
 """
 
 from __future__ import annotations
@@ -32,15 +38,41 @@ def _ml_view(arr: np.ndarray, ml_name: str):
     return arr.view(target)
 
 
+def is_bool(storage: str, ltype) -> bool:
+    """Whether elements stored as ``storage`` with logical type ``ltype`` are bools,
+    one byte each: v1.x/v0.1's storage ``bool``, or ``u8`` with type ``bool`` (v2)."""
+    return storage == "bool" or (ltype == "bool" and storage == "u8")
+
+
+def check_bools(arr: np.ndarray, **where) -> None:
+    """The one home of the bool rule on reading: every byte of a bool component is
+    0x00 or 0x01, else FormatError naming ``where`` (path, obj, component).  One
+    pass over the bytes at memory speed (uint8 ``max``, no temporary array)."""
+    if arr.size and int(arr.view(np.uint8).max()) > 1:
+        raise FormatError("a bool element holds a byte other than 0 or 1", **where)
+
+
+def clean_bools(arr: np.ndarray) -> np.ndarray:
+    """Writing: a one-byte bool array (numpy bool, or uint8 bytes given type
+    ``bool``) whose every byte is 0 or 1.  ``arr`` itself when it already is (the
+    common case: one scan, no copy); else a new array of its dtype and shape holding
+    ``arr != 0`` (numpy and torch make bytes such as 0x02 through views; their truth
+    is "not zero")."""
+    raw = arr.view(np.uint8)
+    if not raw.size or int(raw.max()) <= 1:
+        return arr
+    return (raw != 0).view(arr.dtype)
+
+
 def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     """Exact stored elements in the richest lossless numpy dtype available.
     Every read path interprets elements here, so the element rules live here: a
-    v2 ``bool`` byte must be 0 or 1 (FormatError naming ``where``: path, obj,
-    component)."""
-    if ltype == "bool" and storage == "u8":  # v2's bool: bytes 0 and 1 only
-        if arr.size and int(arr.max()) > 1:
-            raise FormatError("a bool element holds a byte other than 0 or 1", **where)
-        return arr.view(np.bool_)
+    ``bool`` byte must be 0 or 1 (:func:`check_bools`: FormatError naming
+    ``where``: path, obj, component).  The fast paths that skip this function
+    (read_numpy's view table, batch reads) decline bool objects."""
+    if is_bool(storage, ltype):  # bytes 0 and 1 only; still a view of ``arr``
+        check_bools(arr, **where)
+        return arr if arr.dtype == np.bool_ else arr.view(np.bool_)
     if ltype in _COMPLEX and dtypes.logical_known(storage, ltype):
         return arr.view(_COMPLEX[ltype].newbyteorder(arr.dtype.byteorder))
     ml_name = (
