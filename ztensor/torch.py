@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
 
-from ztensor import _save, dtypes, sharded
+from ztensor import _save, sharded
 from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
@@ -35,7 +35,6 @@ from ztensor.foreign.names import NameTable
 from ztensor.frameworks.staging import for_device as staging_for
 from ztensor.frameworks.torch_bridge import (
     is_cpu,
-    loads_by_copy,
     numpy_to_torch_plain,
     object_to_torch,
     to_numpy_for_writing,
@@ -238,7 +237,7 @@ def load_file(
     :func:`ztensor.numpy.load_file`)."""
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
-        for _, part, _ in _shard_by_shard(filename, device, copy, dequantize, threads):
+        for _, part in _shard_by_shard(filename, device, copy, dequantize, threads):
             out.update(part)
         return out
     with Reader(filename, copy_on_write=True) as r:
@@ -246,20 +245,13 @@ def load_file(
 
 
 def _shard_by_shard(
-    checkpoint: Any,
-    device: Any,
-    copy: bool,
-    dequantize: bool,
-    threads: Optional[int],
-    fill: Optional["_Targets"] = None,
+    checkpoint: Any, device: Any, copy: bool, dequantize: bool, threads: Optional[int]
 ):
-    """(shard file, name -> tensor, names filled in place) for each shard of a
-    checkpoint in turn, each as :func:`load_file` loads one file, restricted to the
-    tensors the index places there.  A checkpoint name given by two shards is refused
-    (a GPTQ object's ``x.qweight`` in one, a plain ``x.qweight`` in another), before
-    that shard changes anything.  With ``fill`` (:func:`_fill_targets`), what
-    :func:`_fillable` chooses is read straight into those tensors, after the rest is
-    loaded, and left out of the returned ones."""
+    """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
+    :func:`load_file` loads one file, restricted to the tensors the index places
+    there.  A checkpoint name given by two shards is refused (a GPTQ object's
+    ``x.qweight`` in one, a plain ``x.qweight`` in another), before that shard
+    changes anything."""
     with open_sharded(checkpoint) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
@@ -268,146 +260,9 @@ def _shard_by_shard(
                 for key, (name, _) in checkpoint_keys.entries(r, dequantize).items():
                     if name in only:
                         taken.claim(key, f"{key} in {file}")
-                filled = _fillable(r, fill, only) if fill else {}
-                rest = only - set(filled.values())
-                part = _load_reader(r, device, copy, dequantize, threads, rest) if rest else {}
-                _fill(r, fill, filled)  # after the rest decoded: a refusal changes nothing
-            yield file, part, set(filled)
+                part = _load_reader(r, device, copy, dequantize, threads, only)
+            yield file, part
             del part  # a suspended generator must not keep this shard mapped
-
-
-def _file_in_parts(filename: Any, device: Any, fill: Optional["_Targets"]):
-    """One file as :func:`_shard_by_shard` gives a shard: (file, tensors, filled)."""
-    with Reader(filename, copy_on_write=True) as r:
-        filled = _fillable(r, fill, None)
-        rest = set(r.keys()) - set(filled.values()) if filled else None
-        part = _load_reader(r, device, False, False, None, rest) if rest or not filled else {}
-        _fill(r, fill, filled)  # after the rest decoded: a refusal changes nothing
-    yield filename, part, set(filled)
-    del part
-
-
-class _Targets(NamedTuple):
-    """What :func:`load_model` may fill in place (:func:`_fill_targets`)."""
-
-    #: state-dict name -> a plain, contiguous CPU tensor whose memory holds its elements
-    tensors: Dict[str, torch.Tensor]
-    #: state-dict name -> every state-dict name whose memory overlaps it (itself
-    #: included), for the tensors that share memory with another (tied weights, views)
-    overlapping: Dict[str, FrozenSet[str]]
-
-
-def _fill_targets(model: torch.nn.Module, device: Any) -> Optional[_Targets]:
-    """The tensors of ``model.state_dict()`` that :func:`load_model` may fill in
-    place, skipping ``load_state_dict``'s per-tensor ``copy_``: none unless loading
-    through ``load_state_dict`` would do nothing but copy into them
-    (``torch_bridge.loads_by_copy``); then every plain, contiguous CPU tensor whose
-    memory holds exactly the elements it shows (a tensor subclass, a quantized,
-    meta, conjugate or negative view, or an inference tensor, which torch refuses to
-    change in place, goes the general way).  Filling in place does not bump a
-    parameter's autograd version counter, as ``copy_`` does; loading weights
-    happens outside autograd."""
-    if not is_cpu(device) or not loads_by_copy(model):
-        return None
-    state = model.state_dict()
-    tensors = {
-        key: t
-        for key, t in state.items()
-        if type(t) is torch.Tensor
-        and t.device.type == "cpu"
-        and t.layout == torch.strided
-        and not t.is_quantized
-        and not t.is_conj()
-        and not t.is_neg()
-        and not t.is_inference()
-        and t.is_contiguous()
-    }
-    return _Targets(tensors, _overlapping(state)) if tensors else None
-
-
-def _overlapping(state: Dict[str, torch.Tensor]) -> Dict[str, FrozenSet[str]]:
-    """name -> the names whose bytes overlap its own (itself included), for every
-    tensor of ``state`` that overlaps another: tied weights, and views of one
-    storage at offsets that overlap.  Any strides (a transposed buffer over a
-    parameter counts); disjoint views of one storage do not overlap."""
-    spans = []
-    for key, t in state.items():
-        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or not t.nelement():
-            continue
-        ptr = storage_ptr(t)
-        if not ptr:
-            continue
-        start = t.data_ptr()
-        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-        spans.append(
-            (t.device, ptr, start, start + last * t.element_size() + t.element_size(), key)
-        )
-    spans.sort(key=lambda s: (str(s[0]), s[1], s[2]))
-    out: Dict[str, FrozenSet[str]] = {}
-    group: List[str] = []
-    where: Any = None
-    end = 0
-    for device, ptr, start, stop, key in spans + [(None, 0, 0, 0, "")]:
-        if group and (device, ptr) == where and start < end:
-            group.append(key)
-            end = max(end, stop)
-            continue
-        if len(group) > 1:
-            members = frozenset(group)
-            out.update(dict.fromkeys(group, members))
-        group, where, end = [key], (device, ptr), stop
-    return out
-
-
-def _fillable(r: Reader, targets: Optional[_Targets], only: Optional[Set[str]]) -> Dict[str, str]:
-    """{checkpoint name: object name} of the objects of ``r`` (of ``only``) that
-    :func:`_fill` may read straight into ``targets``: a target of the same shape and
-    dtype, a raw dense object of a zTensor file.  Raw, because their bounds were
-    checked at open, so the copies cannot fail half-way and leave the model partly
-    loaded; the caller decodes everything else first, and :func:`_fill` reads every
-    chosen one (its checks, no copy) before writing any.  A target whose memory
-    overlaps another that this file also gives (both names of a tied weight) is
-    left to ``load_state_dict``, which copies one after the other in the model's
-    order, as safetensors' load_model does."""
-    if not targets or r.internals.foreign is not None:
-        return {}
-    entries = {
-        key: entry
-        for key, entry in checkpoint_keys.entries(r, False).items()
-        if only is None or entry[0] in only
-    }
-    chosen: Dict[str, str] = {}
-    for key, (name, role) in entries.items():
-        t = targets.tensors.get(key)
-        if t is None or role is not None:
-            continue
-        if any(other != key and other in entries for other in targets.overlapping.get(key, ())):
-            continue
-        obj = r.metadata(name)
-        comp = obj.components.get("data")
-        row = dtypes.BY_SPEC.get((comp.type or comp.dtype) if comp is not None else "")
-        if (
-            obj.format != "dense"
-            or comp is None
-            or comp.encoding != "raw"  # a copy, which cannot fail half-way; zstd can
-            or row is None
-            or getattr(torch, row.torch or "-", None) != t.dtype
-            or tuple(obj.shape) != tuple(t.shape)
-        ):
-            continue
-        chosen[key] = name
-    return chosen
-
-
-def _fill(r: Reader, targets: Optional[_Targets], chosen: Dict[str, str]) -> None:
-    """Read the objects :func:`_fillable` chose into their targets, in threads.
-    Each is read first as every read path reads it (views: no copy), so a rule the
-    read path enforces (a v2 part in another file, a v2 bool byte other than 0
-    or 1) refuses the file before any target is written."""
-    if targets and chosen:
-        for name in chosen.values():
-            r.read(name)
-        r.read_into({name: targets.tensors[key] for key, name in chosen.items()})
 
 
 # public for ztensor.transformers, which fills a model one shard at a time
@@ -562,25 +417,21 @@ def load_model(
     # safetensors' load_model finds the names to remove before it loads: the same
     # refusal (a shared group with no tensor covering its memory) comes first here
     _remove_duplicate_names(model.state_dict())
-    fill = _fill_targets(model, device)
     names: Set[str] = set()
     missing: Optional[Set[str]] = None
     unexpected: List[str] = []
     if sharded.is_checkpoint(filename):
-        parts = _shard_by_shard(filename, device, False, False, None, fill)
+        parts = _shard_by_shard(filename, device, False, False, None)
     else:
-        parts = _file_in_parts(filename, device, fill)
-    for _, part, filled in parts:
-        names.update(part, filled)
-        if part or not filled:
-            result = model.load_state_dict(part, strict=False)
-            gave_none = set(result.missing_keys) - filled
-            unexpected += result.unexpected_keys
-        else:  # all of it was filled in place
-            gave_none = set(model.state_dict()) - filled
+        parts = ((filename, load_file(filename, device=device)) for _ in (0,))
+    for _, part in parts:
+        names.update(part)
+        result = model.load_state_dict(part, strict=False)
         del part  # the file's mapping goes with its last view
         # missing overall: what no shard gave; unexpected: what any shard gave
+        gave_none = set(result.missing_keys)
         missing = gave_none if missing is None else missing & gave_none
+        unexpected += result.unexpected_keys
     missing = set(model.state_dict()) if missing is None else missing
     model_state = model.state_dict()
     to_remove = _remove_duplicate_names(model_state, preferred_names=names)

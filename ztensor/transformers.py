@@ -302,7 +302,7 @@ def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
 def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
     """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
     if sharded.is_checkpoint(checkpoint):
-        for _, part, _ in shard_by_shard(checkpoint, "cpu", False, False, None):
+        for _, part in shard_by_shard(checkpoint, "cpu", False, False, None):
             yield part
             del part
     else:

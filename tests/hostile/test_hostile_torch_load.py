@@ -1,12 +1,12 @@
 """Issue 21, hostile input round three: the load paths into PyTorch models.
 
-``ztensor.torch.load_model`` fills a model's tensors in place where
-``load_state_dict`` would only copy (torch.py ``_fill_targets``, ``_fillable``,
-``_fill``; ``torch_bridge.loads_by_copy``).  Each test here is an input or a model
-on which that fast path gave another result than safetensors' ``load_model`` for
-the same state dict, or changed the model before refusing the file.  The reference
-is always safetensors' own ``load_model`` of a real ``.safetensors`` file of the
-same tensors.
+Each test here is an input or a model on which ``ztensor.torch.load_model`` could
+give another result than safetensors' ``load_model`` for the same state dict, or
+change the model before refusing the file (an in-place fill tried in session 9 did
+both, and was measured slower than ``load_state_dict`` on a quiet machine, so it was
+removed; these hold every later attempt to the same results).  The reference is
+always safetensors' own ``load_model`` of a real ``.safetensors`` file of the same
+tensors.
 """
 from __future__ import annotations
 

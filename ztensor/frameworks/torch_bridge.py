@@ -22,19 +22,6 @@ if TYPE_CHECKING:  # the real module's types for the annotations (torch ships py
 else:
     torch = LazyModule("torch")
 
-# nn.Module's registries of state-dict hooks, by the names torch gives them: torch has
-# no public way to ask whether a module has any (docs/architecture.md, house rule 2)
-_HOOK_REGISTRIES = (
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-)
-
-# nn.Module's methods that load_state_dict and state_dict call on each module,
-# besides _load_from_state_dict: a module overriding one loads more than copies
-_OWN_METHODS = ("state_dict", "get_extra_state", "set_extra_state")
-
 # logical types whose elements come as a numpy dtype torch has (v2's bool as np.bool_)
 _NUMPY_TYPES = ("complex64", "complex128", "bool")
 
@@ -78,28 +65,6 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
         return t.numpy(), None
     except TypeError:
         raise UnsupportedError(f"torch dtype {t.dtype} cannot be stored", obj=name) from None
-
-
-def loads_by_copy(model) -> bool:
-    """Whether ``model.load_state_dict`` does nothing but copy each tensor into the
-    one of ``model.state_dict()`` under its name: the model and every submodule use
-    nn.Module's own ``load_state_dict``, ``_load_from_state_dict``, ``state_dict``
-    and extra-state methods (``set_extra_state`` is called with what the file
-    holds, never filled), and none has a state-dict hook.  A torch whose modules lack one
-    of the registries this knows says no (the caller takes load_state_dict)."""
-    base = torch.nn.Module
-    if type(model).load_state_dict is not base.load_state_dict:
-        return False
-    own_load = getattr(base, "_load_from_state_dict", None)
-    for m in model.modules():
-        kind = type(m)
-        if getattr(kind, "_load_from_state_dict", None) is not own_load or any(
-            getattr(kind, method) is not getattr(base, method) for method in _OWN_METHODS
-        ):
-            return False
-        if any(getattr(m, registry, True) for registry in _HOOK_REGISTRIES):
-            return False
-    return own_load is not None
 
 
 def is_cpu(device) -> bool:
