@@ -75,7 +75,8 @@ def check_attributes(shape, attributes, **where):
 
 def validate(shape, attributes, arrays, **where):
     """Everything a read refuses in a gguf_blocks object: its attributes, then, for a
-    type this version knows, ``blocks`` as u8 holding exactly the shape's blocks.
+    type this version knows, ``blocks`` as u8 holding exactly the shape's blocks, each
+    row (the innermost dimension) whole blocks.
     Returns (type id, elements, bytes, flat blocks), or None for a type it does not
     know (kept as stored)."""
     try:
@@ -91,6 +92,15 @@ def validate(shape, attributes, arrays, **where):
         raise FormatError(f"gguf_blocks needs u8 'blocks', got {blocks.dtype}", **where)
     blocks = blocks.reshape(-1)
     count = math.prod(shape)
+    # ggml stores a tensor row by row, each row whole blocks (gguf-py and llama.cpp
+    # refuse an innermost dimension that is not): a block that straddles two rows
+    # has no meaning, even when the total count happens to divide.
+    if shape and shape[-1] % elements:
+        raise FormatError(
+            f"the innermost dimension {shape[-1]} of shape {list(shape)} is not whole "
+            f"{show(label)} blocks of {elements} elements",
+            **where,
+        )
     if count % elements or blocks.size != count // elements * nbytes:
         raise FormatError(
             f"{blocks.size} bytes of {show(label)} blocks do not hold the "
