@@ -55,3 +55,48 @@ def test_gguf_blocks_whole_rows_still_dequantize(tmp_path):
         values = ztensor.dequantize(r.read("q"))
         r.verify()
     np.testing.assert_array_equal(values, np.tile(np.arange(32, dtype=np.float32) * 0.5, (2, 1)))
+
+
+def sizeless_sparse_file(parts):
+    """A v1.1 file of ``parts`` sparse_csr objects, each with values stored as a
+    zstd stream that declares no size (allowed before 1.2): 4,000 zeros of f32."""
+    import zstandard  # a run-time dependency
+
+    values = np.zeros(4000, "<f4")
+    payload = zstandard.ZstdCompressor().compress(values.tobytes())
+    indices = np.arange(4000, dtype="<u8").tobytes()
+    indptr = np.array([0, 4000], dtype="<u8").tobytes()
+    blob, objects = b"", {}
+    for i in range(parts):
+        at = 64 + len(blob)
+        objects[f"s{i}"] = {"shape": [1, 4000], "format": "sparse_csr", "components": {
+            "values": {"dtype": "f32", "offset": at, "length": len(payload), "encoding": "zstd"},
+            "indices": {"dtype": "u64", "offset": at + 64 * (-(-len(payload) // 64)),
+                        "length": len(indices)},
+            "indptr": {"dtype": "u64",
+                       "offset": at + 64 * (-(-len(payload) // 64) + len(indices) // 64),
+                       "length": 16}}}
+        part = payload + bytes(-len(payload) % 64) + indices + indptr
+        blob += part + bytes(-len(part) % 64)
+    return v1_file({"version": "1.1.0", "objects": objects}, bytes(56) + blob), values
+
+
+def test_v11_sizeless_zstd_parts_count_towards_the_file_total():
+    """Before 1.2 a zstd part of a sparse object may declare no size; each is held to
+    the per-component limit as it decodes, and what they decode to, together, to
+    max_total_decompressed (dense parts are counted at open from their shape)."""
+    data, values = sizeless_sparse_file(3)
+    with ztensor.Reader(data) as r:  # 48,000 decoded bytes: within the defaults
+        for name in r.keys():
+            np.testing.assert_array_equal(r.read(name).components["values"], values)
+            assert r.metadata(name).components["values"].uncompressed_length == 16000
+    limits = ztensor.Limits(max_total_decompressed=40000)
+    with ztensor.Reader(data, limits=limits) as r:
+        r.read("s0")
+        r.read("s1")
+        r.read("s0")  # read again: counted once
+        with pytest.raises(ztensor.LimitError, match="per-file limit of 40000") as exc:
+            r.read("s2")
+        assert exc.value.obj == "s2"
+        with pytest.raises(ztensor.LimitError, match="per-file limit"):
+            r.verify()

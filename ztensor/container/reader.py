@@ -165,6 +165,7 @@ class Reader:
         self._foreign = None
         self._view_of = None
         self._zero_copy = None  # name -> view, for read_numpy's hot path (first use)
+        self._decoded_total = None  # decoded bytes, once a v1.1 size-less part is read
         # a local path is opened through source.open_local_input by sniff (and Source):
         # a directory, FIFO or device is refused there, before any reader sees it
         try:
@@ -656,6 +657,32 @@ class Reader:
         components.require_local(comp, path=self.path, obj=name, component=role)
         return self._source.view(comp.offset, comp.length, "component", obj=name, component=role)
 
+    def _count_undeclared(self, obj, comp, decoded):
+        """A v0.1/v1.1 zstd component that declares no size (a sparse or quantized
+        part; dense ones take theirs from the shape) is counted against
+        ``max_total_decompressed`` once its size is known, that is once decoded: the
+        open could only have counted the worst case (32768 times the stored bytes),
+        which would refuse ordinary files.  The size is then recorded, so a later read
+        decodes exactly that much and is not counted twice."""
+        if self._decoded_total is None:  # first time: what the manifest declares
+            self._decoded_total = sum(
+                c.uncompressed_length or 0
+                for n in self._manifest.names()
+                for c in self.metadata(n).components.values()
+                if c.encoding == "zstd"
+            )
+        total = self._decoded_total + decoded
+        if total > self._limits.max_total_decompressed:
+            raise LimitError(
+                f"total uncompressed size {total} exceeds the per-file "
+                f"limit of {self._limits.max_total_decompressed}",
+                path=self.path,
+                obj=obj.name,
+                component=comp.role,
+            )
+        self._decoded_total = total
+        comp.uncompressed_length = decoded
+
     def _component(self, obj, comp, copy):
         self._require_open()
         arr = components.read_component(
@@ -667,6 +694,8 @@ class Reader:
             obj=obj.name,
             component=comp.role,
         )
+        if comp.encoding == "zstd" and comp.uncompressed_length is None:
+            self._count_undeclared(obj, comp, arr.nbytes)
         if copy and not arr.dtype.isnative:
             return components.to_native(arr)
         if copy and comp.encoding == "raw" and self._source.mapped:
