@@ -299,6 +299,11 @@ class _Slice:
             if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
                 self._decoded[self._name] = stored
         where = {"path": reader.path, "obj": self._name, "component": "data"}
+        if values.is_bool(comp.dtype, comp.type):
+            # the bool rule (bytes 0 and 1) is checked on the elements returned, so a
+            # slice of a large bool tensor costs the slice, not a scan of the whole
+            chosen = np.array(stored.reshape(self._meta.shape)[selection])
+            return values.as_values(chosen, comp.dtype, comp.type, **where)
         elements = values.as_elements(stored, comp.dtype, comp.type, **where).reshape(
             self._meta.shape
         )

@@ -202,7 +202,8 @@ def test_the_public_loaders_refuse(bad_file):
     for framework in ("np", "pt"):
         with safe_open(p, framework=framework) as f:
             refuses(lambda: f.get_tensor(name), path, name)
-            refuses(lambda: f.get_slice(name)[:1], path, name)
+            # a slice is checked on the elements it returns; a slice that misses the
+            # bad byte reads (test_hostile_s10_core.py); the whole one holds it
             refuses(lambda: f.get_slice(name)[:], path, name)
 
 

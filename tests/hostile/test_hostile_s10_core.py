@@ -100,3 +100,28 @@ def test_v11_sizeless_zstd_parts_count_towards_the_file_total():
         assert exc.value.obj == "s2"
         with pytest.raises(ztensor.LimitError, match="per-file limit"):
             r.verify()
+
+
+def test_a_bool_slice_checks_the_elements_it_returns(tmp_path):
+    """safe_open's get_slice checks the bool rule on the slice it returns, so reading
+    ten rows of a large bool tensor does not scan the rest; a slice that holds the
+    bad byte, and a whole read, still refuse it."""
+    from ztensor.safe import safe_open
+
+    path = tmp_path / "b.zt"
+    truth = (np.arange(100_000) % 3 == 0).reshape(1000, 100)
+    with ztensor.Writer(str(path)) as w:
+        w.add("b", truth)
+    with ztensor.Reader(str(path)) as r:
+        offset = r.metadata("b").components["data"].offset
+    data = bytearray(path.read_bytes())
+    data[offset + 900 * 100 + 7] = 2  # row 900, column 7
+    path.write_bytes(bytes(data))
+    with safe_open(str(path), framework="np") as f:
+        part = f.get_slice("b")[:10]
+        np.testing.assert_array_equal(part, truth[:10])
+        with pytest.raises(ztensor.FormatError, match="other than 0 or 1") as exc:
+            f.get_slice("b")[895:905]
+        assert exc.value.obj == "b"
+        with pytest.raises(ztensor.FormatError, match="other than 0 or 1"):
+            f.get_tensor("b")
