@@ -32,7 +32,7 @@ from ztensor.errors import FormatError, UnsupportedError
 from ztensor.foreign.base import optional_import
 from ztensor.foreign.gguf_file import VALUE_TYPES
 from ztensor.foreign.names import NameTable
-from ztensor.io import atomic
+from ztensor.io import atomic, values
 
 FORMATS = {".zt": "zt", ".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf"}
 
@@ -291,8 +291,12 @@ def write_npz(reader, path: str, progress=None) -> int:
 
 
 def _stored_elements(reader, name):
-    """The object's elements, little-endian, in its shape (bits for bf16/FP8)."""
+    """The object's elements, little-endian, in its shape (bits for bf16/FP8), as
+    every exporter writes them: a bool's bytes 0 or 1 only (values.clean_bools, the
+    writers' rule; a reader's bool array may hold other bytes, true as not zero)."""
     arr = np.asarray(reader.read(name).components["data"])
+    if arr.dtype == np.bool_:
+        arr = values.clean_bools(arr)
     if dtypes.is_ml_dtype(arr.dtype):
         arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
     if (

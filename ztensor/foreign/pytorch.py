@@ -644,11 +644,20 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
       by the first path the walk takes (a later path reaches the same tensors), and
       the walk stops after ``budget`` steps, so the work follows the pickle's bytes,
       never what its sharing describes.
+    * A pickle can also share one long key at every level of a deep nesting, so the
+      names it makes (a path's keys joined) can be far larger than its bytes: the
+      text the walk makes (names and attribute values) is held to
+      :func:`_text_budget`.  A tensor's name past it is a LimitError; a plain value
+      past it (or past MAX_ATTRIBUTES values, or deeper than MAX_DEPTH) is not kept,
+      and the attribute ``pickle.omitted_attributes`` counts those not kept.
+    * Plain values (int, float, str, bool) are kept whole: a string is never cut.
     """
     names = NameTable(path, "tensor")
     attribute_names = NameTable(path, "attribute")
     tensors: Dict[str, _TensorRecord] = {}
     attributes: Dict[str, Any] = {}
+    text_left = _text_budget(budget, limits)
+    omitted = 0
     seen = set()
     stack = [(_Node(None, None), obj)]
     steps = 0
@@ -663,9 +672,19 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
                 raise LimitError(
                     f"a tensor nested {len(keys)} containers deep (at most {MAX_DEPTH})",
                     path=path,
-                    obj=".".join(map(str, keys[:8])) + "...",
+                    obj=".".join(_show(k) for k in keys[:8]) + "...",
                 )
-            name = ".".join(map(str, keys)) if keys else "tensor"
+            parts = [str(k) for k in keys]
+            text_left -= _text_size(parts)
+            if text_left < 0:
+                raise LimitError(
+                    "the checkpoint's tensor names total more than "
+                    f"{_text_budget(budget, limits)} characters ({MAX_DEPTH} times its "
+                    "pickle's size, at most max_manifest_size): its keys are shared "
+                    "far more often than a checkpoint shares them",
+                    path=path,
+                )
+            name = ".".join(parts) if keys else "tensor"
             tensors[names.claim(name, keys or "the whole checkpoint")] = value
             if len(tensors) > limits.max_objects:
                 raise LimitError(f"more than max_objects {limits.max_objects} tensors", path=path)
@@ -677,18 +696,48 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             seen.add(id(value))
             stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
-        if (
-            type(value) in (int, float, str, bool)
-            and node.parent is not None
-            and node.depth <= MAX_DEPTH
-            and len(attributes) < MAX_ATTRIBUTES
-        ):
+        if type(value) in (int, float, str, bool) and node.parent is not None:
+            if node.depth > MAX_DEPTH or len(attributes) >= MAX_ATTRIBUTES or text_left <= 0:
+                omitted += 1
+                continue
+            parts = [str(k) for k in node.keys()]
+            size = _text_size(parts) + _text_size([value])
+            if size > text_left:
+                omitted += 1
+                continue
+            text_left -= size
             keys = node.keys()
-            name = attribute_names.claim("pickle." + ".".join(map(str, keys)), keys)
-            attributes[name] = value[:4096] if type(value) is str else value
+            name = attribute_names.claim("pickle." + ".".join(parts), keys)
+            attributes[name] = value
+    if omitted:  # said, not dropped without a word
+        name = attribute_names.claim(OMITTED_ATTRIBUTES, "the count of values not kept")
+        attributes[name] = omitted
     if not tensors and obj is not None and _containers(obj) is None:
         raise UnsupportedError("the checkpoint holds no tensors", path=path)
     return tensors, attributes
+
+
+# the attribute that counts the plain values _collect did not keep
+OMITTED_ATTRIBUTES = "pickle.omitted_attributes"
+
+
+def _text_budget(pickle_size: int, limits: Limits) -> int:
+    """How much text (characters of tensor and attribute names, and of attribute
+    values) one checkpoint's walk may make: MAX_DEPTH times its pickle's size (a
+    name joins at most MAX_DEPTH + 1 keys, each written once in a checkpoint that
+    does not share keys through the pickle's memo), and never more than
+    ``limits.max_manifest_size``, the most a file's names and attributes may take
+    once converted."""
+    return min(MAX_DEPTH * pickle_size, limits.max_manifest_size)
+
+
+def _text_size(values) -> int:
+    """The characters a name's parts or an attribute value count against the budget
+    (a number: its bytes, at least 8)."""
+    return sum(
+        len(v) if type(v) is str else max(8, (v.bit_length() + 7) // 8) if type(v) is int else 8
+        for v in values
+    )
 
 
 def _check_ignored(ignored, tensors, budget, path) -> None:

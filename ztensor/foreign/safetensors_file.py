@@ -4,7 +4,8 @@ The header is parsed here (no safetensors dependency) and every entry is checked
 dtype known, shape of non-negative integers that numpy can make, data_offsets
 inside the data section and exactly shape x item size, no two tensors overlapping
 (safetensors itself refuses overlaps), no key given twice in any JSON object of
-the header (``json`` would keep the last silently).  The file is memory-mapped;
+the header (``json`` would keep the last silently), ``__metadata__`` a map of
+string to string (:func:`check_metadata`).  The file is memory-mapped;
 tensors are views of it."""
 
 from __future__ import annotations
@@ -25,6 +26,36 @@ from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
 MAX_HEADER = 100 << 20
+METADATA_KEY = "__metadata__"  # the header's one key that is not a tensor
+
+
+def check_metadata(metadata, path) -> dict:
+    """The one rule for a safetensors header's ``__metadata__``: absent or ``null``
+    (what safetensors writes for none) is no metadata; otherwise a JSON object whose
+    every value is a string, as the format says (a map of string to string) and as
+    the safetensors package enforces: it refuses a file whose metadata holds a
+    number, a list, an object or null.  Anything else is a FormatError naming the
+    file and the first key that breaks the rule."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise FormatError(
+            f"safetensors {METADATA_KEY} is {_json_kind(metadata)}, not an object", path=path
+        )
+    for key, value in metadata.items():
+        if type(value) is not str:
+            shown = key if len(key) <= 80 else key[:77] + "..."
+            raise FormatError(
+                f"safetensors {METADATA_KEY} maps {shown!r} to {_json_kind(value)}: "
+                "its values are strings only (the safetensors package refuses the file)",
+                path=path,
+            )
+    return metadata
+
+
+def _json_kind(value) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    return "null" if value is None else kinds.get(type(value), "a number")
 
 
 def open_file(
@@ -64,11 +95,7 @@ def _parse(source, name, limits) -> ForeignFile:
         raise FormatError("safetensors header nests too deeply", path=name) from None
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=name)
-    metadata = header.pop("__metadata__", None)  # null is what safetensors writes for none
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise FormatError("safetensors __metadata__ is not an object", path=name)
+    metadata = check_metadata(header.pop(METADATA_KEY, None), name)
     start, data_len = 8 + header_len, size - 8 - header_len
     if len(header) > limits.max_objects:
         raise LimitError(

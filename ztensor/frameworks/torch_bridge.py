@@ -71,45 +71,61 @@ def is_cpu(device) -> bool:
     return torch.device(device).type == "cpu"
 
 
+def torch_bits_for(spec, arr, **where):
+    """The one rule for which torch dtype an object's elements become, used by every
+    torch read path (``Reader.read_torch``, ``ztensor.torch.load_file``/``load``,
+    ``safe_open(framework="pt")`` whole and sliced): ``(torch dtype, bits torch
+    dtype)`` when its logical type ``spec`` is one torch holds as bit patterns (bf16,
+    float8) and ``arr`` holds elements of that width, else None: the elements as they
+    are (``arr``'s own dtype).
+
+    So an object read through torch is what ``read_numpy`` gives through numpy
+    (docs/dtypes.md): an unknown logical type (``"acme.u3"``, or one this torch lacks
+    a dtype for and the spec does not name) gives the storage elements, as the spec
+    allows and as numpy gives them; a type the spec names whose values numpy has but
+    this torch lacks (an FP8 type in an older torch) is an UnsupportedError naming
+    ``where`` (path, obj), never its bit patterns passed off as integers."""
+    from_spec = _bit_types()[1]
+    if spec in from_spec:
+        target, bits_torch = from_spec[spec]
+        if arr.dtype.itemsize == (2 if bits_torch is torch.int16 else 1):
+            return target, bits_torch
+        return None  # a known type on other storage: numpy gives the storage too
+    row = dtypes.BY_SPEC.get(spec) if spec not in _NUMPY_TYPES else None
+    if row is not None and row.bits:  # values numpy has (ml_dtypes, float32); torch not
+        if arr.dtype.itemsize == np.dtype(row.numpy).itemsize:
+            raise UnsupportedError(
+                f"logical type {spec!r} has no dtype in this torch ({torch.__version__})",
+                **where,
+            )
+    return None
+
+
 def object_to_torch(reader, name, copy, device, sync=True):
     """Dense object ``name`` as a torch tensor on ``device``.  Off the CPU it goes
     through the device's staging buffer (ztensor/frameworks/staging.py) straight from the
     file's mapping (or the decoded array): no host copy of its own.  ``sync=False``
-    leaves the last copies in flight; the caller syncs the staging buffer."""
+    leaves the last copies in flight; the caller syncs the staging buffer.  Its
+    torch dtype: :func:`torch_bits_for`."""
     on_cpu = is_cpu(device)
     obj = reader.read(name, copy=copy and on_cpu)
+    where = {"path": reader.path, "obj": name}
     if obj.format != "dense":
         raise UnsupportedError(
-            f"torch tensors come from dense objects; this one is {obj.format!r}",
-            path=reader.path,
-            obj=name,
+            f"torch tensors come from dense objects; this one is {obj.format!r}", **where
         )
     arr = obj.components["data"]
-    spec = obj.types.get("data")
+    bits = torch_bits_for(obj.types.get("data"), arr, **where)
     if not on_cpu:
-        from_spec = _bit_types()[1]
-        if spec in from_spec:
-            target = from_spec[spec][0]
-        elif spec is not None and spec not in _NUMPY_TYPES:
-            raise UnsupportedError(
-                f"logical type {spec!r} has no torch dtype", path=reader.path, obj=name
-            )
-        else:
-            target = torch_dtype_of(arr.dtype)
+        target = bits[0] if bits else torch_dtype_of(arr.dtype, **where)
         return to_device(arr, target, obj.shape, device, sync)
-    from_spec = _bit_types()[1]
-    if spec in from_spec:  # bits -> torch's own bf16 / float8 dtype
-        target, bits_torch = from_spec[spec]
-        bits = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
-        t = torch.from_numpy(bits.view(np.int16) if bits_torch is torch.int16 else bits)
-        t = t.view(target)
-    elif spec is not None and spec not in _NUMPY_TYPES:
-        raise UnsupportedError(
-            f"logical type {spec!r} has no torch dtype", path=reader.path, obj=name
+    if bits:  # bits -> torch's own bf16 / float8 dtype
+        target, bits_torch = bits
+        raw = _native(arr.view(np.uint16 if bits_torch is torch.int16 else np.uint8), copy)
+        return torch.from_numpy(raw.view(np.int16) if bits_torch is torch.int16 else raw).view(
+            target
         )
-    else:
-        t = _from_numpy(_native(arr, copy))
-    return t
+    return _from_numpy(_native(arr, copy), **where)
 
 
 def to_device(arr, dtype, shape, device, sync=True):
@@ -133,15 +149,16 @@ def _placed(t, device):
 _TORCH_DTYPES: dict = {}
 
 
-def torch_dtype_of(np_dtype):
-    """The torch dtype holding numpy ``np_dtype``'s values (any byte order)."""
+def torch_dtype_of(np_dtype, **where):
+    """The torch dtype holding numpy ``np_dtype``'s values (any byte order), or
+    UnsupportedError naming ``where`` (path, obj)."""
     key = np_dtype.newbyteorder("=") if np_dtype.itemsize > 1 else np_dtype
     found = _TORCH_DTYPES.get(key)
     if found is None:
         try:
             found = _TORCH_DTYPES[key] = _from_numpy(np.empty(0, key)).dtype
         except TypeError:
-            raise UnsupportedError(f"numpy dtype {np_dtype} has no torch dtype") from None
+            raise UnsupportedError(f"numpy dtype {np_dtype} has no torch dtype", **where) from None
     return found
 
 
@@ -155,19 +172,29 @@ def _native(arr, copy):
     return arr
 
 
-def _from_numpy(arr):
+def _from_numpy(arr, **where):
+    """``torch.from_numpy``, silent (a read-only array warns), or UnsupportedError
+    naming ``where`` for a numpy dtype torch lacks (uint16 before torch 2.3)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.from_numpy(arr)
+        try:
+            return torch.from_numpy(arr)
+        except TypeError:
+            raise UnsupportedError(f"numpy dtype {arr.dtype} has no torch dtype", **where) from None
 
 
 def numpy_to_torch(arr, meta, device):
     """A slice read through safe_open(framework="pt") as a torch tensor of the
-    object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values)."""
+    object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values); the
+    dtype by :func:`torch_bits_for`, as for the whole tensor."""
     key = meta.type or meta.storage_dtype
-    from_spec = _bit_types()[1]
-    if key in from_spec:
-        target, _ = from_spec[key]
+    where = {"obj": meta.name}
+    # the slice arrives as values: the rule is asked of the stored element's width
+    storage = dtypes.STORAGE.get(meta.storage_dtype)
+    stored = arr if storage is None else np.empty(0, storage.numpy)
+    bits = torch_bits_for(key, stored, **where)
+    if bits:
+        target = bits[0]
         if dtypes.is_ml_dtype(arr.dtype):
             width = np.uint16 if arr.dtype.itemsize == 2 else np.uint8
             return _reader_bits(arr.view(width), target, device)
@@ -175,7 +202,7 @@ def numpy_to_torch(arr, meta, device):
         # vector) into shape (1,), where safetensors gives shape ()
         t = torch.from_numpy(np.asarray(arr, np.float32, order="C")).to(target)
     else:
-        t = _from_numpy(_native(np.asarray(arr, order="C"), True))
+        t = _from_numpy(_native(np.asarray(arr, order="C"), True), **where)
     return _placed(t, device)
 
 
