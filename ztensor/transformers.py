@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import re
 import warnings
@@ -110,10 +111,11 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
     # after work that follows the checkpoint, not the count the config declares
-    most = 2 * _checkpoint_count(checkpoint) + 1024
+    count, largest = _checkpoint_extent(checkpoint)
     with _config_refusals(config_path, "the model this config declares cannot be built"):
-        with _parameters_on_meta(most, config_path):
-            model = _build(cls, config, resolved, model_kwargs)
+        with _parameters_on_meta(2 * count + 1024, config_path):
+            with _AllocationBound(largest, config_path):
+                model = _build(cls, config, resolved, model_kwargs)
     model.config.name_or_path = source
     _load_weights(model, checkpoint, resolved, cls)
 
@@ -199,15 +201,69 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str, config_path: str) -
     return dtype
 
 
-def _checkpoint_count(checkpoint: str) -> int:
-    """How many tensors the checkpoint holds (its index's names, or one file's)."""
+def _checkpoint_extent(checkpoint: str) -> Tuple[int, int]:
+    """How many tensors the checkpoint holds (its index's names, or one file's), and
+    the element count of its largest."""
     opened = (
         sharded.open_sharded(checkpoint)
         if sharded.is_checkpoint(checkpoint)
         else Reader(checkpoint)
     )
     with opened as r:
-        return len(r.keys())
+        names = r.keys()
+        largest = max((math.prod(r.metadata(n).shape) for n in names), default=0)
+        return len(names), largest
+
+
+# a buffer a model computes in __init__ (rotary tables, causal masks) may exceed
+# every stored tensor of a small checkpoint; this many elements are always allowed
+_ALWAYS_ALLOWED_ELEMENTS = 1 << 26
+
+# torch's factory functions that a module's __init__ allocates its tensors with:
+# those taking the size as ints or one sequence (or ``size=``), and those taking it
+# as their first argument only
+_SIZE_VARARGS = ("empty", "zeros", "ones", "rand", "randn")
+_SIZE_FIRST = ("full", "empty_strided")
+
+
+def _requested_elements(name: str, args: tuple, kwargs: dict) -> int:
+    """The element count a factory call asks for (0 where it cannot be read)."""
+    size = kwargs.get("size")
+    if size is None and args:
+        varargs = name in _SIZE_VARARGS and isinstance(args[0], int)
+        size = args if varargs else args[0]
+    if isinstance(size, int):
+        size = (size,)
+    try:
+        return math.prod(int(d) for d in size) if size is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+class _AllocationBound(torch.overrides.TorchFunctionMode):
+    """While a model is built from its config, a tensor larger than the checkpoint's
+    largest (and than ``_ALWAYS_ALLOWED_ELEMENTS``) is refused before it is
+    allocated: no tensor of that size could be filled from the checkpoint, and a
+    config naming a vocabulary of 10**12 would otherwise reserve terabytes of
+    address space (and, where memory is not overcommitted, fail in the allocator)."""
+
+    def __init__(self, most_elements: int, config_path: str) -> None:
+        super().__init__()
+        self.most = max(most_elements, _ALWAYS_ALLOWED_ELEMENTS)
+        self.config_path = config_path
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")  # torch.empty and the like
+        if name in _SIZE_VARARGS or name in _SIZE_FIRST:
+            wanted = _requested_elements(name, args, kwargs)
+            if wanted > self.most:
+                raise LimitError(
+                    f"the config declares a tensor of {wanted} elements; the "
+                    f"checkpoint's largest holds {self.most} or fewer",
+                    path=self.config_path,
+                )
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager

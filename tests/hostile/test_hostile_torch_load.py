@@ -355,3 +355,30 @@ def test_a_caller_dtype_that_is_not_floating_stays_a_value_error(llama_folder):
         ztf.from_pretrained(transformers.AutoModelForCausalLM, str(llama_folder), dtype="int8")
     assert not isinstance(info.value, ztensor.ZTensorError)
 
+
+
+@pytest.mark.parametrize("changes", [
+    {"vocab_size": 10 ** 12},                 # 3.2e13 elements: 128 TB of f32
+    {"intermediate_size": 10 ** 10},          # every MLP weight
+])
+def test_a_config_declaring_a_huge_tensor_is_refused_before_it_is_allocated(
+        llama_folder, tmp_path, changes, monkeypatch):
+    """A tensor larger than anything the checkpoint holds cannot be filled from it:
+    it is refused by its declared size, before torch allocates (or, with memory
+    overcommitted, reserves) it.  The allocator is watched: no call may ask for it."""
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    folder = _with_config(llama_folder, tmp_path, **changes)
+    asked = []
+    original = torch.empty
+
+    def watched(*args, **kwargs):
+        out = original(*args, **kwargs)
+        asked.append(out.numel())
+        return out
+
+    monkeypatch.setattr(torch, "empty", watched)
+    with pytest.raises(ztensor.LimitError, match="checkpoint's largest") as info:
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, str(folder))
+    assert info.value.path.endswith("config.json")
+    assert max(asked, default=0) < 1 << 27
