@@ -274,3 +274,19 @@ def test_the_deadline_is_a_default_the_caller_may_replace():
     mine = aiohttp.ClientTimeout(total=5)
     options = src.url_options("https://host/m.zt", {"client_kwargs": {"timeout": mine}})
     assert options["client_kwargs"]["timeout"] is mine
+
+
+# ----------------------------------------------------------------- the command
+@pytest.mark.parametrize("command", ["ls", "info", "stats", "verify"])
+@pytest.mark.parametrize("path", ["", "/proc/self/mem"])
+def test_an_os_error_naming_no_file_names_the_input(capsys, command, path):
+    """The OS names no file for an EIO while reading (/proc/self/mem at offset 0) or
+    for an empty name: the one line said 'ztensor: Input/output error', naming
+    nothing.  A command of one input now names it (tools.cli._run)."""
+    if path and not os.path.exists(path):
+        pytest.skip("no /proc on this system")
+    from ztensor.tools import cli
+    assert cli.main([command, path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"ztensor: {path or repr(path)}: "), err

@@ -853,7 +853,13 @@ def _run(args, out) -> int:
         if isinstance(exc, ZTensorError):
             text = str(exc)
         else:
-            text = f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")
+            # the OS names no file for some failures (an EIO while reading, an empty
+            # name): a command of one input names that input, so the line says which
+            name = exc.filename
+            if not name and len(COMMANDS[args.command][2]) == 1:
+                name = args.file
+            label = "" if name is None else os.fsdecode(name) or "''"
+            text = f"{label}: {exc.strerror or exc}".lstrip(": ")
         sys.stderr.write(f"ztensor: {_printable(text)}\n")
         return 2
     except (
