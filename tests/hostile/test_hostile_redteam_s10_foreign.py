@@ -186,3 +186,35 @@ def test_convert_of_a_safetensors_bool_byte_two_writes_one(tmp_path, ext):
     ztensor.convert(str(path), str(out))
     with ztensor.Reader(out) as r:
         assert np.asarray(r.read("b").components["data"]).view(np.uint8).tolist() == [1, 0, 1]
+
+
+# ---- HDF5: nothing dropped or changed without a word (hdf5_file._spec, hdf5_file._plain)
+
+
+def test_hdf5_empty_dataset_is_listed_not_dropped(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "e.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("g/e", data=h5py.Empty("f4"))
+        f["ok"] = np.ones(2, np.float32)
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["ok"]
+        assert r.attributes["hdf5_skipped_datasets"] == ["/g/e"]  # was dropped silently
+
+
+def test_hdf5_byte_string_attribute_keeps_its_bytes(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "a.h5"
+    with h5py.File(path, "w") as f:
+        f["ok"] = np.ones(2, np.float32)
+        f.attrs["raw"] = np.bytes_(b"\xff\xfe\x00x")
+        f.attrs["text"] = np.bytes_("caf\u00e9".encode())
+    with ztensor.Reader(path) as r:
+        # the bytes were decoded with U+FFFD replacing what is not UTF-8
+        assert r.attributes["hdf5.raw"] == b"\xff\xfe\x00x"
+        assert type(r.attributes["hdf5.raw"]) is bytes
+        assert r.attributes["hdf5.text"] == "caf\u00e9"
+    out = tmp_path / "a.zt"
+    ztensor.convert(str(path), str(out))
+    with ztensor.Reader(out) as r:
+        assert r.attributes["hdf5.raw"] == b"\xff\xfe\x00x"

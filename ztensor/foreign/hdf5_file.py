@@ -2,7 +2,8 @@
 by its path with ``/`` turned into ``.`` (``layer1/weight`` -> ``layer1.weight``,
 the reference implementation's names, which are also state-dict names).  Datasets are read when
 asked for; their shape and dtype come from the file's metadata.  Datasets of a type
-zTensor has no dtype for (strings, compounds, references, long doubles) are listed,
+zTensor has no dtype for (strings, compounds, references, long doubles) and empty
+ones (a null dataspace, ``h5py.Empty``) are listed,
 by HDF5 path, in the ``hdf5_skipped_datasets`` attribute.  The file's scalar
 attributes that are plain values become attributes (``hdf5.<name>``).
 
@@ -128,8 +129,6 @@ def _entries(h5py, handle, name, limits, allow_external):
         if spec is _NOT_A_TENSOR:
             skipped.append("/" + key)
             continue
-        if spec is None:
-            continue
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
         entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
@@ -143,8 +142,8 @@ _NOT_A_TENSOR = object()
 def _spec(path, key, dataset, limits, allow_external):
     try:
         dtype = dataset.dtype
-        if dataset.shape is None:  # a null dataspace (h5py.Empty): holds no tensor
-            return None
+        if dataset.shape is None:  # a null dataspace (h5py.Empty): holds no tensor,
+            return _NOT_A_TENSOR  # listed in SKIPPED like the other types, not dropped
         shape = tuple(int(d) for d in dataset.shape)
         external = dataset.external
         virtual = dataset.is_virtual
@@ -250,7 +249,12 @@ def _plain_attrs(handle, path):
 
 def _plain(value):
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        # a byte string that is text becomes text; other bytes stay bytes (replacing
+        # them with U+FFFD would change the value without a word)
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(value)  # plain bytes, not numpy's bytes_ subclass
     if isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, np.generic):
