@@ -293,29 +293,26 @@ def _load_reader(
     elif not on_cpu:  # one staging buffer, sized once for the largest object
         staging = staging_for(device)
         staging.reserve(max((_stored_bytes(r, name) for name, _ in entries.values()), default=0))
-    views = on_cpu and not copy
+    # a plain dense object: read_numpy's zero-copy view of the private (copy-on-write)
+    # mapping (a .zt file's found in the manifest's view table, no spec built); a
+    # read-only view (a foreign file mapped read-only) or a big-endian host's
+    # little-endian view goes the general way
+    plain_view = r.internals.plain_view if on_cpu and not copy else None
     for key, (name, role) in entries.items():
-        arr = owned.get(name) if role is None else None
-        if (
-            arr is None
-            and views
-            and role is None
-            and format_of(name) == "dense"
-            and r.metadata(name).components["data"].type is None
-        ):
-            # a plain dense object: read_numpy's view of the private (copy-on-write)
-            # mapping through its hot path; a read-only view (a foreign file mapped
-            # read-only) or a big-endian host's little-endian view goes the general way
-            arr = r.read_numpy(name)
-            if not (arr.flags.writeable and arr.dtype.isnative):
-                arr = None
-        if arr is not None and arr.dtype.kind in "biufc" and arr.dtype.isnative:
-            out[key] = torch.from_numpy(arr)  # writable: shared, not copied
-        elif role is None and format_of(name) == "dense":
-            out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
-        else:
-            arr = checkpoint_keys.array(r, name, role, dtype=np.float16 if role is None else None)
-            out[key] = numpy_to_torch_plain(arr, device, sync=False)
+        if role is None:
+            arr = owned.get(name)
+            if arr is None and plain_view is not None:
+                arr = plain_view(name)
+                if arr is not None and not arr.flags.writeable:
+                    arr = None
+            if arr is not None and arr.dtype.kind in "biufc" and arr.dtype.isnative:
+                out[key] = torch.from_numpy(arr)  # writable: shared, not copied
+                continue
+            if format_of(name) == "dense":
+                out[key] = object_to_torch(r, name, copy=copy, device=device, sync=False)
+                continue
+        arr = checkpoint_keys.array(r, name, role, dtype=np.float16 if role is None else None)
+        out[key] = numpy_to_torch_plain(arr, device, sync=False)
     if not on_cpu:
         staging.sync()  # every tensor complete, as after tensor.to(device)
     return out

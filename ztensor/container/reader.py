@@ -98,6 +98,10 @@ class ReaderInternals:
     #: name -> the object's format, without building its spec where the manifest can;
     #: ObjectNotFoundError for an unknown name
     format_of: Callable[[str], str]
+    #: name -> read_numpy's zero-copy view of the object when it is a plain view of
+    #: the file (formats/dense.py view_plan), else None: torch.py's load of every
+    #: tensor asks this once per tensor, without building specs
+    plain_view: Callable[[str], Optional[np.ndarray]]
 
 
 class Reader:
@@ -289,7 +293,16 @@ class Reader:
             self._require_open,
             self._component,
             self._format_of,
+            self._plain_view,
         )
+
+    def _plain_view(self, name: str) -> Optional[np.ndarray]:
+        if self._foreign is not None:
+            return self._foreign_plain_view(name)
+        view_of = self._zero_copy
+        if view_of is None:
+            view_of = self._zero_copy_views()
+        return view_of(name)
 
     def _format_of(self, name: str) -> str:
         """metadata(name).format, without building the spec where the manifest can."""
@@ -582,6 +595,21 @@ class Reader:
             if progress is not None:
                 progress(done, total)
         return checked
+
+    def _foreign_plain_view(self, name):
+        """Another format's dense object of a plain storage dtype (no logical type,
+        not bool or bf16: nothing for read_numpy to convert or check) as its reader
+        hands it out: a view of the file where the format stores it plainly.  None
+        for any other object."""
+        self._require_open()
+        obj = self._manifest.specs.get(name) if isinstance(name, str) else None
+        if obj is None or obj.format != "dense":
+            return None
+        comp = obj.components["data"]
+        if comp.type is not None or comp.dtype in ("bool", "bf16"):
+            return None
+        arr = self._foreign.entries[name].load().components["data"]
+        return arr.reshape(obj.shape) if isinstance(arr, np.ndarray) else None
 
     def _foreign_numpy(self, obj, copy):
         self._require_open()
