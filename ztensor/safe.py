@@ -281,7 +281,7 @@ class _Slice:
         if part is None:
             part = self._selected(selection)
         if self._framework == "pt":
-            return numpy_to_torch(part, self._meta, self._device)
+            return numpy_to_torch(part, self._meta, self._device, self._reader.path)
         return part
 
     def _selected(self, selection):

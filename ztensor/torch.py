@@ -118,10 +118,23 @@ def _remove_duplicate_names(
     """For each group of tied tensors: the name to keep -> the names to drop.  The
     kept name covers its whole storage; among those, a preferred name wins, then one
     not to discard, then the first in sorted order."""
+    return _names_to_remove(
+        _find_shared_tensors(state_dict), state_dict, preferred_names, discard_names
+    )
+
+
+def _names_to_remove(
+    groups: List[Set[str]],
+    state_dict: Dict[str, torch.Tensor],
+    preferred_names: Optional[Iterable[str]] = None,
+    discard_names: Optional[Iterable[str]] = None,
+) -> Dict[str, List[str]]:
+    """:func:`_remove_duplicate_names` over groups already found (load_model finds
+    them once and decides twice: before loading, then with the names it loaded)."""
     preferred = set(preferred_names or ())
     discard = set(discard_names or ())
     to_remove: Dict[str, List[str]] = defaultdict(list)
-    for shared in _find_shared_tensors(state_dict):
+    for shared in groups:
         complete = {n for n in shared if _is_complete(state_dict[n])}
         if not complete:
             raise RuntimeError(
@@ -412,8 +425,12 @@ def load_model(
     before anything is read, as safetensors refuses it; ``load_state_dict``'s own
     RuntimeError (a size mismatch) leaves what it copied, as with safetensors."""
     # safetensors' load_model finds the names to remove before it loads: the same
-    # refusal (a shared group with no tensor covering its memory) comes first here
-    _remove_duplicate_names(model.state_dict())
+    # refusal (a shared group with no tensor covering its memory) comes first here.
+    # Loading copies into the model's tensors in place, so the state dict and its
+    # groups of shared tensors found now still hold once it is loaded.
+    model_state = model.state_dict()
+    groups = _find_shared_tensors(model_state)
+    _names_to_remove(groups, model_state)
     names: Set[str] = set()
     missing: Optional[Set[str]] = None
     unexpected: List[str] = []
@@ -429,9 +446,8 @@ def load_model(
         gave_none = set(result.missing_keys)
         missing = gave_none if missing is None else missing & gave_none
         unexpected += result.unexpected_keys
-    missing = set(model.state_dict()) if missing is None else missing
-    model_state = model.state_dict()
-    to_remove = _remove_duplicate_names(model_state, preferred_names=names)
+    missing = set(model_state) if missing is None else missing
+    to_remove = _names_to_remove(groups, model_state, preferred_names=names)
     for group in to_remove.values():
         for name in group:
             if name in missing:

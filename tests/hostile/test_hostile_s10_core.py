@@ -125,3 +125,28 @@ def test_a_bool_slice_checks_the_elements_it_returns(tmp_path):
         assert exc.value.obj == "b"
         with pytest.raises(ztensor.FormatError, match="other than 0 or 1"):
             f.get_tensor("b")
+
+
+def test_a_slice_torch_cannot_hold_names_the_file(tmp_path, monkeypatch):
+    """safe_open(framework="pt")'s slice of a dtype this torch lacks (uint16 before
+    torch 2.3, simulated here) is refused naming the file and the object, as the
+    whole-tensor read is."""
+    torch = pytest.importorskip("torch")
+    from ztensor.safe import safe_open
+
+    path = tmp_path / "u16.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.add("x", np.arange(6, dtype=np.uint16))
+    real = torch.from_numpy
+
+    def older_torch(arr):
+        if arr.dtype == np.uint16:
+            raise TypeError("can't convert np.ndarray of type numpy.uint16")
+        return real(arr)
+
+    monkeypatch.setattr(torch, "from_numpy", older_torch)
+    with safe_open(str(path), framework="pt") as f:
+        for read in (lambda: f.get_slice("x")[1:3], lambda: f.get_tensor("x")):
+            with pytest.raises(ztensor.UnsupportedError, match="uint16") as exc:
+                read()
+            assert exc.value.path == str(path) and exc.value.obj == "x"

@@ -183,12 +183,13 @@ def _from_numpy(arr, **where):
             raise UnsupportedError(f"numpy dtype {arr.dtype} has no torch dtype", **where) from None
 
 
-def numpy_to_torch(arr, meta, device):
+def numpy_to_torch(arr, meta, device, path=None):
     """A slice read through safe_open(framework="pt") as a torch tensor of the
     object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values); the
-    dtype by :func:`torch_bits_for`, as for the whole tensor."""
+    dtype by :func:`torch_bits_for`, as for the whole tensor.  ``path`` names the
+    file in errors."""
     key = meta.type or meta.storage_dtype
-    where = {"obj": meta.name}
+    where = {"path": path, "obj": meta.name}
     # the slice arrives as values: the rule is asked of the stored element's width
     storage = dtypes.STORAGE.get(meta.storage_dtype)
     stored = arr if storage is None else np.empty(0, storage.numpy)
