@@ -291,7 +291,10 @@ class ShardedReader:
 
     @staticmethod
     def _single_file(path):
-        if os.path.isfile(path):
+        if not os.path.isdir(path):
+            # a file (or a FIFO, device, missing path): Reader's own input check
+            # (source.open_local_input) says what it is, never os.listdir's
+            # NotADirectoryError
             return path
         candidates = sorted(
             n

@@ -6,7 +6,9 @@ Two initializers under one name are an error naming both (protobuf keeps both; w
 one a runtime uses is its own choice).  Initializers of a type zTensor has no dtype
 for (strings) are listed in the ``onnx.skipped_initializers`` attribute, sparse
 initializers in ``onnx.skipped_sparse_initializers`` (their dense form has the size
-their ``dims`` declare, not the size of their bytes); bfloat16 and float8 ones are read.
+their ``dims`` declare, not the size of their bytes), and those of subgraphs (a node's
+``If``/``Loop`` branches) and training graphs, where they are scoped, in
+``onnx.skipped_subgraph_initializers``; bfloat16 and float8 ones are read.
 
 Before an initializer's values are made (:func:`_check_initializer`): its ``dims``
 are sizes numpy can make (none negative: numpy would read ``-1`` as "whatever is
@@ -83,7 +85,36 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         attributes["onnx.skipped_initializers"] = skipped
     if sparse:
         attributes["onnx.skipped_sparse_initializers"] = sparse
+    nested = _nested_initializers(onnx, model)
+    if nested:
+        attributes["onnx.skipped_subgraph_initializers"] = nested
     return ForeignFile(name, "onnx", attributes, entries)
+
+
+def _nested_initializers(onnx, model) -> list:
+    """Where each initializer outside the main graph's own list is: those of the
+    subgraphs a node holds (``If``'s branches, ``Loop``'s body, at any depth) and of
+    the training graphs.  They are initializers the model has, scoped to their graph
+    (a name may repeat an outer one), so they are listed, never dropped without a
+    word.  The walk is over the parsed model: its size is the file's."""
+    found = []
+    pending = [(model.graph, "")] + [
+        (g, f"training_info[{i}].{part}")
+        for i, info in enumerate(model.training_info)
+        for part, g in (("initialization", info.initialization), ("algorithm", info.algorithm))
+    ]
+    for graph, where in pending:  # grows as subgraphs are found: each graph once
+        if where:
+            found += [f"{where}/{t.name}" for t in graph.initializer]
+            found += [f"{where}/{t.values.name}" for t in graph.sparse_initializer]
+        for node in graph.node:
+            for attr in node.attribute:
+                inner = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+                owner = f"{where}/{node.name or node.op_type}.{attr.name}".lstrip("/")
+                pending += [
+                    (g, owner if len(inner) == 1 else f"{owner}[{i}]") for i, g in enumerate(inner)
+                ]
+    return found
 
 
 # where a TensorProto may keep its values; onnx's to_array reads raw_data (or external

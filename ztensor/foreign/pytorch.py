@@ -191,6 +191,7 @@ class _Load:
     def __init__(self, archive, prefix, limits):
         self.archive, self.prefix, self.limits = archive, prefix, limits
         self.ignored: List[Tuple[str, Any]] = []
+        self.storages: Dict[str, _StorageRef] = {}  # key -> its first reference
 
     # ---- the functions the allowlist maps to (torch._utils' signatures)
     def rebuild(self, storage, offset, size, stride, dtype_name=None) -> _TensorRecord:
@@ -287,7 +288,17 @@ class _Load:
         member = f"{self.prefix}data/{pid[2]}"
         if member not in self.archive.members:
             raise FormatError(f"storage {pid[2][:40]!r} is not in the archive")
-        return _StorageRef(member, pid[1], pid[4])
+        # one storage, one type and size: torch.save writes each storage once (it
+        # refuses views of one storage as two types), and torch.load reads every later
+        # reference as the first's type and size, so a reference naming another would
+        # give elements torch never gives (float bits passed off as int32)
+        first = self.storages.setdefault(pid[2], _StorageRef(member, pid[1], pid[4]))
+        if (first.dtype.name, first.numel) != (pid[1].name, pid[4]):
+            raise FormatError(
+                f"storage {pid[2][:40]!r} is referred to as {first.numel} "
+                f"{first.dtype.name} elements and as {pid[4]} {pid[1].name} elements"
+            )
+        return first
 
 
 # ---- the instructions that differ from Python's unpickler (each refuses what a

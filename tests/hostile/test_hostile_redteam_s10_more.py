@@ -1,0 +1,156 @@
+"""Red team, session 10, the last round (issue 21): fresh hostile inputs made by the
+real writers (torch.save, numpy, gguf, onnx, h5py, safetensors) and then changed
+where a hostile author would, through the foreign readers, the exporters, sharded
+checkpoints and the command.  Each test names the promise of docs/threat-model.md it
+holds and the one function that keeps it."""
+
+import zipfile
+
+import numpy as np
+import pytest
+
+import ztensor
+import ztensor.numpy
+
+
+def _rewrite_member(path, member_suffix, change):
+    """Rewrite the zip at ``path`` with the member ending in ``member_suffix`` passed
+    through ``change`` (bytes -> bytes), every other member as it was."""
+    with zipfile.ZipFile(path) as z:
+        members = [(i, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:
+        for info, data in members:
+            z.writestr(info, change(data) if info.filename.endswith(member_suffix) else data)
+
+
+# ---- PyTorch zip: one storage, one type and size
+# (Clean / wrong values: pytorch._Load.storage)
+
+
+def _torch_two_storages(tmp_path, second):
+    """torch.save of x (float32) and y (``second``), then y's storage reference
+    pointed at x's storage '0' (torch.save never writes that: it refuses to save views
+    of one storage as two types)."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "m.pt"
+    torch.save({"x": torch.arange(4, dtype=torch.float32), "y": second}, path)
+    key = b"X\x01\x00\x00\x001"  # BINUNICODE '1': y's storage key
+    _rewrite_member(path, "data.pkl", lambda d: d.replace(key, b"X\x01\x00\x00\x000"))
+    return torch, path
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "int32",  # the same bytes as another type: torch reads float bits as y
+        "float64",  # another type and size
+        "float32-short",  # the same type, another element count
+    ],
+)
+def test_a_storage_referred_to_as_two_types_is_refused(tmp_path, second):
+    torch = pytest.importorskip("torch")
+    value = {
+        "int32": torch.arange(4, dtype=torch.int32),
+        "float64": torch.arange(2, dtype=torch.float64),
+        "float32-short": torch.arange(2, dtype=torch.float32),
+    }[second]
+    torch, path = _torch_two_storages(tmp_path, value)
+    # the second reference really names storage '0' now
+    with zipfile.ZipFile(path) as z:
+        assert b"X\x01\x00\x00\x001" not in next(
+            z.read(n) for n in z.namelist() if n.endswith("data.pkl")
+        )
+    with pytest.raises(ztensor.FormatError, match="storage '0' is referred to as") as err:
+        ztensor.Reader(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_storage_two_tensors_share_as_one_type_still_reads(tmp_path):
+    torch = pytest.importorskip("torch")
+    w = torch.arange(6, dtype=torch.float32)
+    path = tmp_path / "tied.pt"
+    torch.save({"a": w, "b": w[2:], "c": w.view(2, 3)}, path)
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("b"), np.arange(2, 6, dtype=np.float32))
+        np.testing.assert_array_equal(r.read_numpy("c"), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+# ---- ONNX: initializers of subgraphs and training graphs are listed, not dropped
+# (Clean: onnx_file._nested_initializers, through onnx_file.open_file)
+
+
+def _tensor(onnx, name, values):
+    return onnx.helper.make_tensor(name, onnx.TensorProto.FLOAT, [len(values)], values)
+
+
+def test_onnx_subgraph_and_training_initializers_are_listed(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    out = h.make_tensor_value_info("o", onnx.TensorProto.FLOAT, [1])
+    inner = h.make_graph(
+        [h.make_node("Identity", ["w"], ["o"])], "inner", [], [out], [_tensor(onnx, "w", [5.0])]
+    )
+    # an If whose then-branch holds a Loop whose body holds its own initializer
+    body = h.make_graph(
+        [h.make_node("Identity", ["v"], ["o"])], "body", [], [out], [_tensor(onnx, "v", [6.0])]
+    )
+    then = h.make_graph(
+        [h.make_node("Loop", ["n", "c"], ["o"], name="loop", body=body)],
+        "then",
+        [],
+        [out],
+        [_tensor(onnx, "t", [7.0])],
+    )
+    node = h.make_node("If", ["c"], ["o"], name="branch", then_branch=then, else_branch=inner)
+    graph = h.make_graph([node], "g", [], [out], [_tensor(onnx, "top", [1.0])])
+    model = h.make_model(graph)
+    info = onnx.TrainingInfoProto()
+    info.initialization.CopyFrom(
+        h.make_graph([], "init", [], [], [_tensor(onnx, "seed", [2.0])])
+    )
+    model.training_info.append(info)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["top"]
+        assert sorted(r.attributes["onnx.skipped_subgraph_initializers"]) == [
+            "branch.else_branch/w",
+            "branch.then_branch/loop.body/v",
+            "branch.then_branch/t",
+            "training_info[0].initialization/seed",
+        ]
+
+
+def test_onnx_without_subgraphs_lists_nothing_more(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    graph = h.make_graph([], "g", [], [], [_tensor(onnx, "top", [1.0])])
+    path = tmp_path / "m.onnx"
+    onnx.save(h.make_model(graph), path)
+    with ztensor.Reader(path) as r:
+        assert "onnx.skipped_subgraph_initializers" not in r.attributes
+
+
+# ---- open_sharded of a path that is neither a folder nor an index
+# (Contained / Clean: source.open_local_input, reached through sharded.ShardedReader._single_file)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_open_sharded_of_a_fifo_or_device_is_a_format_error(tmp_path, kind):
+    import os
+
+    if kind == "fifo":
+        path = str(tmp_path / "ckpt")
+        os.mkfifo(path)
+    else:
+        path = os.devnull
+    with pytest.raises(ztensor.FormatError, match="not a regular file") as err:
+        ztensor.open_sharded(path)  # os.listdir's NotADirectoryError before
+    assert path in str(err.value)
+
+
+def test_open_sharded_of_one_file_still_reads(tmp_path):
+    path = tmp_path / "m.zt"
+    ztensor.numpy.save_file({"a": np.arange(3, dtype=np.float32)}, str(path))
+    with ztensor.open_sharded(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("a"), np.arange(3, dtype=np.float32))
