@@ -107,6 +107,13 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             config_dict, return_unused_kwargs=True, **kwargs
         )
     resolved = _resolve_dtype(dtype, config, checkpoint, config_path)
+    # checked before any weight is read: what transformers refuses in it is a
+    # FormatError naming it, as for config.json
+    generation_path = _beside(folder, GENERATION_CONFIG_NAME)
+    generation = _read_json(generation_path, what="generation config")
+    if generation is not None:
+        with _config_refusals(generation_path, "transformers refuses the generation config"):
+            generation = transformers.GenerationConfig.from_dict(generation)
 
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
@@ -119,9 +126,8 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     model.config.name_or_path = source
     _load_weights(model, checkpoint, resolved, cls)
 
-    generation = _read_json(_beside(folder, GENERATION_CONFIG_NAME), what="generation config")
     if generation is not None and hasattr(model, "generation_config"):
-        model.generation_config = transformers.GenerationConfig.from_dict(generation)
+        model.generation_config = generation
     model.eval()
     return model
 

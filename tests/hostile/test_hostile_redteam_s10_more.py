@@ -154,3 +154,55 @@ def test_open_sharded_of_one_file_still_reads(tmp_path):
     ztensor.numpy.save_file({"a": np.arange(3, dtype=np.float32)}, str(path))
     with ztensor.open_sharded(path) as r:
         np.testing.assert_array_equal(r.read_numpy("a"), np.arange(3, dtype=np.float32))
+
+
+# ---- transformers: generation_config.json is held to what transformers accepts
+# (Clean: transformers._config_refusals, now around GenerationConfig.from_dict too)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from ztensor.transformers import save_pretrained
+
+    config = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    folder = tmp_path_factory.mktemp("llama")
+    save_pretrained(transformers.LlamaForCausalLM(config), folder)
+    assert (folder / "generation_config.json").exists()
+    return transformers, folder
+
+
+@pytest.mark.parametrize(
+    "generation",
+    [
+        {"watermarking_config": 5},  # AttributeError inside transformers
+        {"cache_implementation": "nope"},  # ValueError
+        {"pad_token_id": [[1]]},  # TypeError
+        {"num_return_sequences": 4, "num_beams": 2},
+    ],
+)
+def test_a_generation_config_transformers_refuses_is_a_format_error(tiny_llama, generation):
+    import json
+
+    from ztensor.transformers import from_pretrained
+
+    transformers, folder = tiny_llama
+    path = folder / "generation_config.json"
+    kept = path.read_text()
+    try:
+        path.write_text(json.dumps(generation))
+        with pytest.raises(ztensor.FormatError, match="generation config") as err:
+            from_pretrained(transformers.AutoModelForCausalLM, folder)
+        assert str(path) in str(err.value)
+    finally:
+        path.write_text(kept)
+    model = from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert model.generation_config.eos_token_id == 2
