@@ -206,3 +206,56 @@ def test_a_generation_config_transformers_refuses_is_a_format_error(tiny_llama, 
         path.write_text(kept)
     model = from_pretrained(transformers.AutoModelForCausalLM, folder)
     assert model.generation_config.eos_token_id == 2
+
+
+# ---- zip: one archive per file
+# (Clean / no silent drop: zip_members._end_records, applied by zip_members.ZipArchive)
+
+
+def _hide_an_end_record(path):
+    """Give the zip at ``path`` a comment that is itself an end record of an empty
+    archive closing the file: Python's zipfile takes that one (it reads the last 22
+    bytes first) and sees no member at all."""
+    with zipfile.ZipFile(path, "a") as z:
+        z.comment = b"PK\x05\x06" + bytes(18)
+    with zipfile.ZipFile(path) as z:
+        assert z.namelist() == []  # what a reader using zipfile alone sees
+
+
+def test_a_checkpoint_with_a_second_end_record_is_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, path)
+    _hide_an_end_record(path)
+    # was read as an empty .npz: 0 tensors, and `convert` wrote an empty file, exit 0
+    with pytest.raises(ztensor.FormatError, match="two end-of-archive records") as err:
+        ztensor.Reader(path)
+    assert str(path) in str(err.value)
+    out = tmp_path / "out.safetensors"
+    from ztensor.tools import cli
+
+    assert cli.main(["convert", "-q", str(path), str(out)]) == 2
+    assert not out.exists()
+
+
+def test_an_npz_with_a_second_end_record_is_refused(tmp_path):
+    path = tmp_path / "m.npz"
+    np.savez(path, a=np.arange(3))
+    _hide_an_end_record(path)
+    with pytest.raises(ztensor.FormatError, match="two end-of-archive records"):
+        ztensor.Reader(path)
+
+
+def test_zips_with_comments_and_zip64_records_still_read(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, path)
+    with zipfile.ZipFile(path) as z:
+        members = [(i.filename, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            with z.open(name, "w", force_zip64=True) as w:
+                w.write(data)
+        z.comment = b"a comment made by hand"
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("w"), np.arange(4, dtype=np.float32))

@@ -4,6 +4,8 @@ Every reader of a zip goes through :class:`ZipArchive`.  ``zipfile`` parses the 
 directory only; a member's bytes are found and decoded here, so the rules below hold
 for every member read, by every reader:
 
+* **One archive**: a second end record hidden in the zip comment (each closing the
+  file) is a FormatError: readers differ on which one they take (:func:`_end_records`).
 * **Names**: two members under one name (zip allows it; which one wins depends on the
   reader) are a FormatError naming both (:class:`~ztensor.foreign.names.NameTable`).
 * **Encryption**: a member flagged encrypted (ZipCrypto, strong encryption, a masked
@@ -50,6 +52,30 @@ _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # local file header, 30 bytes
 _CHUNK = 1 << 20
 
 
+_END = b"PK\x05\x06"  # the end of central directory record's signature, 22 bytes long
+
+
+def _end_records(f) -> list:
+    """Where an end of central directory record lies whose comment ends exactly at the
+    end of the file, in the last 64 KiB + 22 bytes (where a record may be).  A zip
+    has one; a second, hidden in the first's comment, is an archive of its own:
+    Python's zipfile takes the last, libzip and miniz may take the other, so one file
+    would be two checkpoints (a torch.save file read as an empty ``.npz``)."""
+    size = f.seek(0, os.SEEK_END)
+    start = max(0, size - 22 - 0xFFFF)
+    f.seek(start)
+    tail = f.read(size - start)
+    found = []
+    at = tail.find(_END)
+    while at != -1:
+        if at + 22 <= len(tail):
+            comment = int.from_bytes(tail[at + 20 : at + 22], "little")
+            if at + 22 + comment == len(tail):
+                found.append(start + at)
+        at = tail.find(_END, at + 1)
+    return found
+
+
 class Member:
     """One checked member: its directory entry and where its bytes lie."""
 
@@ -89,10 +115,17 @@ class ZipArchive:
             with open_local_input(self.path) as f, zipfile.ZipFile(f) as z:
                 infos = z.infolist()
                 directory = z.start_dir
+                ends = _end_records(f)
         except ZIP_ERRORS as exc:
             raise FormatError(
                 f"not a readable {kind}: {type(exc).__name__}: {str(exc)[:200]}", path=self.path
             ) from None
+        if len(ends) > 1:
+            raise FormatError(
+                f"two end-of-archive records (at bytes {ends[0]} and {ends[1]}), each "
+                "closing the file: zip readers differ on which one is the archive",
+                path=self.path,
+            )
         self.source = Source(self.path, mmap=mmap)
         try:
             self.members: Dict[str, Member] = {}
