@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ztensor.errors import UnsupportedError
+from ztensor.errors import UnsupportedError, ZTensorError
 from ztensor.formats import quantized
 
 GPTQ_ROLES = ("qweight", "qzeros", "scales", "g_idx")
@@ -53,9 +53,18 @@ def array(
     if meta.format == "dense":
         return reader.read_numpy(name, copy=copy)
     obj = reader.read(name)
-    if role is None:
-        return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))
-    return quantized.to_gptq(obj)[role]
+    try:
+        if role is None:
+            return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))
+        return quantized.to_gptq(obj)[role]
+    except ZTensorError as exc:
+        # dequantize and to_gptq are handed a Tensor, which knows no file: a
+        # refusal (a convention they do not implement) names the file and object
+        if exc.path is not None:
+            raise
+        raise type(exc)(
+            exc.message, path=reader.path, obj=exc.obj or name, component=exc.component
+        ) from None
 
 
 def _scale_dtype(obj) -> Any:

@@ -142,6 +142,13 @@ def read(source, limits, path):
     return _Schema(path, size, (offset, length), limits).root(root)
 
 
+def _names_one_of(value, table) -> bool:
+    """Whether a manifest value is text naming one of ``table``'s keys: a CBOR list
+    or map is unhashable, and a number could equal a key of another type, so only
+    text is looked up."""
+    return isinstance(value, str) and value in table
+
+
 class _Schema:
     def __init__(self, path, size, manifest_blob, limits):
         self.path, self.size, self.limits = path, size, limits
@@ -246,7 +253,7 @@ class _Schema:
         if not isinstance(part, dict):
             self.fail("a part must be a map", **where)
         dtype, ltype = part.get("dtype"), part.get("type")
-        if dtype not in STORAGE_WIDTH:
+        if not _names_one_of(dtype, STORAGE_WIDTH):
             self.fail(f"unknown storage dtype {dtype!r:.40}", **where)
         if ltype is not None:
             if not isinstance(ltype, str):
@@ -264,7 +271,7 @@ class _Schema:
             self.fail("'blob' must be [offset, length]", **where)
         offset, length = blob
         shard = part.get("shard")
-        if shard is not None and shard not in self.shards:
+        if shard is not None and not _names_one_of(shard, self.shards):
             self.fail(
                 f"part names shard {shard!r:.80}, which the shard table does not declare", **where
             )

@@ -98,20 +98,11 @@ def replace_atomically(path: str, write: Callable[[Any], None], *, by_name: bool
 
 def write_json_atomically(path: str, value: Any) -> None:
     """``value`` as indented JSON with sorted keys (a sharded checkpoint's index),
-    written beside ``path`` and renamed over it; on failure the temporary file is
-    removed and the error raised as it came."""
-    fd, tmp = create_temp(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    through :func:`replace_atomically`: the same rules as every other file this
+    package writes (a symlink stays a link to the new file; a failure leaves the old
+    file and is a WriteError naming ``path``)."""
+    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    replace_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
 __all__ = ["final_target", "create_temp", "replace_atomically", "write_json_atomically"]
