@@ -259,3 +259,27 @@ def test_zips_with_comments_and_zip64_records_still_read(tmp_path):
         z.comment = b"a comment made by hand"
     with ztensor.Reader(path) as r:
         np.testing.assert_array_equal(r.read_numpy("w"), np.arange(4, dtype=np.float32))
+
+
+def test_a_checkpoint_with_an_archive_appended_is_refused(tmp_path):
+    # zipfile finds the appended .npz (the last end record) and shifts its offsets
+    # past the checkpoint: read as the npz's 'evil', the checkpoint's tensors gone
+    torch = pytest.importorskip("torch")
+    ckpt, extra = tmp_path / "m.pt", tmp_path / "x.npz"
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, ckpt)
+    np.savez(extra, evil=np.arange(3))
+    path = tmp_path / "both.pt"
+    path.write_bytes(ckpt.read_bytes() + extra.read_bytes())
+    with pytest.raises(ztensor.FormatError, match="bytes before the archive"):
+        ztensor.Reader(path)
+    # and bytes after an archive: no end record closes the file
+    path.write_bytes(ckpt.read_bytes() + b"trailing bytes")
+    with pytest.raises(ztensor.FormatError, match="no end-of-archive record"):
+        ztensor.Reader(path)
+
+
+def test_an_empty_npz_still_reads(tmp_path):
+    path = tmp_path / "e.npz"
+    np.savez(path)
+    with ztensor.Reader(path) as r:
+        assert r.keys() == []

@@ -4,8 +4,11 @@ Every reader of a zip goes through :class:`ZipArchive`.  ``zipfile`` parses the 
 directory only; a member's bytes are found and decoded here, so the rules below hold
 for every member read, by every reader:
 
-* **One archive**: a second end record hidden in the zip comment (each closing the
-  file) is a FormatError: readers differ on which one they take (:func:`_end_records`).
+* **One archive, the whole file**: a second end record hidden in the zip comment
+  (each closing the file), bytes after the end record, or bytes before the archive
+  its directory describes (zipfile shifts offsets past them; torch and numpy do
+  not) are a FormatError: readers differ on which archive they take
+  (:func:`_end_records`, :func:`_declared_directory`).
 * **Names**: two members under one name (zip allows it; which one wins depends on the
   reader) are a FormatError naming both (:class:`~ztensor.foreign.names.NameTable`).
 * **Encryption**: a member flagged encrypted (ZipCrypto, strong encryption, a masked
@@ -76,6 +79,21 @@ def _end_records(f) -> list:
     return found
 
 
+def _declared_directory(f, end: int) -> int:
+    """The central directory's offset as the end record at ``end`` declares it (the
+    zip64 record's when the end record's is 0xFFFFFFFF)."""
+    f.seek(end + 16)
+    offset = int.from_bytes(f.read(4), "little")
+    if offset != 0xFFFFFFFF or end < 20:
+        return offset
+    f.seek(end - 20)  # the zip64 end record locator: signature, disk, record offset
+    locator = f.read(20)
+    if locator[:4] != b"PK\x06\x07":
+        return offset
+    f.seek(int.from_bytes(locator[8:16], "little") + 48)
+    return int.from_bytes(f.read(8), "little")
+
+
 class Member:
     """One checked member: its directory entry and where its bytes lie."""
 
@@ -116,14 +134,25 @@ class ZipArchive:
                 infos = z.infolist()
                 directory = z.start_dir
                 ends = _end_records(f)
+                # zipfile shifts every offset by the bytes before the archive it
+                # found; torch's and numpy's readers take offsets as written
+                prefix = directory - _declared_directory(f, ends[0]) if len(ends) == 1 else 0
         except ZIP_ERRORS as exc:
             raise FormatError(
                 f"not a readable {kind}: {type(exc).__name__}: {str(exc)[:200]}", path=self.path
             ) from None
-        if len(ends) > 1:
+        if len(ends) != 1:
             raise FormatError(
                 f"two end-of-archive records (at bytes {ends[0]} and {ends[1]}), each "
-                "closing the file: zip readers differ on which one is the archive",
+                "closing the file: zip readers differ on which one is the archive"
+                if ends
+                else "no end-of-archive record closes the file (bytes after the archive)",
+                path=self.path,
+            )
+        if prefix:
+            raise FormatError(
+                f"{prefix} bytes before the archive its directory describes (another "
+                "archive or data with one appended): zip readers differ on which it is",
                 path=self.path,
             )
         self.source = Source(self.path, mmap=mmap)
