@@ -139,3 +139,49 @@ def test_index_written_through_a_symlink_keeps_the_link(tmp_path):
     assert json.loads((tmp_path / "real.json").read_text()) == index
     assert os.stat(tmp_path / "real.json").st_mode & 0o777 == 0o640
     assert sorted(os.listdir(tmp_path)) == ["model.zt.index.json", "real.json"]
+
+
+# ---------------------------------------------------------------- checkpoint names
+def _colliding_file(tmp_path, names):
+    """Quantized objects (the reference's ``q``) and dense ones under ``names``
+    (name -> "q" or a dense array), written by the Writer."""
+    with ztensor.Reader(REF) as r:
+        q = r.read("q", copy=True)
+    path = tmp_path / "collide.zt"
+    with ztensor.Writer(str(path)) as w:
+        for name, value in names.items():
+            w.write(name, q if isinstance(value, str) else value)
+    return path
+
+
+@pytest.mark.parametrize(
+    "names, taken",
+    [
+        ({"a.weight": "q", "a.scales": np.arange(3, dtype=np.float32)}, "a.scales"),
+        ({"a.weight": "q", "a": "q"}, "a.qweight"),
+        ({"b.weight": "q", "b.g_idx": np.zeros(2, np.int32)}, "b.g_idx"),
+    ],
+)
+def test_checkpoint_names_that_meet_are_refused(tmp_path, names, taken):
+    """The flat checkpoint view hands a quantized ``a.weight`` out as ``a.qweight``,
+    ``a.qzeros``, ``a.scales``, ``a.g_idx``: a dense ``a.scales`` beside it, or a
+    quantized ``a``, gave one dict entry for two tensors, the other dropped without
+    a word (load_file returned 4 tensors for 6).  Now a FormatError naming both;
+    ``dequantize=True`` (each object under its own name) still loads them all."""
+    path = _colliding_file(tmp_path, names)
+    with pytest.raises(ztensor.FormatError) as exc:
+        ztensor.numpy.load_file(str(path))
+    assert exc.value.path == str(path) and exc.value.obj == taken
+    assert "two tensors would both be named" in str(exc.value)
+    with ztensor.safe_open(str(path), "np") as f:
+        with pytest.raises(ztensor.FormatError):
+            f.keys()
+    assert sorted(ztensor.numpy.load_file(str(path), dequantize=True)) == sorted(names)
+
+
+def test_torch_load_file_refuses_checkpoint_names_that_meet(tmp_path):
+    torch_api = pytest.importorskip("ztensor.torch")
+    path = _colliding_file(tmp_path, {"a.weight": "q", "a.qzeros": np.zeros(2, np.int32)})
+    with pytest.raises(ztensor.FormatError) as exc:
+        torch_api.load_file(str(path))
+    assert exc.value.obj == "a.qzeros"

@@ -19,29 +19,38 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ztensor.errors import UnsupportedError, ZTensorError
+from ztensor.foreign.names import NameTable
 from ztensor.formats import quantized
 
 GPTQ_ROLES = ("qweight", "qzeros", "scales", "g_idx")
 
 
 def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optional[str]]]:
-    """checkpoint name -> (object name, GPTQ role or None), in file order."""
-    out: Dict[str, Tuple[str, Optional[str]]] = {}
+    """checkpoint name -> (object name, GPTQ role or None), in file order.  Two
+    objects whose checkpoint names meet (a quantized ``a.weight`` and a dense
+    ``a.scales``; quantized ``a`` and ``a.weight``) are a FormatError naming both:
+    one would hide the other."""
+    pairs = []
     format_of = reader.internals.format_of  # no spec built per object (reader.py)
     for name in reader.keys():
         fmt = format_of(name)
         if fmt == "dense" or (fmt == "quantized_group" and dequantize):
-            out[name] = (name, None)
+            pairs.append((name, (name, None)))
         elif fmt == "quantized_group":
             prefix = name[: -len(".weight")] if name.endswith(".weight") else name
             for role in GPTQ_ROLES:
-                out[f"{prefix}.{role}"] = (name, role)
+                pairs.append((f"{prefix}.{role}", (name, role)))
         else:
             raise UnsupportedError(
                 f"a {fmt} object has no flat tensor form: read it with Reader.read()",
                 path=reader.path,
                 obj=name,
             )
+    out = dict(pairs)
+    if len(out) != len(pairs):  # a name given twice: find the pair, and say so
+        taken = NameTable(reader.path)
+        for key, (name, role) in pairs:
+            taken.claim(key, name if role is None else f"{name} (its GPTQ {role})")
     return out
 
 
