@@ -110,10 +110,11 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     # checked before any weight is read: what transformers refuses in it is a
     # FormatError naming it, as for config.json
     generation_path = _beside(folder, GENERATION_CONFIG_NAME)
-    generation = _read_json(generation_path, what="generation config")
-    if generation is not None:
+    generation_dict = _read_json(generation_path, what="generation config")
+    generation = None
+    if generation_dict is not None:
         with _config_refusals(generation_path, "transformers refuses the generation config"):
-            generation = transformers.GenerationConfig.from_dict(generation)
+            generation = transformers.GenerationConfig.from_dict(generation_dict)
 
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
