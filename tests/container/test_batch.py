@@ -179,3 +179,43 @@ def test_range_resident_answers():
     assert kernels.range_resident(touched[1:]) is expected
     assert kernels.range_resident(touched[:0]) is True
     assert kernels.range_resident(b"") is True
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+def test_an_evicted_batch_asks_the_kernel_for_every_piece_at_once(tmp_path, monkeypatch):
+    """The first piece that must be pread makes the source ask the kernel to read
+    every large piece of the batch in (POSIX_FADV_WILLNEED, in file order, once), so
+    the disk works through them while the threads copy; a cached batch asks nothing."""
+    rng = np.random.default_rng(4)
+    arrays = {f"t{i}": rng.integers(0, 1 << 30, (5 << 20) + i, dtype=np.int32) for i in range(2)}
+    path = str(tmp_path / "large.zt")
+    with ztensor.Writer(path) as w:
+        for name, arr in arrays.items():
+            w.write_numpy(name, arr)
+    advised = []
+    real = os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            advised.append((offset, length))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    with ztensor.Reader(path) as r:
+        spans = {n: (r.metadata(n).components["data"].offset, arr.nbytes)
+                 for n, arr in arrays.items()}
+        r.read_numpy(list(arrays), copy=True)  # pages just written: cached
+        cached_advice = list(advised)
+        if ztensor.backend == "c":  # only the compiled backend can tell cached pages
+            assert cached_advice == []
+        monkeypatch.setattr(kernels, "range_resident", lambda buf: False)
+        advised.clear()
+        out = r.read_numpy(list(arrays), copy=True, threads=2)
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(out[name], arr)
+    assert advised == sorted(advised)  # file order
+    # the pieces advised cover each object exactly, once
+    for name, (offset, nbytes) in spans.items():
+        covered = sum(n for at, n in advised if offset <= at < offset + nbytes)
+        assert covered == nbytes
+    assert sum(n for _, n in advised) == sum(n for _, n in spans.values())

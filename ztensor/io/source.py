@@ -311,7 +311,7 @@ class Source:
         fs, path = getattr(f, "fs", None), getattr(f, "path", None)
         if f is not None and fs is not None and hasattr(fs, "cat_ranges") and spans:
             with network_errors(self._url):
-                blobs = self._cat_ranges(fs, path, spans)
+                blobs = self._cat_ranges(fs, path, spans, _request_headers(f))
                 for (start, length), blob in zip(spans, blobs):
                     if isinstance(blob, BaseException):
                         raise blob
@@ -330,12 +330,16 @@ class Source:
         return [self.view(start, length, "component") for start, length in spans]
 
     @staticmethod
-    def _cat_ranges(fs, path, spans):
+    def _cat_ranges(fs, path, spans, headers):
+        """fsspec's ``cat_ranges`` of ``spans``, each request with ``headers`` (the
+        file's version pin: requests made by path do not carry what the file was
+        opened with, and read another version of a file replaced meanwhile)."""
         starts, ends = [s for s, _ in spans], [s + n for s, n in spans]
+        extra = {"headers": headers} if headers else {}
         try:
-            return fs.cat_ranges([path] * len(spans), starts, ends, on_error="raise")
+            return fs.cat_ranges([path] * len(spans), starts, ends, on_error="raise", **extra)
         except TypeError:  # an older fsspec without on_error
-            return fs.cat_ranges([path] * len(spans), starts, ends)
+            return fs.cat_ranges([path] * len(spans), starts, ends, **extra)
 
     def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
         """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
@@ -353,10 +357,11 @@ class Source:
             )
 
     @contextlib.contextmanager
-    def reading(self):
+    def reading(self, ahead=()):
         """A ``read_into(offset, out)`` that fills ``out`` (a writable uint8 array)
         with the bytes at ``offset`` (bounds-checked), for many large reads at once
-        (batch.py), from any thread.
+        (batch.py), from any thread.  ``ahead``: the (offset, length) spans the
+        caller is about to read this way.
 
         For a mapped local file, a piece whose pages are all in the page cache
         (``kernels.range_resident``, one ``mincore``) is copied from the mapping: a
@@ -368,8 +373,16 @@ class Source:
         (bench/bench_cold.py: 0.4x ``cat``'s rate), while ``pread`` of large pieces,
         with the sequential hint, reads ahead as ``cat`` does.  A copy-on-write
         mapping (its pages may hold the caller's writes), a buffer or an unmapped
-        source is copied from as ``view`` would."""
+        source is copied from as ``view`` would.
+
+        The first time a piece must be ``pread``, the kernel is asked to read all of
+        ``ahead`` in (``POSIX_FADV_WILLNEED``, in file order): each ``pread`` alone
+        reads its piece synchronously, a readahead window at a time, and several
+        threads reading pieces of one file defeat the kernel's sequential
+        detection; with the spans requested at once, the disk works through them
+        while the threads copy, as ``cat``'s asynchronous readahead does."""
         fd = self._open_same_file()
+        advised = [not ahead or not hasattr(os, "posix_fadvise")]
         try:
 
             def read_into(offset, out, what="component", **where):
@@ -387,6 +400,10 @@ class Source:
                         out[:] = src
                         return
                     del src
+                    if not advised[0]:
+                        advised[0] = True
+                        for at, length in sorted(ahead):
+                            os.posix_fadvise(fd, at, length, os.POSIX_FADV_WILLNEED)
                     _pread_exactly_into(
                         fd, memoryview(out).cast("B"), offset, self.name, what, where
                     )
@@ -493,11 +510,13 @@ def _read_exactly(f, offset, length, name, what, where):
     out = bytearray(length)
     view = memoryview(out)
     done = 0
+    # at most _PIECE bytes a read: over a URL each read is one request, and each
+    # request must finish within URL_DEADLINE
     # fsspec's readinto copies whatever its read returned into the buffer: a reply
     # longer than asked would fail there as a bare ValueError, so its files are read
     use_readinto = hasattr(f, "readinto") and getattr(f, "fs", None) is None
     while done < length:
-        want = length - done
+        want = min(length - done, _PIECE)
         if use_readinto:
             n = f.readinto(view[done:])
             if n is not None and n > want:
@@ -530,8 +549,15 @@ def _read_exactly(f, offset, length, name, what, where):
 # ---------------------------------------------------------------- URLs
 
 # seconds to connect, and to wait for each read of a reply, before a URL read fails
-# as a timeout (no total: a large tensor on a slow link takes as long as it takes)
+# as a timeout
 URL_TIMEOUT = 60.0
+# seconds one HTTP(S) request may take in all (connecting, redirects, the headers
+# and the whole body): a server that trickles a byte at a time resets the per-read
+# timeout with every byte, and would hold a read for ever.  No request asks for more
+# than _PIECE bytes (read_ranges' groups are smaller still), so the deadline asks a
+# link for at least 64 MiB in 600 s (~110 KB/s)
+URL_DEADLINE = 600.0
+_PIECE = 64 << 20
 # what an error reply's body may cost us: it is never used
 _ERROR_BODY = 64 << 10
 
@@ -571,17 +597,22 @@ def _pinned_version(fs, inner):
     of the file its first answer (HEAD) described: ``If-Match`` its strong ETag, else
     ``If-Unmodified-Since`` its Last-Modified.  A file replaced on the server between
     two reads is then a 412 (:func:`_status_error`: "changed while it was read"),
-    never a manifest of one version read with the bytes of another.  A weak ETag
-    never matches (If-Match compares strongly), so it pins nothing; a server that
-    names no version cannot be held to one.  Nor can a URL that redirects: the
-    version described is the last host's, and the first host (a hub's resolver)
-    may judge the condition against a version of its own.  The HEAD's size is
-    handed on, so the open asks no second time."""
+    never a manifest of one version read with the bytes of another; a reply that
+    names another version than the one pinned (a server that ignores the condition)
+    is refused too (:func:`_check_version`).  A weak ETag never matches (If-Match
+    compares strongly), so it pins nothing; a server that names no version cannot be
+    held to one.
+
+    A URL that redirects is pinned the same way: the HEAD followed the redirects, so
+    the version is the final host's, and aiohttp carries the condition along each
+    redirect.  A redirecting host answers 3xx and so ignores the condition (RFC 9110
+    13.2.1); the host that serves the bytes judges it.  A redirect whose target
+    changes between two requests therefore reaches a file that must hold the pinned
+    version, or the read is refused.  The HEAD's size is handed on, so the open asks
+    no second time."""
     info = fs.info(inner)
     etag = str(info.get("ETag") or "")
-    if str(info.get("url", inner)) != inner:
-        pin = {}
-    elif etag and not etag.startswith("W/"):
+    if etag and not etag.startswith("W/"):
         pin = {"If-Match": etag}
     elif info.get("Last-Modified"):
         pin = {"If-Unmodified-Since": str(info["Last-Modified"])}
@@ -591,6 +622,47 @@ def _pinned_version(fs, inner):
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
     return {"size": info.get("size"), "headers": headers}
+
+
+def _request_headers(f):
+    """The headers every request for the open fsspec file ``f`` must carry (the
+    version pin of :func:`_pinned_version`), for requests made by path beside the
+    file (``cat_ranges``); None for a file opened without any."""
+    kwargs = getattr(f, "kwargs", None)
+    headers = kwargs.get("headers") if isinstance(kwargs, dict) else None
+    return dict(headers) if headers else None
+
+
+def _check_version(url, sent, reply):
+    """A FormatError when a reply names another version of the file than the one its
+    request was pinned to (``If-Match``: its ETag; ``If-Unmodified-Since``: its
+    Last-Modified).  A server keeping to HTTP answers such a request 412; one that
+    ignores the condition (or a redirect that now leads to another file) would hand
+    over another version's bytes."""
+    wanted, named = sent.get("If-Match"), reply.get("ETag")
+    if wanted and named and named != wanted:
+        raise FormatError(
+            f"the file changed on the server while it was read (ETag {named[:80]!r}, "
+            f"opened as {wanted[:80]!r})",
+            path=url,
+        )
+    wanted, named = sent.get("If-Unmodified-Since"), reply.get("Last-Modified")
+    if wanted and named and _http_date(named) != _http_date(wanted):
+        raise FormatError(
+            f"the file changed on the server while it was read (Last-Modified "
+            f"{named[:60]!r}, opened as {wanted[:60]!r})",
+            path=url,
+        )
+
+
+def _http_date(text):
+    """An HTTP date as a comparable value (its text when it does not parse)."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return text.strip()
 
 
 def url_options(url, storage_options=None):
@@ -614,7 +686,10 @@ def url_options(url, storage_options=None):
     client.setdefault(
         "timeout",
         aiohttp.ClientTimeout(
-            total=None, connect=URL_TIMEOUT, sock_connect=URL_TIMEOUT, sock_read=URL_TIMEOUT
+            total=URL_DEADLINE,
+            connect=URL_TIMEOUT,
+            sock_connect=URL_TIMEOUT,
+            sock_read=URL_TIMEOUT,
         ),
     )
     options["client_kwargs"] = client
@@ -634,6 +709,12 @@ def _checked_response_class(aiohttp):
     class _CheckedResponse(aiohttp.ClientResponse):
         async def read(self):
             if self._body is None:
+                if self.status < 300:
+                    try:
+                        _check_version(str(self.url), self.request_info.headers, self.headers)
+                    except FormatError:
+                        self.close()
+                        raise
                 asked = _asked_range(self.request_info.headers.get("Range"))
                 if asked is not None or self.status >= 400:
                     # read to the end (the connection goes back to the pool) or
@@ -786,11 +867,18 @@ def _network_error(url, exc):
             return NetworkError(f"too many redirects ({len(item.history)})", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientResponseError):
             return _status_error(url, item.status, item.message)
-        if isinstance(item, (asyncio.TimeoutError, TimeoutError)) or (
-            aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError)
-        ):
+        if aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError):
+            # a connect or per-read timeout (ConnectionTimeoutError, SocketTimeoutError)
             return NetworkTimeoutError(
                 f"timed out (no answer within {URL_TIMEOUT:g} s)", path=url, errno=errno.ETIMEDOUT
+            )
+        if isinstance(item, (asyncio.TimeoutError, TimeoutError)):
+            # aiohttp's total: the whole-request deadline
+            return NetworkTimeoutError(
+                f"timed out (a request did not complete within {URL_DEADLINE:g} s, "
+                "ztensor.io.source.URL_DEADLINE)",
+                path=url,
+                errno=errno.ETIMEDOUT,
             )
         if aiohttp is not None and isinstance(item, aiohttp.ClientConnectorError):
             reason = item.os_error.strerror or str(item.os_error) if item.os_error else str(item)
