@@ -150,3 +150,66 @@ def test_a_slice_torch_cannot_hold_names_the_file(tmp_path, monkeypatch):
             with pytest.raises(ztensor.UnsupportedError, match="uint16") as exc:
                 read()
             assert exc.value.path == str(path) and exc.value.obj == "x"
+
+
+# ---- safetensors files as strictly as the safetensors package reads them
+
+
+def _safetensors(header: dict, data: bytes, raw_header: bytes = None) -> bytes:
+    import json
+    import struct
+
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def _both_refuse(tmp_path, blob, match):
+    """Our reader and the safetensors package (the oracle) both refuse ``blob``."""
+    st = pytest.importorskip("safetensors.numpy")
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(blob)
+    with pytest.raises(Exception):
+        st.load_file(str(path))
+    with pytest.raises(ztensor.FormatError, match=match) as exc:
+        with ztensor.Reader(str(path)) as r:
+            for name in r.keys():
+                r.read_numpy(name)
+    assert exc.value.path == str(path)
+
+
+F32x2 = {"dtype": "F32", "shape": [2]}
+
+
+@pytest.mark.parametrize("header, data, match", [
+    # 4 bytes no tensor owns, before the first
+    ({"a": {**F32x2, "data_offsets": [4, 12]}}, bytes(12), "bytes lie between"),
+    # between two tensors
+    ({"a": {**F32x2, "data_offsets": [0, 8]}, "b": {**F32x2, "data_offsets": [12, 20]}},
+     bytes(20), "bytes lie between"),
+    # after the last
+    ({"a": {**F32x2, "data_offsets": [0, 8]}}, bytes(16), "8 bytes follow"),
+    # overlapping
+    ({"a": {**F32x2, "data_offsets": [0, 8]}, "b": {**F32x2, "data_offsets": [4, 12]}},
+     bytes(12), "overlaps"),
+])
+def test_safetensors_bytes_no_tensor_owns_are_refused(tmp_path, header, data, match):
+    _both_refuse(tmp_path, _safetensors(header, data), match)
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_safetensors_header_constants_json_lacks_are_refused(tmp_path, constant):
+    raw = b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "x": ' + constant + b"}"
+    _both_refuse(tmp_path, _safetensors({}, bytes(8), raw), "not JSON")
+
+
+def test_safetensors_empty_tensors_tile_with_the_rest(tmp_path):
+    """Empty tensors sit anywhere (their two offsets equal): a file the package
+    writes with one between two others reads back, values and all."""
+    st = pytest.importorskip("safetensors.numpy")
+    tensors = {"a": np.arange(3, dtype=np.float32), "b": np.zeros((0, 4), np.float32),
+               "c": np.arange(5, dtype=np.int64), "d": np.zeros(0, np.int8)}
+    path = tmp_path / "e.safetensors"
+    st.save_file(tensors, str(path))
+    with ztensor.Reader(str(path)) as r:
+        for name, arr in tensors.items():
+            np.testing.assert_array_equal(r.read_numpy(name), arr)

@@ -63,7 +63,9 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
     (``json.loads`` keeps the last silently, so a tensor, its dtype or its shard
     would be chosen by the order of the text: the safetensors package and Hugging
     Face's index readers disagree on such files).  Errors other than a repeated key
-    are json's own (ValueError, RecursionError) for the caller to word."""
+    are json's own (ValueError, RecursionError) for the caller to word.  NaN and
+    Infinity, which JSON does not have (Python's reader accepts them; the
+    safetensors package and Rust's readers refuse them), are a ValueError too."""
 
     def unique(pairs):
         found = dict(pairs)
@@ -73,7 +75,10 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
                 keys.claim(key)
         return found
 
-    return json.loads(text, object_pairs_hook=unique)
+    def not_json(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, object_pairs_hook=unique, parse_constant=not_json)
 
 
 def _show(value: Any) -> str:

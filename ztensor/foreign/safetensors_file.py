@@ -103,15 +103,26 @@ def _parse(source, name, limits) -> ForeignFile:
         )
     parsed = sorted(
         ((k, _entry(name, k, v, data_len, limits)) for k, v in header.items()),
-        key=lambda kv: kv[1][2],
+        key=lambda kv: (kv[1][2], kv[1][4]),  # (begin, end): an empty tensor first
     )
+    # the safetensors package's rule: the tensors tile the data section, in offset
+    # order, with no byte between, before or after them (bytes no tensor owns could
+    # hide anything, and other readers refuse such files)
     end = 0
     for key, (_, _, begin, _, stop) in parsed:
-        if begin < end:
+        if begin != end:
             raise FormatError(
-                "tensor overlaps the one before it in the data section", path=name, obj=key
+                f"tensor starts at data byte {begin}, not where the one before it ends "
+                f"({end}): {'it overlaps it' if begin < end else 'bytes lie between them'}",
+                path=name,
+                obj=key,
             )
-        end = max(end, stop)
+        end = stop
+    if end != data_len:
+        raise FormatError(
+            f"the tensors end at data byte {end}, and {data_len - end} bytes follow them",
+            path=name,
+        )
     entries = {}
     for key, (np_dtype, shape, begin, ltype, stop) in parsed:
         raw = source.view(start + begin, stop - begin, "tensor", obj=key)
