@@ -3,6 +3,7 @@ component arrays.  ``Reader.read`` returns one; ``Writer.write`` takes one."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
@@ -60,7 +61,9 @@ class Tensor:
             if format != "dense" or "data" not in self.components:
                 raise ValueError("shape is required unless a dense object has 'data'")
             shape = np.shape(self.components["data"])
-        self.shape = tuple(int(d) for d in shape)
+        # operator.index, not int: a dimension of 2.5 or "3" is refused, never
+        # truncated or parsed into a shape the caller did not give
+        self.shape = tuple(operator.index(d) for d in shape)
         self.format = format
         self.attributes = dict(attributes) if attributes else {}
         self.types = dict(types) if types else {}

@@ -185,3 +185,14 @@ def test_torch_load_file_refuses_checkpoint_names_that_meet(tmp_path):
     with pytest.raises(ztensor.FormatError) as exc:
         torch_api.load_file(str(path))
     assert exc.value.obj == "a.qzeros"
+
+
+# ---------------------------------------------------------------- Tensor shapes
+@pytest.mark.parametrize("dim", [2.5, "2", np.float64(2.0)])
+def test_tensor_shape_is_integers_not_truncated(tmp_path, dim):
+    """``Tensor(shape=(2.5,))`` became shape (2,) through ``int()``, and the Writer
+    wrote it: a shape the caller never gave, silently.  A dimension that is not an
+    integer is a TypeError (numpy ints still are integers)."""
+    with pytest.raises(TypeError):
+        ztensor.Tensor({"data": np.zeros(2, np.float32)}, shape=(dim,))
+    assert ztensor.Tensor({"data": np.zeros(2, np.float32)}, shape=(np.int32(2),)).shape == (2,)
