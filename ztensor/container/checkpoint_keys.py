@@ -14,7 +14,7 @@ safetensors-style loaders (``ztensor.numpy.load_file``, ``ztensor.torch.load_fil
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -30,7 +30,7 @@ def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optio
     objects whose checkpoint names meet (a quantized ``a.weight`` and a dense
     ``a.scales``; quantized ``a`` and ``a.weight``) are a FormatError naming both:
     one would hide the other."""
-    pairs = []
+    pairs: List[Tuple[str, Tuple[str, Optional[str]]]] = []
     format_of = reader.internals.format_of  # no spec built per object (reader.py)
     for name in reader.keys():
         fmt = format_of(name)
@@ -49,8 +49,8 @@ def entries(reader: Any, dequantize: bool = False) -> Dict[str, Tuple[str, Optio
     out = dict(pairs)
     if len(out) != len(pairs):  # a name given twice: find the pair, and say so
         taken = NameTable(reader.path)
-        for key, (name, role) in pairs:
-            taken.claim(key, name if role is None else f"{name} (its GPTQ {role})")
+        for key, (obj, gptq) in pairs:
+            taken.claim(key, obj if gptq is None else f"{obj} (its GPTQ {gptq})")
     return out
 
 
