@@ -196,3 +196,17 @@ def test_tensor_shape_is_integers_not_truncated(tmp_path, dim):
     with pytest.raises(TypeError):
         ztensor.Tensor({"data": np.zeros(2, np.float32)}, shape=(dim,))
     assert ztensor.Tensor({"data": np.zeros(2, np.float32)}, shape=(np.int32(2),)).shape == (2,)
+
+
+def test_read_into_a_meta_tensor_is_refused(tmp_path):
+    """``read_into(name, torch.empty(..., device="meta"))`` returned as if it had
+    filled it: a meta tensor has no memory, so the values went nowhere."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "a.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("a", np.arange(6, dtype=np.float32), compress=True)
+        w.write_numpy("b", np.arange(6, dtype=np.float32))
+    with ztensor.Reader(str(path)) as r:
+        for name in ("a", "b"):
+            with pytest.raises(ValueError, match="meta"):
+                r.read_into(name, torch.empty(6, device="meta"))

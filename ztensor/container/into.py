@@ -141,6 +141,8 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
 def _torch_target(dst):
     import torch
 
+    if dst.device.type == "meta":  # no memory: the fill would vanish without a word
+        raise ValueError("read_into: a tensor on the meta device has no memory to fill")
     bits = torch_bridge.torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
     on_cpu = torch_bridge.is_cpu(dst.device)
     if on_cpu and dst.is_contiguous():
