@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import unicodedata
 import urllib.parse
 from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
@@ -31,7 +32,7 @@ import numpy as np
 from ztensor import _save
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor.errors import FormatError, ObjectNotFoundError, ZTensorError
+from ztensor.errors import FormatError, ObjectNotFoundError, WriteError, ZTensorError
 from ztensor.foreign.names import json_loads_unique
 from ztensor.io import atomic
 from ztensor.io import upload as remote_write
@@ -122,8 +123,7 @@ def save_sharded(
     index_path = place(folder, f"{prefix}.zt.index.json")
     if _is_url(index_path):
         remote_write.Upload(index_path, storage_options).remove()  # as below
-    elif os.path.exists(index_path):
-        os.unlink(index_path)  # a crash from here on leaves no index, never a wrong one
+    old_mode = None if _is_url(index_path) else _remove_old_index(index_path)
     total = sum(_nbytes(v) for v in tensors.values())
     done = 0
     weight_map = {}
@@ -144,7 +144,31 @@ def save_sharded(
         remote_write.Upload(index_path, storage_options).write_json(index)
     else:
         atomic.write_json_atomically(index_path, index)
+        if old_mode is not None:
+            os.chmod(atomic.final_target(index_path), old_mode)
     return files
+
+
+def _remove_old_index(index_path: str) -> Optional[int]:
+    """Remove the index a new checkpoint will replace, before any shard is written:
+    a failure part way then leaves no index, never one naming the old shards.  The
+    file a symlink points to is removed (the link stays, and will point to the new
+    index); its mode is returned so that the new one gets it.  Anything but a
+    file there (a directory) is a WriteError before anything is written."""
+    target = atomic.final_target(index_path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise WriteError(f"cannot replace the index: {exc.strerror}", path=index_path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise WriteError("the index's place is taken by something not a file", path=index_path)
+    try:
+        os.unlink(target)
+    except OSError as exc:
+        raise WriteError(f"cannot replace the index: {exc.strerror}", path=index_path) from None
+    return stat.S_IMODE(st.st_mode)
 
 
 def _is_url(path: str) -> bool:

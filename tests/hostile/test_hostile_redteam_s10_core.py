@@ -113,17 +113,36 @@ def test_index_write_over_a_directory_is_a_write_error(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.zt.index.json"]  # no temporary left
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sharded.save_sharded unlinks an existing index first (os.unlink): a "
-    "directory there is a bare IsADirectoryError before the atomic write runs "
-    "(ztensor/sharded.py, another engineer's file)",
-)
 def test_save_sharded_over_an_index_directory_is_a_write_error(tmp_path):
     (tmp_path / "model.zt.index.json").mkdir()
     tensors = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
-    with pytest.raises(ztensor.WriteError):
+    with pytest.raises(ztensor.WriteError, match="not a file"):
         ztensor.save_sharded(tensors, str(tmp_path), max_shard_size=12)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zt.index.json"]  # no shard
+
+
+def test_save_sharded_keeps_a_linked_index_a_link_with_its_mode(tmp_path):
+    """Re-saving a checkpoint whose index is a symlink (a dataset tool's layout)
+    writes the new index where the link points, keeps the link and the old
+    index's permission bits."""
+    import os
+    import stat
+
+    real = tmp_path / "store" / "model.zt.index.json"
+    real.parent.mkdir()
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tensors = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
+    ztensor.save_sharded(tensors, str(ckpt), max_shard_size=12)
+    (ckpt / "model.zt.index.json").rename(real)
+    os.chmod(real, 0o640)
+    (ckpt / "model.zt.index.json").symlink_to(real)
+    tensors["a"] = np.full(3, 7, np.float32)
+    ztensor.save_sharded(tensors, str(ckpt), max_shard_size=12)
+    assert (ckpt / "model.zt.index.json").is_symlink()
+    assert stat.S_IMODE(os.stat(real).st_mode) == 0o640
+    with ztensor.open_sharded(str(ckpt)) as r:
+        np.testing.assert_array_equal(r.read_numpy("a"), tensors["a"])
 
 
 def test_index_written_through_a_symlink_keeps_the_link(tmp_path):
