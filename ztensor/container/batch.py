@@ -201,8 +201,7 @@ def _run(source, jobs, threads):
     pieces (Source.reading), and (dst, src offsets, dst offsets, lengths) copies of
     small spans out of the mapping (kernels.copy_spans, the GIL released)."""
     src = source.all_bytes() if any(len(job) == 4 for job in jobs) else None
-    ahead = [(job[1], job[0].nbytes) for job in jobs if len(job) == 2]
-    with source.reading(ahead) as read_into:
+    with source.reading() as read_into:
 
         def one(job):
             if len(job) == 2:

@@ -357,11 +357,10 @@ class Source:
             )
 
     @contextlib.contextmanager
-    def reading(self, ahead=()):
+    def reading(self):
         """A ``read_into(offset, out)`` that fills ``out`` (a writable uint8 array)
         with the bytes at ``offset`` (bounds-checked), for many large reads at once
-        (batch.py), from any thread.  ``ahead``: the (offset, length) spans the
-        caller is about to read this way.
+        (batch.py), from any thread.
 
         For a mapped local file, a piece whose pages are all in the page cache
         (``kernels.range_resident``, one ``mincore``) is copied from the mapping: a
@@ -373,16 +372,8 @@ class Source:
         (bench/bench_cold.py: 0.4x ``cat``'s rate), while ``pread`` of large pieces,
         with the sequential hint, reads ahead as ``cat`` does.  A copy-on-write
         mapping (its pages may hold the caller's writes), a buffer or an unmapped
-        source is copied from as ``view`` would.
-
-        The first time a piece must be ``pread``, the kernel is asked to read all of
-        ``ahead`` in (``POSIX_FADV_WILLNEED``, in file order): each ``pread`` alone
-        reads its piece synchronously, a readahead window at a time, and several
-        threads reading pieces of one file defeat the kernel's sequential
-        detection; with the spans requested at once, the disk works through them
-        while the threads copy, as ``cat``'s asynchronous readahead does."""
+        source is copied from as ``view`` would."""
         fd = self._open_same_file()
-        advised = [not ahead or not hasattr(os, "posix_fadvise")]
         try:
 
             def read_into(offset, out, what="component", **where):
@@ -400,10 +391,6 @@ class Source:
                         out[:] = src
                         return
                     del src
-                    if not advised[0]:
-                        advised[0] = True
-                        for at, length in sorted(ahead):
-                            os.posix_fadvise(fd, at, length, os.POSIX_FADV_WILLNEED)
                     _pread_exactly_into(
                         fd, memoryview(out).cast("B"), offset, self.name, what, where
                     )
