@@ -55,7 +55,8 @@ _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # local file header, 30 bytes
 _CHUNK = 1 << 20
 
 
-_END = b"PK\x05\x06"  # the end of central directory record's signature, 22 bytes long
+# the end of central directory record's signature (an empty zip starts with it), 22 bytes
+_END = spec.MAGIC_ZIP_EMPTY
 
 
 def _end_records(f) -> list:
