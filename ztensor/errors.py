@@ -181,6 +181,20 @@ def _short(value) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def refuse_copy(handle: object, path: object) -> "UnsupportedError":
+    """The error for copying or pickling a handle on an open file (Reader, Writer,
+    safe_open: their ``__reduce_ex__``, which copy.copy, copy.deepcopy and pickle
+    all call).  A shallow copy would share the file: when the copy was collected its
+    ``__del__`` closed the original's file (a Reader then raised ClosedError, a
+    Writer wrote to a closed, perhaps reused, descriptor); pickle raised a bare
+    TypeError about a lock.  Open the path again instead."""
+    return UnsupportedError(
+        f"a {type(handle).__name__} holds an open file and cannot be copied or "
+        "pickled: open the path again in the copy's place",
+        path=path,
+    )
+
+
 def strerror(code: int) -> str:
     """``os.strerror`` that never fails (used by the C blob writer's errors)."""
     try:

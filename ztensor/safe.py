@@ -17,7 +17,13 @@ from ztensor import _save, dtypes
 from ztensor.attributes import show
 from ztensor.container import checkpoint_keys as checkpoint
 from ztensor.container.reader import Reader
-from ztensor.errors import ClosedError, ObjectNotFoundError, SliceError, UnsupportedError
+from ztensor.errors import (
+    ClosedError,
+    ObjectNotFoundError,
+    SliceError,
+    UnsupportedError,
+    refuse_copy,
+)
 from ztensor.formats import dense
 from ztensor.frameworks.torch_bridge import numpy_to_torch, numpy_to_torch_plain, object_to_torch
 from ztensor.io import components, seekable, values
@@ -151,6 +157,9 @@ class safe_open:  # noqa: N801 - the name safetensors users know
 
     def __enter__(self) -> "safe_open":
         return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, self._reader.path)  # a copy would share, and close, the file
 
     def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()

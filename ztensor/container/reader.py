@@ -34,6 +34,7 @@ from ztensor.errors import (
     ObjectNotFoundError,
     UnsupportedError,
     ZTensorError,
+    refuse_copy,
 )
 from ztensor.formats import dense
 from ztensor.frameworks.torch_bridge import object_to_torch
@@ -751,6 +752,9 @@ class Reader:
     def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, self.path)  # a copy's __del__ would close this file
 
     def __del__(self):
         # as open files do: an unclosed Reader is released, with a ResourceWarning

@@ -23,7 +23,7 @@ from ztensor.container.footer import encode_footer
 from ztensor.container.manifest import Checker, encode_manifest, gc_paused
 from ztensor.container.reader import Reader
 from ztensor.container.stream import TensorStream
-from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError
+from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError, refuse_copy
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 from ztensor.io import atomic, components
 from ztensor.io import floats as floatconv
@@ -622,6 +622,9 @@ class Writer:
         else:
             self.abort()
         return False
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise refuse_copy(self, self.path)  # a copy's __del__ would abort this file
 
     def __del__(self):
         if getattr(self, "_state", "closed") == "open":

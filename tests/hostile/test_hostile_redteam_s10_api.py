@@ -1,0 +1,66 @@
+"""Issue 21, last red-team round on the public API's lifetimes and entry points:
+handles copied, pickled or used after close, and the reference API (open, Writer,
+safe_open, serialize) given hostile inputs.  Real files from the real writers; each
+test fails without its fix."""
+import copy
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor import safe_open
+
+COPIERS = {
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+    "pickle": pickle.dumps,
+}
+
+
+def _file(tmp_path):
+    path = str(tmp_path / "m.zt")
+    with ztensor.Writer(path) as w:
+        w.add("a", np.arange(6, dtype=np.float32))
+    return path
+
+
+# ------------------------------------------------- handles are not copied or pickled
+# A shallow copy of a Reader shared its file, and the copy's __del__ closed it: the
+# original then raised ClosedError on its next read.  A Writer's copy aborted the
+# shared descriptor, and the original raised a bare OSError (EBADF) closing a
+# descriptor number another file may since have been given.  pickle raised a bare
+# TypeError about a lock (errors.refuse_copy, from each handle's __reduce_ex__).
+@pytest.mark.parametrize("how", sorted(COPIERS))
+def test_a_reader_is_not_copied_and_keeps_its_file(tmp_path, how):
+    path = _file(tmp_path)
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ztensor.UnsupportedError, match="cannot be copied") as info:
+            COPIERS[how](r)
+        assert info.value.path == path
+        gc.collect()
+        np.testing.assert_array_equal(r.read_numpy("a"), np.arange(6, dtype=np.float32))
+
+
+@pytest.mark.parametrize("how", sorted(COPIERS))
+def test_a_writer_is_not_copied_and_still_writes(tmp_path, how):
+    path = str(tmp_path / "w.zt")
+    with ztensor.Writer(path) as w:
+        with pytest.raises(ztensor.UnsupportedError, match="cannot be copied") as info:
+            COPIERS[how](w)
+        assert info.value.path == path
+        gc.collect()
+        w.add("b", np.arange(3, dtype=np.int64))
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("b"), np.arange(3))
+
+
+@pytest.mark.parametrize("how", sorted(COPIERS))
+def test_a_safe_open_handle_is_not_copied(tmp_path, how):
+    path = _file(tmp_path)
+    with safe_open(path, framework="np") as f:
+        with pytest.raises(ztensor.UnsupportedError, match="cannot be copied") as info:
+            COPIERS[how](f)
+        assert info.value.path == path
+        np.testing.assert_array_equal(f.get_tensor("a"), np.arange(6, dtype=np.float32))
