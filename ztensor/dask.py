@@ -66,6 +66,9 @@ def from_zt(
     the whole of the other axes.  ``storage_options``: fsspec's options for a URL's
     filesystem (credentials, endpoint); they travel in the graph to the workers.
 
+    The array reads the file as it was when the array was made: a chunk computed
+    after the file changed raises ClosedError (make a new array).
+
     Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
     ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense
     or cannot be decoded, ValueError for ``rows``/``chunk_bytes`` below 1."""
@@ -78,6 +81,9 @@ def from_zt(
     source = _path_of(source)
     options = check_storage_options(source, storage_options)
     source = _shard_of(source, name, options)
+    # the version every chunk must find (_read): a rewrite between two chunks of one
+    # compute would otherwise mix the two files' values in one array
+    version = _identity(source, options)
     with safe_open(source, framework="np", storage_options=options) as f:
         piece = f.get_slice(name)  # UnsupportedError unless dense
         shape = tuple(piece.get_shape())
@@ -85,7 +91,9 @@ def from_zt(
         dtype = _dtype_of(meta)
         _require_readable(f.reader, meta)
     if not shape:
-        return da.from_delayed(_delayed_scalar(source, name, dtype, options), shape=(), dtype=dtype)
+        return da.from_delayed(
+            _delayed_scalar(source, name, dtype, options, version), shape=(), dtype=dtype
+        )
     chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
     return da.map_blocks(
@@ -96,6 +104,7 @@ def from_zt(
         tensor=name,
         meta=np.empty((0,) * len(shape), dtype),
         storage_options=options,
+        version=version,
     )
 
 
@@ -316,9 +325,16 @@ _HANDLES = _Handles()
 atexit.register(_HANDLES.clear)
 
 
-def _read(source, tensor, shape, dtype, select, storage_options=None):
+def _read(source, tensor, shape, dtype, select, storage_options=None, version=None):
     key, handle = _HANDLES.acquire(source, storage_options)
     try:
+        if version is not None and key[1] != version:  # keyed by (source, its identity)
+            raise ClosedError(
+                "the file changed since this dask array was made (a chunk of the earlier "
+                "file and one of this would be mixed): make a new array",
+                path=source,
+                obj=tensor,
+            )
         piece = handle.get_slice(tensor)
         now = handle.reader.metadata(tensor)
         if tuple(piece.get_shape()) != tuple(shape) or _dtype_of(now) != dtype:
@@ -334,7 +350,7 @@ def _read(source, tensor, shape, dtype, select, storage_options=None):
         _HANDLES.release(key)
 
 
-def _read_rows(block_info=None, *, source, tensor, storage_options=None):
+def _read_rows(block_info=None, *, source, tensor, storage_options=None, version=None):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
     return _read(
@@ -344,13 +360,14 @@ def _read_rows(block_info=None, *, source, tensor, storage_options=None):
         np.dtype(info["dtype"]),
         lambda piece: piece[r0:r1],
         storage_options,
+        version,
     )
 
 
-def _delayed_scalar(source, name, dtype, storage_options=None):
+def _delayed_scalar(source, name, dtype, storage_options=None, version=None):
     import dask
 
-    return dask.delayed(_read)(source, name, (), dtype, _whole, storage_options)
+    return dask.delayed(_read)(source, name, (), dtype, _whole, storage_options, version)
 
 
 def _whole(piece):

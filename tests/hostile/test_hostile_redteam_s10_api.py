@@ -64,3 +64,39 @@ def test_a_safe_open_handle_is_not_copied(tmp_path, how):
             COPIERS[how](f)
         assert info.value.path == path
         np.testing.assert_array_equal(f.get_tensor("a"), np.arange(6, dtype=np.float32))
+
+
+# ----------------------------------------------------- dask: one array, one file
+# Each chunk looked the file up as it was now, and only a change of shape or dtype
+# was refused: a rewrite of the same shape between two chunks of one compute gave one
+# array of two files' values (dask._read now holds every chunk to the identity the
+# array was made with).
+def test_dask_array_is_never_two_files(tmp_path):
+    da = pytest.importorskip("dask.array")
+    from dask.callbacks import Callback
+
+    import ztensor.dask
+
+    path = str(tmp_path / "d.zt")
+    old = np.arange(64, dtype=np.float32).reshape(8, 8)
+    with ztensor.Writer(path) as w:
+        w.add("w", old)
+    arr = ztensor.dask.from_zt(path, "w", rows=2)
+    assert arr.numblocks[0] == 4
+
+    done = []
+
+    class RewriteAfterFirstChunk(Callback):
+        def _posttask(self, key, result, dsk, state, id):
+            if not done and isinstance(result, np.ndarray) and result.shape == (2, 8):
+                done.append(key)
+                with ztensor.Writer(path) as w:
+                    w.add("w", -old)
+
+    with RewriteAfterFirstChunk(), pytest.raises(ztensor.ClosedError, match="changed") as info:
+        da.concatenate([arr]).compute(scheduler="synchronous")
+    assert done and path in str(info.value) and "'w'" in str(info.value)
+    # a new array reads the new file whole
+    np.testing.assert_array_equal(
+        ztensor.dask.from_zt(path, "w", rows=2).compute(scheduler="synchronous"), -old
+    )
