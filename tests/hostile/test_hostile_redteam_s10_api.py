@@ -100,3 +100,37 @@ def test_dask_array_is_never_two_files(tmp_path):
     np.testing.assert_array_equal(
         ztensor.dask.from_zt(path, "w", rows=2).compute(scheduler="synchronous"), -old
     )
+
+
+# ------------------------------------- a view's contiguous copy: memory is a limit
+# The Writer copied a non-contiguous array whole before writing it: a stride-0 view
+# (np.broadcast_to; a 1.5 KB torch.save of x.expand(...), which `ztensor dequantize`
+# copies through) raised a bare MemoryError ("Unable to allocate 512 GiB") out of the
+# library; the command said "MemoryError: ...". Now a LimitError naming the object
+# (writer.Writer._prepare), and the writer goes on.
+HUGE = 2**37  # float32 elements: 512 GiB, past any test machine's memory
+
+
+def test_writer_copy_of_a_huge_view_is_a_limit_error(tmp_path):
+    path = str(tmp_path / "w.zt")
+    view = np.broadcast_to(np.zeros(1, np.float32), (HUGE,))
+    with ztensor.Writer(path) as w:
+        with pytest.raises(ztensor.LimitError, match="not enough memory") as info:
+            w.add("x", view)
+        assert info.value.path == path and info.value.obj == "x"
+        w.add("y", np.arange(3, dtype=np.float32))
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["y"]
+
+
+def test_dequantize_of_a_stride_zero_checkpoint_is_one_line(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from ztensor.tools import cli
+
+    src, out = str(tmp_path / "e.pt"), str(tmp_path / "out.zt")
+    torch.save({"x": torch.zeros(1).expand(HUGE)}, src)
+    assert cli.main(["dequantize", src, out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MemoryError" not in err
+    assert "'x'" in err and "not enough memory" in err
+    assert not [p for p in tmp_path.iterdir() if p.name != "e.pt"]

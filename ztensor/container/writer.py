@@ -23,7 +23,14 @@ from ztensor.container.footer import encode_footer
 from ztensor.container.manifest import Checker, encode_manifest, gc_paused
 from ztensor.container.reader import Reader
 from ztensor.container.stream import TensorStream
-from ztensor.errors import ClosedError, FormatError, UnsupportedError, WriteError, refuse_copy
+from ztensor.errors import (
+    ClosedError,
+    FormatError,
+    LimitError,
+    UnsupportedError,
+    WriteError,
+    refuse_copy,
+)
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 from ztensor.io import atomic, components
 from ztensor.io import floats as floatconv
@@ -493,7 +500,19 @@ class Writer:
         arr = np.asarray(arr)
         storage, ltype = self._storage_of(name, role, arr.dtype, explicit)
         if not arr.flags.c_contiguous:
-            arr = np.array(arr, order="C")
+            # a view may show far more elements than it holds (np.broadcast_to, a
+            # stride-0 torch.save tensor: 1.5 KB of file, 64 GiB of elements); their
+            # copy is a LimitError naming the object when memory runs out, as a read's
+            try:
+                arr = np.array(arr, order="C")
+            except MemoryError:
+                raise LimitError(
+                    f"not enough memory for the {arr.nbytes}-byte contiguous copy of "
+                    "this component",
+                    path=self.path,
+                    obj=name,
+                    component=role,
+                ) from None
         if (storage == "bool" or ltype == "bool") and logical.is_bool(storage, ltype):
             # the spec's bool bytes are 0 and 1; an array made through a view (numpy's
             # or torch's) may hold 0x02 and means true: written as 1, never as read
