@@ -63,9 +63,12 @@ def storage_size(tensor: torch.Tensor) -> int:
 
 
 def _end_ptr(tensor: torch.Tensor) -> int:
-    """One past the last byte the tensor's elements occupy."""
+    """One past the last byte the tensor's elements occupy, from its strides (torch
+    has no negative ones): ``view(-1)`` raised a bare RuntimeError for a transposed
+    or stepped view sharing a storage with another tensor."""
     if tensor.nelement():
-        return tensor.view(-1)[-1].data_ptr() + tensor.element_size()
+        last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+        return tensor.data_ptr() + (last + 1) * tensor.element_size()
     return tensor.data_ptr()
 
 

@@ -134,3 +134,56 @@ def test_dequantize_of_a_stride_zero_checkpoint_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "MemoryError" not in err
     assert "'x'" in err and "not enough memory" in err
     assert not [p for p in tmp_path.iterdir() if p.name != "e.pt"]
+
+
+# torch's own contiguous copy, made before the Writer saw the tensor, raised a bare
+# RuntimeError from torch's allocator; the tensor now reaches the writer with its
+# strides (torch_bridge.to_numpy_for_writing) and the one copy is Writer._prepare's.
+def test_torch_save_of_a_huge_view_is_a_limit_error(tmp_path):
+    torch = pytest.importorskip("torch")
+    import ztensor.torch
+
+    view = torch.zeros(1).expand(HUGE)
+    path = str(tmp_path / "t.zt")
+    with pytest.raises(ztensor.LimitError, match="not enough memory") as info:
+        ztensor.torch.save_file({"x": view}, path)
+    assert info.value.obj == "x" and info.value.path == path
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ztensor.LimitError, match="not enough memory"):
+        ztensor.torch.save({"x": view})
+
+
+def test_torch_strided_views_store_the_elements_they_show():
+    torch = pytest.importorskip("torch")
+    import ztensor.torch
+
+    a = torch.arange(24.0).reshape(4, 6)
+    views = {
+        "t": a.t(),
+        "step": a.clone()[:, ::2],
+        "expand": torch.arange(3.0).reshape(3, 1).expand(3, 5),
+        "bf16": a.to(torch.bfloat16).t(),
+        "fp8": a.to(torch.float8_e4m3fn)[:, 1::2],
+        "conj": (a + 1j * a).to(torch.complex64).t().conj(),
+    }
+    got = ztensor.torch.load(ztensor.torch.save(views))
+    for name, view in views.items():
+        assert got[name].dtype == view.dtype and got[name].shape == view.shape, name
+        want = view.resolve_conj().contiguous().view(torch.uint8)
+        assert torch.equal(got[name].view(torch.uint8), want), name
+
+
+# Two views of one storage, one of them transposed or stepped: the shared-memory
+# check measured a view's extent with view(-1), a bare RuntimeError for a view that
+# is not contiguous (torch._end_ptr); now the FormatError that names them.
+def test_torch_save_of_strided_views_sharing_memory_is_a_format_error():
+    torch = pytest.importorskip("torch")
+    import ztensor.torch
+
+    a = torch.arange(24.0).reshape(4, 6)
+    with pytest.raises(ztensor.FormatError, match="share memory") as info:
+        ztensor.torch.save({"t": a.t(), "step": a[:, ::2]})
+    assert "'t'" in str(info.value) and "'step'" in str(info.value)
+    # views of one storage that do not overlap are stored apart, as before
+    got = ztensor.torch.load(ztensor.torch.save({"top": a[:2].t(), "bottom": a[2:, ::2]}))
+    assert torch.equal(got["top"], a[:2].t()) and torch.equal(got["bottom"], a[2:, ::2])
