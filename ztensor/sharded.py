@@ -36,7 +36,14 @@ from ztensor.errors import FormatError, ObjectNotFoundError, WriteError, ZTensor
 from ztensor.foreign.names import json_loads_unique
 from ztensor.io import atomic
 from ztensor.io import upload as remote_write
-from ztensor.io.source import is_url, network_errors, open_local_input, open_url, url_options
+from ztensor.io.source import (
+    check_range_reply,
+    is_url,
+    network_errors,
+    open_local_input,
+    open_url,
+    url_options,
+)
 from ztensor.safe import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -121,6 +128,10 @@ def save_sharded(
     count = len(plan)
     files = [f"{prefix}-{i + 1:05d}-of-{count:05d}.zt" for i in range(count)]
     index_path = place(folder, f"{prefix}.zt.index.json")
+    try:  # before a byte is written: names the reader would refuse make no checkpoint
+        check_shard_name(f"{prefix}.zt.index.json", index_path)
+    except FormatError as exc:
+        raise ValueError(f"prefix {prefix!r} does not make plain file names: {exc}") from None
     if _is_url(index_path):
         remote_write.Upload(index_path, storage_options).remove()  # as below
     old_mode = None if _is_url(index_path) else _remove_old_index(index_path)
@@ -183,8 +194,11 @@ def check_shard_name(file: Any, index: Optional[str] = None) -> str:
     Refused: anything but a non-empty string; a separator (``/``, ``\\``); ``%``
     (a server decodes ``..%2f`` into a separator, so the name is refused before and
     after percent-decoding alike); NUL and every other control character; the dot
-    segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL); a lone
-    surrogate (JSON's ``"\ud800"``: no path or URL can encode it).
+    segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL); ``?``
+    and ``#`` (an object store's filesystem reads ``s.zt?versionId=...`` as another
+    version of ``s.zt``, an older or deleted one; gsutil's syntax, which gcsfs
+    follows, reads ``s.zt#123`` as generation 123); a lone surrogate (JSON's ``"\ud800"``: no path
+    or URL can encode it).
 
     Each rule holds for the name as given and for its NFKC form, which a server or
     filesystem that normalises Unicode would see: ``"\uff0e\uff0e"`` (fullwidth
@@ -221,7 +235,7 @@ def _nfkc(text: str) -> str:
         return text
 
 
-_NOT_IN_SHARD_NAMES = frozenset("/\\%:")
+_NOT_IN_SHARD_NAMES = frozenset("/\\%:?#")
 
 
 def _show(value: Any) -> str:
@@ -612,6 +626,8 @@ def _read_bounded(f, index: str) -> bytes:
     held = 0
     while True:
         part = f.read(1 << 16)
+        # an index replaced on a server naming no version would be read spliced
+        check_range_reply(part, getattr(f, "size", None), index)
         if not part:
             return b"".join(parts)
         held += len(part)

@@ -25,6 +25,7 @@ import errno
 import io
 import mmap as _mmap
 import os
+import re
 import stat
 import sys
 import threading
@@ -309,7 +310,13 @@ class Source:
             self._require_open()
             f, fd = self._file, self._fd
         fs, path = getattr(f, "fs", None), getattr(f, "path", None)
-        if f is not None and fs is not None and hasattr(fs, "cat_ranges") and spans:
+        if (
+            f is not None
+            and fs is not None
+            and hasattr(fs, "cat_ranges")
+            and spans
+            and _pin_travels(f, self._url)
+        ):
             with network_errors(self._url):
                 blobs = self._cat_ranges(fs, path, spans, _request_headers(f))
                 for (start, length), blob in zip(spans, blobs):
@@ -321,6 +328,7 @@ class Source:
                             f"for {start}..{start + length}",
                             path=self.name,
                         )
+                    check_range_reply(blob, self.size, self.name)
             return blobs
         if fd is not None and threads > 1 and len(spans) > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -514,6 +522,7 @@ def _read_exactly(f, offset, length, name, what, where):
                 )
         else:
             chunk = f.read(want)
+            check_range_reply(chunk, getattr(f, "size", None), name)
             n = len(chunk) if chunk else 0
             if n > want:
                 raise FormatError(
@@ -609,6 +618,45 @@ def _pinned_version(fs, inner):
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
     return {"size": info.get("size"), "headers": headers}
+
+
+def _pin_travels(f, url):
+    """Whether requests made by path beside the open fsspec file ``f`` (fsspec's
+    ``cat_ranges``) read the version ``f`` was opened on.  HTTP(S): yes, they carry
+    its headers (:func:`_request_headers`).  A file whose open recorded a version
+    that only its own requests carry (s3fs sends ``If-Match`` the object's ETag from
+    its file, never from ``cat_ranges``): no, and then its reads go through the file.
+    A file of a store that names no version (``memory://``): nothing to lose."""
+    if url is not None and _is_http(url):
+        return True
+    details = getattr(f, "details", None)
+    if not isinstance(details, dict):
+        return True
+    return not any(details.get(k) for k in ("ETag", "etag", "VersionId", "generation"))
+
+
+class _RangeBody(bytes):
+    """The body of a reply to a range request (:class:`_CheckedResponse`), with
+    ``total``: the size of the whole file the server answered from (Content-Range's
+    total, or a 200's Content-Length), None where it did not say."""
+
+    total: "int | None" = None
+
+
+def check_range_reply(body, size, url):
+    """A FormatError when ``body``, what a read of an HTTP(S) file returned (a
+    :class:`_RangeBody`), came from a file of another size than ``size``, the one
+    opened: the file was replaced on a server that names no version (no ETag, no
+    Last-Modified, so nothing pinned it, _pinned_version), and its bytes are another
+    file's.  Every read of a URL's bytes passes its replies here (Source's reads,
+    the sharded index's); other bodies pass unchecked."""
+    total = getattr(body, "total", None)
+    if total is not None and isinstance(size, int) and total != size:
+        raise FormatError(
+            f"the file changed on the server while it was read (it is now {total} "
+            f"bytes, opened as {size})",
+            path=url,
+        )
 
 
 def _request_headers(f):
@@ -714,10 +762,11 @@ def _checked_response_class(aiohttp):
             url = str(self.url)
             body = bytearray()
             try:
+                total = None
                 if self.status >= 400:  # an error page: fsspec raises for the status after
                     cap = _ERROR_BODY
                 else:
-                    cap = _range_reply_size(url, self.status, self.headers, asked)
+                    cap, total = _range_reply_size(url, self.status, self.headers, asked)
                 while True:  # to the end of the body, or one byte past what may come
                     chunk = await self.content.read(min(1 << 20, cap + 1 - len(body)))
                     if not chunk:
@@ -733,7 +782,7 @@ def _checked_response_class(aiohttp):
                 if self.status >= 400 or self.status == 200:
                     # an error page, or a whole file from its start: only its first
                     # bytes are wanted, the ones asked for
-                    return bytes(body[:cap])
+                    return _range_body(body[:cap], total)
                 raise FormatError(
                     f"the server sent more than the {cap} bytes of its "
                     f"reply to bytes {asked[0]}-{asked[1]}",
@@ -744,7 +793,7 @@ def _checked_response_class(aiohttp):
                     f"the server sent {len(body)} bytes for a range of {cap} (Content-Range)",
                     path=url,
                 )
-            return bytes(body)
+            return _range_body(body, total)
 
     _CHECKED.append(_CheckedResponse)
     return _CheckedResponse
@@ -761,9 +810,19 @@ def _asked_range(header):
         return None
 
 
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)", re.ASCII)
+
+
+def _range_body(data, total):
+    body = _RangeBody(data)
+    body.total = total
+    return body
+
+
 def _range_reply_size(url, status, headers, asked):
-    """How many bytes the reply to range ``asked`` may carry, or a FormatError when
-    its status and headers already show it is not that range."""
+    """(how many bytes the reply to range ``asked`` may carry, the size of the whole
+    file it names or None), or a FormatError when its status and headers already
+    show it is not that range."""
     first, last = asked
     encoding = headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
@@ -779,14 +838,20 @@ def _range_reply_size(url, status, headers, asked):
         raise FormatError(f"the server sent Content-Length {length[:40]!r}", path=url) from None
     if status == 206:
         got = headers.get("Content-Range", "")
-        try:
-            unit, _, rest = got.partition(" ")
-            span, _, _total = rest.partition("/")
-            start, _, end = span.partition("-")
-            start, end = int(start), int(end)
-        except ValueError:
-            start = end = None
-        if unit != "bytes" or start is None or start != first or not start <= end <= last:
+        # RFC 9110 14.4's grammar, ASCII digits only (int() would also take "+1",
+        # "1_0" and other scripts' digits)
+        match = _CONTENT_RANGE.fullmatch(got)
+        if match:
+            start, end = int(match[1]), int(match[2])
+            total = None if match[3] == "*" else int(match[3])
+        else:
+            start = end = total = None
+        if (
+            start is None
+            or start != first
+            or not start <= end <= last
+            or (total is not None and end >= total)
+        ):
             raise FormatError(
                 f"asked for bytes {first}-{last}, the server answered with "
                 f"Content-Range {got[:60]!r}",
@@ -796,7 +861,7 @@ def _range_reply_size(url, status, headers, asked):
     elif status == 200 and first == 0:
         # the whole file, from its start: its first bytes are the ones asked for;
         # only those are read
-        return last + 1
+        return last + 1, length
     elif status == 200:
         raise FormatError(
             f"asked for bytes {first}-{last}, the server sent the whole file "
@@ -810,7 +875,7 @@ def _range_reply_size(url, status, headers, asked):
             f"asked for bytes {first}-{last}, the server announced {length} bytes (Content-Length)",
             path=url,
         )
-    return cap
+    return cap, total
 
 
 @contextlib.contextmanager
@@ -879,9 +944,21 @@ def _network_error(url, exc):
         if aiohttp is not None and isinstance(item, aiohttp.ServerDisconnectedError):
             return NetworkConnectionError("the server closed the connection", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientPayloadError):
-            return NetworkConnectionError(f"the reply was cut short: {item}", path=url)
+            return NetworkConnectionError(f"the reply was cut short: {_said(item)}", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientError):
-            return NetworkConnectionError(f"{type(item).__name__}: {item}", path=url)
+            return NetworkConnectionError(f"{type(item).__name__}: {_said(item)}", path=url)
+        if isinstance(item, UnicodeError) and "idna" in str(item):
+            # the resolver's IDNA encoding of a host name (a label over 63
+            # characters, an empty one): the URL's, or a redirect's Location
+            return NetworkConnectionError(f"cannot resolve the host name: {_said(item)}", path=url)
+        if type(item).__name__ == "FileExpired":
+            # s3fs's file (opened with If-Match its ETag) found the object replaced:
+            # the object store's 412, said as the HTTP one is (_status_error)
+            return FormatError(
+                "the file changed on the server while it was read (the object's "
+                "ETag is no longer the one it was opened with)",
+                path=url,
+            )
         if isinstance(item, ValueError) and "range requests" in str(item):
             return FormatError(
                 "the server sent the whole file for a range request: it "
@@ -897,6 +974,15 @@ def _network_error(url, exc):
     return None
 
 
+def _said(what, limit=200):
+    """The text of ``what`` (an exception or a reason a server gave), at most
+    ``limit`` characters, on one line: aiohttp repeats up to 8 KiB of a hostile
+    reply's header or status line (newlines too) in its errors, and an error is one
+    line."""
+    text = " ".join(str(what).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _status_error(url, status, message):
     from http import HTTPStatus
 
@@ -904,7 +990,7 @@ def _status_error(url, status, message):
         reason = message or HTTPStatus(status).phrase
     except ValueError:
         reason = message or "error"
-    text = f"HTTP {status} {reason}"
+    text = f"HTTP {status} {_said(reason)}"
     if status in (404, 410):
         return NetworkNotFoundError(text, path=url, errno=errno.ENOENT)
     if status in (401, 403):
