@@ -187,3 +187,68 @@ def test_torch_save_of_strided_views_sharing_memory_is_a_format_error():
     # views of one storage that do not overlap are stored apart, as before
     got = ztensor.torch.load(ztensor.torch.save({"top": a[:2].t(), "bottom": a[2:, ::2]}))
     assert torch.equal(got["top"], a[:2].t()) and torch.equal(got["bottom"], a[2:, ::2])
+
+
+# ------------------------------------------------------------- read_into targets
+# A destination two of whose elements share memory was "filled": each element
+# written over another, read_into returned, the values wrong (numpy as_strided,
+# writable); torch's expand raised a bare RuntimeError after the read. A parameter
+# (requires_grad) raised torch's bare RuntimeError from .numpy(). One check for both
+# kinds (into._require_distinct_elements); a parameter is filled through its memory.
+def _m(tmp_path):
+    path = str(tmp_path / "m.zt")
+    want = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with ztensor.Writer(path) as w:
+        w.add("m", want)
+    return path, want
+
+
+@pytest.mark.parametrize("strides", [(0, 4), (4, 4), (8, 0), (4, 8)])
+def test_read_into_a_destination_sharing_memory_is_refused(tmp_path, strides):
+    path, want = _m(tmp_path)
+    base = np.zeros(64, np.float32)
+    dst = np.lib.stride_tricks.as_strided(base, shape=(6, 2), strides=strides)
+    assert dst.flags.writeable
+    with ztensor.Reader(path) as r, pytest.raises(ValueError, match="share memory"):
+        r.read_into("m", dst)
+
+
+def test_read_into_strided_destinations_that_do_not_overlap_fill(tmp_path):
+    path, want = _m(tmp_path)
+    with ztensor.Reader(path) as r:
+        for dst in (
+            np.empty((2, 6), np.float32).T,
+            np.empty((6, 4), np.float32)[:, ::2],
+            np.empty((12, 2), np.float32)[::-2],
+            np.empty((6, 1, 2), np.float32)[:, 0, :],
+        ):
+            r.read_into("m", dst)
+            np.testing.assert_array_equal(dst, want)
+
+
+def test_read_into_torch_expanded_and_parameter_destinations(tmp_path):
+    torch = pytest.importorskip("torch")
+    path, want = _m(tmp_path)
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ValueError, match="share memory"):
+            r.read_into("m", torch.zeros(1, 2).expand(6, 2))
+        param = torch.nn.Parameter(torch.zeros(6, 2))
+        r.read_into("m", param)
+        assert param.requires_grad and torch.equal(param.detach(), torch.from_numpy(want))
+        strided = torch.zeros(2, 6, requires_grad=True).t()
+        r.read_into("m", strided)
+        assert torch.equal(strided.detach(), torch.from_numpy(want))
+
+
+# threads= is the caller's count: the batch copy cut its spans into that many jobs,
+# an array of that size first (threads=10**9 killed the process; 2**62 was a
+# LimitError for a read of 8 bytes). batch._split makes no more jobs than spans.
+def test_batch_read_with_a_huge_thread_count_is_bounded(tmp_path):
+    path = str(tmp_path / "b.zt")
+    with ztensor.Writer(path) as w:
+        for i in range(4):
+            w.add(f"t{i}", np.arange(3, dtype=np.float32) + i)
+    with ztensor.Reader(path) as r:
+        got = r.read_numpy([f"t{i}" for i in range(4)], copy=True, threads=2**62)
+    for i in range(4):
+        np.testing.assert_array_equal(got[f"t{i}"], np.arange(3, dtype=np.float32) + i)

@@ -182,10 +182,13 @@ def _pieces(dst, offset, n):
 
 
 def _split(dst, spans, parts):
-    """The small spans as ``parts`` jobs of about equal bytes."""
+    """The small spans as at most ``parts`` jobs of about equal bytes."""
     src_offsets, dst_offsets, lengths = (np.asarray(a, np.uint64) for a in spans)
     if not len(lengths):
         return []
+    # no more jobs than spans: ``parts`` is the caller's thread count, and its cut
+    # points were an array of that size (threads=10**9: 8 GB, the process killed)
+    parts = min(parts, len(lengths))
     cuts = np.searchsorted(np.cumsum(lengths), np.arange(1, parts) * (lengths.sum() / parts))
     return [
         (dst, s, d, n)

@@ -129,6 +129,7 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
     if isinstance(dst, np.ndarray):
         if not dst.flags.writeable:
             raise ValueError("read_into: the destination array is read-only")
+        _require_distinct_elements(dst.shape, dst.strides, dst.itemsize)
         return dst, lambda: None
     module = type(dst).__module__
     if module.startswith("torch"):
@@ -138,11 +139,35 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
     )
 
 
+def _require_distinct_elements(shape, strides, itemsize) -> None:
+    """Refuse a destination two of whose elements share memory (a stride-0
+    ``np.broadcast_to`` made writable, ``as_strided``, ``torch.expand``): the fill
+    wrote one element over another and returned as if filled, the values wrong.
+    Sufficient test, over the axes of more than one element ordered by stride:
+    each stride spans everything the smaller ones reach, so no two elements meet
+    (a destination interleaved in some other way is refused too)."""
+    if 0 in shape:
+        return
+    reach = itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(strides, shape) if n > 1):
+        if stride < reach:
+            raise ValueError(
+                "read_into: the destination's elements share memory (a stride-0 or "
+                "overlapping view): fill a copy of it"
+            )
+        reach += stride * (n - 1)
+
+
 def _torch_target(dst):
     import torch
 
     if dst.device.type == "meta":  # no memory: the fill would vanish without a word
         raise ValueError("read_into: a tensor on the meta device has no memory to fill")
+    size = dst.element_size()
+    _require_distinct_elements(dst.shape, [s * size for s in dst.stride()], size)
+    # a parameter (requires_grad) is filled as load_state_dict fills it, through its
+    # memory: .numpy() and copy_ on it raised a bare RuntimeError
+    dst = dst.detach()
     bits = torch_bridge.torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
     on_cpu = torch_bridge.is_cpu(dst.device)
     if on_cpu and dst.is_contiguous():

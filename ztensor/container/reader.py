@@ -663,7 +663,9 @@ class Reader:
         copies and zstd decoding release the GIL).
 
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
-        match the object."""
+        match the object, or two of its elements share memory.  A tensor that
+        requires grad (a parameter) is filled through its memory, as
+        ``load_state_dict`` fills it."""
         if isinstance(name, dict):
             order = sorted(
                 name,
