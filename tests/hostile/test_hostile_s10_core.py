@@ -213,3 +213,34 @@ def test_safetensors_empty_tensors_tile_with_the_rest(tmp_path):
     with ztensor.Reader(str(path)) as r:
         for name, arr in tensors.items():
             np.testing.assert_array_equal(r.read_numpy(name), arr)
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTERM") or __import__("os").name != "posix",
+                    reason="SIGTERM is POSIX's")
+def test_sigterm_during_convert_is_one_line_and_leaves_nothing(tmp_path):
+    """`timeout`, `kill` or a job scheduler ends a convert with SIGTERM: the command
+    stops as for Ctrl-C, prints one line, exits 143 (128 + 15), and removes the
+    temporary output it had begun (Python's default dies at once and left it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "in.npy"
+    np.save(src, np.random.default_rng(0).standard_normal(8 << 20))  # 64 MB of f64
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ztensor", "convert", str(src), str(tmp_path / "out.zt"),
+         "--compress", "--level", "19", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(".out.zt") for p in tmp_path.iterdir()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no temporary output appeared"
+        time.sleep(0.05)
+    time.sleep(0.3)  # well into the compression
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.decode() == "ztensor: terminated\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy"]

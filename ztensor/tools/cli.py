@@ -19,8 +19,10 @@ Long work shows progress on a terminal (stderr), unless ``--quiet``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -820,13 +822,38 @@ def main(argv=None, out=None) -> int:
     # printed as they come, file:line and source over three lines: an error prints
     # its one line alone; a success folds them into one "warning:" line, which
     # --quiet drops too (docs/cli.md)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _terminate_as_interrupt():
         code = _run(args, out)
     if caught and code != 2 and not args.quiet:
         first = str(caught[0].message)
         more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
         sys.stderr.write(f"ztensor: warning: {_printable(first[:500])}{more}\n")
     return code
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``kill``, a job scheduler) raised in the main thread: a
+    BaseException, as Ctrl-C's, so every writer's cleanup runs (atomic.py removes
+    its temporary file) and no ``except Exception`` on the way swallows it."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM ends it the way Ctrl-C does, cleaning up; by
+    default Python dies at once and leaves a convert's temporary file behind."""
+
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except (ValueError, OSError, AttributeError):  # not the main thread; no SIGTERM
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args, out) -> int:
@@ -844,6 +871,9 @@ def _run(args, out) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 0
+    except _Terminated:
+        sys.stderr.write("ztensor: terminated\n")
+        return 143  # the shell's status for SIGTERM (128 + 15)
     except KeyboardInterrupt:
         # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback;
         # convert and every writer have already removed what they had begun
