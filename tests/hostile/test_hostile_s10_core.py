@@ -244,3 +244,30 @@ def test_sigterm_during_convert_is_one_line_and_leaves_nothing(tmp_path):
     assert proc.returncode == 143, err
     assert err.decode() == "ztensor: terminated\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy"]
+
+
+def test_read_into_a_dict_refuses_destinations_that_share_memory(tmp_path):
+    """A {name: destination} fill runs in threads: two destinations over the same
+    memory would end holding whichever finished last.  Refused before anything is
+    read; two column halves of one matrix are separate and fill."""
+    path = str(tmp_path / "d.zt")
+    with ztensor.Writer(path) as w:
+        w.add("a", np.arange(8, dtype=np.float32).reshape(4, 2))
+        w.add("b", np.arange(8, dtype=np.float32).reshape(4, 2) + 100)
+    with ztensor.Reader(path) as r:
+        same = np.zeros((4, 2), np.float32)
+        with pytest.raises(ValueError, match="'a' and 'b' share memory"):
+            r.read_into({"a": same, "b": same})
+        big = np.zeros((4, 3), np.float32)
+        with pytest.raises(ValueError, match="share memory"):
+            r.read_into({"a": big[:, :2], "b": big[:, 1:]})  # column 1 in both
+        assert not big.any() and not same.any()  # refused before any fill
+        whole = np.zeros((4, 4), np.float32)
+        r.read_into({"a": whole[:, :2], "b": whole[:, 2:]}, threads=2)
+    np.testing.assert_array_equal(whole[:, :2], np.arange(8).reshape(4, 2))
+    np.testing.assert_array_equal(whole[:, 2:], np.arange(8).reshape(4, 2) + 100)
+    torch = pytest.importorskip("torch")
+    with ztensor.Reader(path) as r:
+        t = torch.zeros(4, 2)
+        with pytest.raises(ValueError, match="share memory"):
+            r.read_into({"a": t, "b": t.view(4, 2)})

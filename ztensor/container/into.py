@@ -139,6 +139,60 @@ def _as_numpy(dst: Any) -> Tuple[np.ndarray, Callable[[], None]]:
     )
 
 
+def require_separate(dsts: Any) -> None:
+    """Refuse a ``{name: destination}`` fill in which two destinations share memory:
+    they are filled in threads at once, so one would hold whichever finished last.
+    numpy arrays (and CPU torch tensors, through their numpy view) are compared
+    exactly where their bounds meet (``np.shares_memory``: two column slices of one
+    matrix are separate); other tensors by their address ranges."""
+    spans = []
+    for name, dst in dsts.items():
+        arr = dst if isinstance(dst, np.ndarray) else _cpu_numpy(dst)
+        if arr is not None:
+            where = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.itemsize)
+        elif hasattr(dst, "data_ptr"):
+            size = dst.element_size()
+            where = (dst.data_ptr(), dst.shape, [st * size for st in dst.stride()], size)
+        else:
+            continue  # not a destination at all: read_into says so for that name
+        start, shape, strides, itemsize = where
+        if 0 in tuple(shape):
+            continue
+        lo = start + sum(st * (n - 1) for st, n in zip(strides, shape) if st < 0)
+        hi = start + itemsize + sum(st * (n - 1) for st, n in zip(strides, shape) if st > 0)
+        spans.append((lo, hi, name, arr))
+    spans.sort(key=lambda span: span[0])
+    active: list = []  # spans whose memory reaches past the current one's start
+    for lo, hi, name, arr in spans:
+        active = [span for span in active if span[1] > lo]
+        for _, _, other, other_arr in active:
+            if not (arr is not None and other_arr is not None and _apart(arr, other_arr)):
+                raise ValueError(
+                    f"read_into: the destinations of {other!r} and {name!r} share memory"
+                )
+        active.append((lo, hi, name, arr))
+
+
+def _apart(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when no byte of ``a`` is a byte of ``b`` (False where numpy cannot tell
+    within a bounded effort: refused rather than risked)."""
+    try:
+        # a bounded effort: numpy takes any positive max_work, its stubs only -1 and 0
+        return not np.shares_memory(a, b, max_work=1 << 20)  # type: ignore[arg-type]
+    except Exception:  # numpy's TooHardError (its home moved between versions)
+        return False
+
+
+def _cpu_numpy(dst: Any):
+    """A CPU torch tensor's memory as numpy (None for anything else)."""
+    if not type(dst).__module__.startswith("torch") or dst.device.type != "cpu":
+        return None
+    try:
+        return dst.detach().numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bf16): by address instead
+        return None
+
+
 def _require_distinct_elements(shape, strides, itemsize) -> None:
     """Refuse a destination two of whose elements share memory (a stride-0
     ``np.broadcast_to`` made writable, ``as_strided``, ``torch.expand``): the fill

@@ -663,10 +663,12 @@ class Reader:
         copies and zstd decoding release the GIL).
 
         Raises TypeError without ``dst``; ValueError when its shape or dtype does not
-        match the object, or two of its elements share memory.  A tensor that
+        match the object, or two of its elements (or two destinations of a dict)
+        share memory.  A tensor that
         requires grad (a parameter) is filled through its memory, as
         ``load_state_dict`` fills it."""
         if isinstance(name, dict):
+            into.require_separate(name)
             order = sorted(
                 name,
                 key=lambda n: min(
