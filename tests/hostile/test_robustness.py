@@ -108,5 +108,7 @@ def test_opening_and_closing_many_files_leaks_nothing(tmp_path):
     fds, rss = open_fds(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cycle(1000)
     gc.collect()
-    assert open_fds() == fds
+    # not more: descriptors of earlier tests (an fsspec event loop's sockets) may
+    # close in their own threads meanwhile, so fewer is no sign of anything
+    assert open_fds() <= fds
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 20 * 1024  # KiB
