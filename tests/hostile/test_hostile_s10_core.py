@@ -13,7 +13,7 @@ Q8_0 = {"ggml_type": "Q8_0", "ggml_type_id": 8, "block_elements": 32, "block_byt
 
 def q8_0_blocks(nblocks):
     blocks = np.zeros((nblocks, 34), np.uint8)
-    blocks[:, :2] = np.array([0.5], np.float16).view(np.uint8)
+    blocks[:, :2] = np.array([0.5], "<f2").view(np.uint8)  # little-endian on disk, on any host
     blocks[:, 2:] = np.arange(32, dtype=np.int8).view(np.uint8)
     return blocks.reshape(-1)
 
