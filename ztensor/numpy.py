@@ -83,23 +83,29 @@ def load_file(
     ``dequantize=True`` (ztensor/container/checkpoint_keys.py).  ``storage_options``: fsspec's
     options for a URL's filesystem (credentials, endpoint)."""
     with Reader(filename, storage_options=storage_options) as r:
-        entries = checkpoint.entries(r, dequantize)
-        if copy:  # the plain objects in one batch (ztensor/container/batch.py)
-            format_of = r.internals.format_of  # no spec built per object (reader.py)
-            plain = [
-                name
-                for name, role in entries.values()
-                if role is None and format_of(name) == "dense"
-            ]
-            owned = r.read_numpy(plain, copy=True, threads=threads)
-        else:
-            owned = {}
-        return {
-            key: owned[name]
-            if role is None and name in owned
-            else checkpoint.array(r, name, role, copy=copy)
-            for key, (name, role) in entries.items()
-        }
+        return _load_reader(r, copy, dequantize, threads)
+
+
+def _load_reader(
+    r: Reader, copy: bool, dequantize: bool, threads: Optional[int]
+) -> Dict[str, np.ndarray]:
+    """The checkpoint view of one open Reader, for :func:`load_file` and :func:`load`
+    alike (a file and its bytes give the same names, dtypes and values)."""
+    entries = checkpoint.entries(r, dequantize)
+    if copy:  # the plain objects in one batch (ztensor/container/batch.py)
+        format_of = r.internals.format_of  # no spec built per object (reader.py)
+        plain = [
+            name for name, role in entries.values() if role is None and format_of(name) == "dense"
+        ]
+        owned = r.read_numpy(plain, copy=True, threads=threads)
+    else:
+        owned = {}
+    return {
+        key: owned[name]
+        if role is None and name in owned
+        else checkpoint.array(r, name, role, copy=copy)
+        for key, (name, role) in entries.items()
+    }
 
 
 def save(
@@ -122,6 +128,8 @@ def save(
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:
-    """name -> array from a zTensor (or safetensors) file's bytes (owned copies)."""
+    """name -> array from a zTensor (or safetensors) file's bytes (owned copies):
+    what :func:`load_file` gives for that file with ``copy=True`` (quantized objects
+    under their GPTQ checkpoint names)."""
     with open_bytes(data) as r:
-        return {name: r.read_numpy(name, copy=True) for name in r.keys()}
+        return _load_reader(r, copy=True, dequantize=False, threads=None)

@@ -362,9 +362,11 @@ def save(
 
 
 def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
-    """name -> torch.Tensor from a zTensor (or safetensors) file's bytes (owned copies)."""
+    """name -> torch.Tensor from a zTensor (or safetensors) file's bytes (owned copies):
+    what :func:`load_file` gives for that file with ``copy=True`` (quantized objects
+    under their GPTQ checkpoint names)."""
     with open_bytes(data) as r:
-        return {name: object_to_torch(r, name, copy=True, device=device) for name in r.keys()}
+        return _load_reader(r, device, copy=True, dequantize=False, threads=None)
 
 
 # ------------------------------------------------------------------ models

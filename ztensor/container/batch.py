@@ -90,7 +90,7 @@ def _copy_columns(source, specs, names, threads):
         ):
             dst = np.empty(n, np.uint8)
             out[name] = dst.view(dt).reshape(shape)
-            jobs.extend(_pieces(dst, offset, n))
+            jobs.extend(_pieces(dst, offset, n, name))
     jobs.extend(_split(shared, (offsets[small], at[small], lengths[small]), threads))
     _run(source, jobs, threads)
     return out
@@ -144,7 +144,7 @@ def _copy_planned(source, plans, threads):
             continue
         dst = np.empty(n, np.uint8)
         out[name] = dst.view(storage).reshape(shape)
-        jobs.extend(_pieces(dst, offset, n))
+        jobs.extend(_pieces(dst, offset, n, name))
     jobs.extend(_split(shared, small_spans, threads))
     _run(source, jobs, threads)
     return out
@@ -163,9 +163,10 @@ def _fetch_planned(source, plans, threads):
     ]
     for name, ((storage, count, offset), shape) in plans.items():
         if count * storage.itemsize >= _SHARED_BELOW:
-            out[name] = source.array(storage, count, offset).reshape(shape)
+            out[name] = source.array(storage, count, offset, **_where(name)).reshape(shape)
     ranges = [(plans[n][0][2], plans[n][0][1] * plans[n][0][0].itemsize) for n in small]
-    for name, blob in zip(small, source.read_ranges(ranges, threads)):
+    wheres = [_where(n) for n in small]
+    for name, blob in zip(small, source.read_ranges(ranges, threads, wheres)):
         (storage, count, _), shape = plans[name]
         arr = np.empty(count, storage)
         arr.view(np.uint8)[:] = np.frombuffer(blob, np.uint8)
@@ -173,12 +174,18 @@ def _fetch_planned(source, plans, threads):
     return out
 
 
-def _pieces(dst, offset, n):
-    """Read jobs for one large object: n bytes at file ``offset`` into ``dst``, in
+def _where(name):
+    """What a read error names: the object (every plan here is a dense object's one
+    component, ``data``)."""
+    return {"obj": name, "component": "data"}
+
+
+def _pieces(dst, offset, n, name):
+    """Read jobs for object ``name``: n bytes at file ``offset`` into ``dst``, in
     pieces of _PIECE that the threads share.  Each is a Source.read_into: ``pread``
     straight into the array for a mapped file (from a cold page cache, faulting the
     mapping in reads in readahead-sized pieces: bench/bench_cold.py)."""
-    return [(dst[start : start + _PIECE], offset + start) for start in range(0, n, _PIECE)]
+    return [(dst[start : start + _PIECE], offset + start, name) for start in range(0, n, _PIECE)]
 
 
 def _split(dst, spans, parts):
@@ -200,15 +207,15 @@ def _split(dst, spans, parts):
 
 
 def _run(source, jobs, threads):
-    """Run the jobs in ``threads`` threads: (dst, offset) reads of a large object's
-    pieces (Source.reading), and (dst, src offsets, dst offsets, lengths) copies of
+    """Run the jobs in ``threads`` threads: (dst, offset, name) reads of a large
+    object's pieces (Source.reading), and (dst, src offsets, dst offsets, lengths) copies of
     small spans out of the mapping (kernels.copy_spans, the GIL released)."""
     src = source.all_bytes() if any(len(job) == 4 for job in jobs) else None
     with source.reading() as read_into:
 
         def one(job):
-            if len(job) == 2:
-                read_into(job[1], job[0])
+            if len(job) == 3:
+                read_into(job[1], job[0], **_where(job[2]))
                 return
             dst, s, d, n = job
             kernels.copy_spans(

@@ -61,7 +61,7 @@ def array(
     meta = reader.metadata(name)
     if meta.format == "dense":
         return reader.read_numpy(name, copy=copy)
-    obj = reader.read(name)
+    obj = reader.read(name, copy=copy)  # copy: owned components, so owned GPTQ arrays
     try:
         if role is None:
             return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))

@@ -415,7 +415,7 @@ class Reader:
             found = view_of(name)
             if found is not None:
                 storage, count, offset, shape = found
-                arr = self._source.array(storage, count, offset)
+                arr = self._source.array(storage, count, offset, obj=name, component="data")
                 if copy and self._source.mapped:
                     arr = components.copy_array(arr)
                 return arr.reshape(shape)
@@ -435,7 +435,7 @@ class Reader:
             # the common case, kept short: one view at an offset checked at open
             self._require_open()
             storage, count, offset = plan
-            arr = self._source.array(storage, count, offset)
+            arr = self._source.array(storage, count, offset, obj=name, component="data")
             if copy and self._source.mapped:
                 arr = components.copy_array(arr)
             return arr.reshape(obj.shape)

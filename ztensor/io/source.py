@@ -274,15 +274,17 @@ class Source:
             # another file between the check and the read
             return _pread_exactly(self._fd, offset, length, self.name, what, where)
 
-    def read_ranges(self, ranges, threads=1):
+    def read_ranges(self, ranges, threads=1, wheres=None):
         """The bytes of each ``(offset, length)`` in ``ranges``, for sources that are
         not mapped: neighbours closer than _GAP are fetched as one range (at most
         _GROUP bytes), and the fetches run concurrently: fsspec's ``cat_ranges`` for its
         files (parallel HTTP range requests), ``threads`` preads for a descriptor,
         one after another for other file objects.  Every range is checked against the
-        source's size first, and a short answer is a FormatError."""
-        for offset, length in ranges:
-            self._check(offset, length, "component", {})
+        source's size first, and a short answer is a FormatError naming the object
+        the range belongs to (``wheres``: one ``obj=``/``component=`` dict per range)."""
+        wheres = [{}] * len(ranges) if wheres is None else wheres
+        for (offset, length), where in zip(ranges, wheres):
+            self._check(offset, length, "component", where)
         order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
         groups = []  # [start, end, [index...]]
         for i in order:
@@ -296,7 +298,16 @@ class Source:
                 groups[-1][2].append(i)
             else:
                 groups.append([offset, offset + length, [i]])
-        blobs = self._fetch([(start, end - start) for start, end, _ in groups], threads)
+        try:
+            blobs = self._fetch([(start, end - start) for start, end, _ in groups], threads)
+        except FormatError as exc:
+            if exc.obj is not None or not any(wheres):
+                raise
+            # a fetch covers several objects, so its error names none: read the ranges
+            # one by one, in file order, and the first that fails says whose it is
+            for i in order:
+                self.view(*ranges[i], "component", **wheres[i])
+            raise
         out = [None] * len(ranges)
         for (start, _, members), blob in zip(groups, blobs):
             view = memoryview(blob)
@@ -349,15 +360,16 @@ class Source:
         except TypeError:  # an older fsspec without on_error
             return fs.cat_ranges([path] * len(spans), starts, ends, **extra)
 
-    def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
+    def array(self, dtype: np.dtype, count: int, offset: int, **where) -> np.ndarray:
         """``count`` elements of ``dtype`` at ``offset`` (already bounds-checked by the
         caller's manifest checks): a read-only view when mapped, a fresh writable
-        array otherwise."""
+        array otherwise.  ``where`` (``obj=``, ``component=``) is named by the error
+        when the bytes are not there (a file that shrank while open)."""
         nbytes = count * dtype.itemsize
         if not self.mapped:  # a fresh buffer of our own: writable, like a copy
-            self._check(offset, nbytes, "component", {})
-            return np.frombuffer(self._read_fresh(offset, nbytes, "component", {}), dtype, count)
-        self._check(offset, nbytes, "component", {})
+            self._check(offset, nbytes, "component", where)
+            return np.frombuffer(self._read_fresh(offset, nbytes, "component", where), dtype, count)
+        self._check(offset, nbytes, "component", where)
         with self._lock:
             self._require_open()
             return np.frombuffer(

@@ -1,0 +1,116 @@
+"""Hostile input, round three: the leftovers (session 11).  Each test builds its input
+with the real writer (onnx.helper, torch.save, numpy, ztensor.Writer, the v2 spec's
+byte layout) and names the promise of docs/threat-model.md it holds and the one
+function that keeps it."""
+
+import os
+
+import numpy as np
+import pytest
+
+import ztensor
+import ztensor.numpy
+
+# ---- the checkpoint loaders give the same dict for a file and for its bytes
+# (Clean: numpy._load_reader / torch._load_reader, used by load_file and load)
+
+
+def _gptq_file(tmp_path):
+    w = np.random.default_rng(11).standard_normal((64, 256)).astype(np.float32)
+    path = tmp_path / "gptq.zt"
+    with ztensor.Writer(path) as out:
+        out.write("layer.q_proj.weight", ztensor.quantize(w, bits=4, group_size=128))
+        out.write_numpy("layer.norm.weight", np.linspace(0, 1, 64, dtype=np.float32))
+        out.write_numpy("big", np.arange(300_000, dtype=np.int16))
+    return path
+
+
+def _same_arrays(a, b):
+    assert list(a) == list(b)
+    for key in a:
+        assert a[key].dtype == b[key].dtype, key
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_numpy_load_of_bytes_gives_what_load_file_gives(tmp_path):
+    """load(bytes) refused the quantized object (read_numpy reads dense objects)
+    while load_file handed it out under its GPTQ names: one file, two answers."""
+    path = _gptq_file(tmp_path)
+    from_file = ztensor.numpy.load_file(path, copy=True)
+    assert "layer.q_proj.qweight" in from_file
+    from_bytes = ztensor.numpy.load(path.read_bytes())
+    _same_arrays(from_file, from_bytes)
+    for arr in [*from_file.values(), *from_bytes.values()]:  # owned, as both promise
+        assert arr.flags.writeable
+
+
+def test_torch_load_of_bytes_gives_what_load_file_gives(tmp_path):
+    torch = pytest.importorskip("torch")
+    import ztensor.torch
+
+    path = _gptq_file(tmp_path)
+    from_file = ztensor.torch.load_file(path, copy=True)
+    from_bytes = ztensor.torch.load(path.read_bytes())
+    assert list(from_file) == list(from_bytes)
+    for key in from_file:
+        assert from_file[key].dtype == from_bytes[key].dtype, key
+        assert torch.equal(from_file[key], from_bytes[key]), key
+
+
+def test_numpy_load_of_safetensors_bytes_matches_load_file(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "m.safetensors"
+    save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.int8)}, path)
+    _same_arrays(ztensor.numpy.load_file(path, copy=True), ztensor.numpy.load(path.read_bytes()))
+
+
+# ---- a file that shrinks while open (mmap=False) is an error naming the object
+# (Clean: source.Source.array and source.Source.read_ranges hand the object to
+# source._pread_exactly_into)
+
+
+def _plain_file(tmp_path, sizes):
+    path = tmp_path / "m.zt"
+    with ztensor.Writer(path) as w:
+        for name, n in sizes.items():
+            w.write_numpy(name, np.arange(n, dtype=np.float32))
+    return path
+
+
+_READS = {
+    "read_numpy": lambda r, n: r.read_numpy(n),
+    "read_numpy copy": lambda r, n: r.read_numpy(n, copy=True),
+    "getitem": lambda r, n: r[n],
+    "read": lambda r, n: r.read(n),
+    "read_into": lambda r, n: r.read_into(n, np.empty(r.metadata(n).shape, np.float32)),
+    "batch": lambda r, n: r.read_numpy(["a", n], copy=True),
+    "batch read_into": lambda r, n: r.read_into({n: np.empty(r.metadata(n).shape, np.float32)}),
+}
+
+
+@pytest.mark.parametrize("how", list(_READS))
+@pytest.mark.parametrize("size", [1024, 400_000])  # shared fetches; one of its own
+def test_a_file_truncated_while_open_names_the_object(tmp_path, how, size):
+    path = _plain_file(tmp_path, {"a": 16, "b": size, "c": 16})
+    with ztensor.Reader(path, mmap=False) as r:
+        start = r.metadata("b").components["data"].offset
+        os.truncate(path, start + 100)  # b is cut; a lies before the cut
+        with pytest.raises(ztensor.FormatError) as err:
+            _READS[how](r, "b")
+    assert err.value.obj == "b", str(err.value)
+    assert err.value.path == str(path)
+    assert "shrank while open" in str(err.value)
+
+
+def test_a_batch_read_names_the_object_a_shared_fetch_reaches(tmp_path):
+    """Small neighbours are fetched as one range; the error of that fetch named no
+    object.  The cut lies in c, after b's bytes: c is named, not b."""
+    path = _plain_file(tmp_path, {"a": 16, "b": 64, "c": 64, "d": 16})
+    with ztensor.Reader(path, mmap=False) as r:
+        comp = r.metadata("c").components["data"]
+        os.truncate(path, comp.offset + 8)
+        assert r.read_numpy("b").tolist() == list(range(64))
+        with pytest.raises(ztensor.FormatError) as err:
+            r.read_numpy(["a", "b", "c", "d"], copy=True)
+    assert err.value.obj == "c", str(err.value)
