@@ -20,8 +20,23 @@ from ztensor.errors import WriteError
 
 def final_target(path):
     """The file the rename replaces: a symlink's target (so the link stays a link
-    to the new file), else ``path`` itself."""
-    return os.path.realpath(path) if os.path.islink(path) else path
+    to the new file), else ``path`` itself.  What is there must be a regular file,
+    or nothing: a rename over a FIFO, socket or device (``/dev/null``, which root
+    may rename over) would replace it with a regular file, and over a directory it
+    fails only once the whole file is written, so either is a WriteError naming
+    ``path`` before a byte is written.  The one check for every file this package
+    writes (the Writer, the exporters, indexes, a checkpoint's copied files)."""
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        mode = os.stat(target).st_mode
+    except (OSError, ValueError):
+        return target  # nothing there yet, or no way to look: creating it will say
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, socket or device"
+        raise WriteError(
+            f"is {kind}, not a file: a file written here would replace it", path=path
+        )
+    return target
 
 
 def create_temp(path):
