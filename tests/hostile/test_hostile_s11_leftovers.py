@@ -4,9 +4,12 @@ byte layout) and names the promise of docs/threat-model.md it holds and the one
 function that keeps it."""
 
 import os
+import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ztensor
 import ztensor.numpy
@@ -114,3 +117,104 @@ def test_a_batch_read_names_the_object_a_shared_fetch_reaches(tmp_path):
         with pytest.raises(ztensor.FormatError) as err:
             r.read_numpy(["a", "b", "c", "d"], copy=True)
     assert err.value.obj == "c", str(err.value)
+
+
+# ---- a storage member holds exactly what the pickle declares; an .npy array exactly
+# what its header declares (Clean: foreign.base.check_held_size, applied by
+# pytorch._read_storages, numpy_files.open_npy and numpy_files._open_npz)
+
+
+def _rewrite_member(path, member_suffix, change):
+    """The zip at ``path`` with the member ending in ``member_suffix`` passed through
+    ``change`` (bytes -> bytes), every other member as it was."""
+    with zipfile.ZipFile(path) as z:
+        members = [(i, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w") as z:
+        for info, data in members:
+            z.writestr(info, change(data) if info.filename.endswith(member_suffix) else data)
+
+
+def _torch_file(tmp_path, delta):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / f"m{delta}.pt"
+    torch.save({"x": torch.arange(4, dtype=torch.float32), "y": torch.ones(2)}, path)
+    if delta > 0:
+        _rewrite_member(path, "/data/0", lambda d: d + bytes(range(delta)))
+    elif delta < 0:
+        _rewrite_member(path, "/data/0", lambda d: d[:delta])
+    return path
+
+
+@pytest.mark.parametrize("delta", [8, 1, -4])
+def test_a_storage_member_of_another_size_than_declared_is_refused(tmp_path, delta):
+    """torch.save writes numel x element size bytes per storage.  torch.load (its
+    default, mmap=False) refuses a record of any other size: RuntimeError "record size
+    (24 bytes) does not match expected size (16 bytes = 16 elements * 1
+    bytes/element)" (PyTorchStreamReader, through get_storage_from_record in
+    torch/serialization.py's load_tensor).  With mmap=True it slices the declared
+    bytes out of the mapped file and says nothing: a longer member's extra bytes are
+    never seen, a shorter one's tensor takes the bytes of whatever record follows.
+    Here both were read silently as the declared elements: more bytes (hidden from
+    every tensor) were accepted."""
+    torch = pytest.importorskip("torch")
+    path = _torch_file(tmp_path, delta)
+    with pytest.raises(RuntimeError, match="record size"):
+        torch.load(path, weights_only=True)
+    with pytest.raises(ztensor.FormatError, match=f"holds {16 + delta} bytes, not the 16") as err:
+        ztensor.Reader(path)
+    assert err.value.path == str(path)
+    assert err.value.obj == "x"
+    assert "data/0" in str(err.value)
+
+
+def test_a_storage_member_of_the_declared_size_reads(tmp_path):
+    path = _torch_file(tmp_path, 0)
+    with ztensor.Reader(path) as r:
+        assert r.read_numpy("x").tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@given(st.integers(-16, 64))
+@settings(max_examples=20, deadline=None)
+def test_any_storage_size_but_the_declared_one_is_refused(tmp_path_factory, delta):
+    path = _torch_file(tmp_path_factory.mktemp("pt"), delta)
+    if delta == 0:
+        with ztensor.Reader(path) as r:
+            assert r.read_numpy("x").tolist() == [0.0, 1.0, 2.0, 3.0]
+    else:
+        with pytest.raises(ztensor.FormatError, match="storage member"):
+            ztensor.Reader(path)
+
+
+def test_a_second_array_saved_to_one_npy_file_is_refused(tmp_path):
+    """np.save twice to one file: np.load reads the first array a call, so the file
+    holds two; a Reader listing one dropped the second without a word."""
+    path = tmp_path / "two.npy"
+    with open(path, "wb") as f:
+        np.save(f, np.arange(4))
+        np.save(f, np.arange(3))
+    with open(path, "rb") as f:  # numpy reads both, one a call
+        assert np.load(f).tolist() == [0, 1, 2, 3]
+        assert np.load(f).tolist() == [0, 1, 2]
+    with pytest.raises(ztensor.FormatError, match="bytes no tensor shows") as err:
+        ztensor.Reader(path)
+    assert err.value.obj == "two" and err.value.path == str(path)
+
+
+def test_an_npy_file_of_exactly_its_array_reads(tmp_path):
+    path = tmp_path / "one.npy"
+    np.save(path, np.arange(4))
+    with ztensor.Reader(path) as r:
+        assert r.read_numpy("one").tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("delta", [8, -8])
+def test_an_npz_member_of_another_size_than_its_header_is_refused(tmp_path, delta):
+    """np.load of the .npz reads the declared elements and ignores more bytes."""
+    path = tmp_path / "m.npz"
+    np.savez(path, a=np.arange(4.0), b=np.ones(2))
+    _rewrite_member(path, "a.npy", lambda d: d + bytes(delta) if delta > 0 else d[:delta])
+    if delta > 0:
+        assert np.load(path)["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(ztensor.FormatError, match=f"holds {32 + delta} bytes, not the 32") as err:
+        ztensor.Reader(path)
+    assert err.value.obj == "a" and err.value.path == str(path)

@@ -1,6 +1,7 @@
 """What every foreign reader shares: the per-tensor :class:`Entry`, the
 :class:`ForeignFile` each reader returns, ``spec_of``/``eager`` for formats read
-whole, the errors a malformed zip raises, and ``optional_import`` for the optional
+whole, the errors a malformed zip raises, ``check_held_size`` (a piece holds exactly
+the bytes another part declares for it), and ``optional_import`` for the optional
 packages (h5py, onnx) a reader needs.  The dispatcher (``foreign/__init__``) and
 every reader import this module; it imports none of them."""
 
@@ -16,7 +17,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
 
@@ -105,3 +106,18 @@ def optional_import(module: str, what: str, path: str):
         raise UnsupportedError(
             f"reading {what} files needs the '{module}' package (pip install {module})", path=path
         ) from None
+
+
+def check_held_size(held: int, declared: int, holder: str, declarer: str, **where) -> None:
+    """THE rule for a piece of a file whose size another part declares (a ``torch.save``
+    storage member and its pickle, an ``.npy`` array and its header, in a file or an
+    ``.npz`` member): it holds exactly the declared bytes.  Fewer would read past
+    it; more are bytes no tensor shows (the writers write exactly the declared size;
+    a second array appended to an ``.npy`` would be dropped without a word), so
+    either is a FormatError naming ``where`` (``path=``, ``obj=``)."""
+    if held != declared:
+        raise FormatError(
+            f"{holder} holds {held} bytes, not the {declared} of {declarer}"
+            + (": bytes no tensor shows" if held > declared else ""),
+            **where,
+        )

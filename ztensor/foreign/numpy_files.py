@@ -6,9 +6,11 @@ zip-member rules (encryption, duplicate and overlapping members, declared sizes,
 bounded decoding, limits).  Each member's ``.npy`` header is parsed at open; its
 array is made when asked for, from the bytes the member really holds: a view of the
 mapped file when stored, else decoded (numpy's own reader would allocate the
-header's declared shape first).  Member names lose their ``.npy`` through one
-:class:`~ztensor.foreign.names.NameTable`, so ``a`` and ``a.npy`` are an error naming
-both, never one array hiding the other."""
+header's declared shape first).  A file or member holds exactly the bytes its
+header declares after it: more would be bytes no array shows (a second ``np.save``
+to the same file), fewer an array cut short.  Member names lose their ``.npy``
+through one :class:`~ztensor.foreign.names.NameTable`, so ``a`` and ``a.npy`` are an
+error naming both, never one array hiding the other."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError
-from ztensor.foreign.base import Entry, ForeignFile, eager
+from ztensor.foreign.base import Entry, ForeignFile, check_held_size, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.io.source import Source
@@ -76,13 +78,16 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> For
         shape, fortran, dtype = _read_header(fp, name, stem)
         spec = _header_spec(name, stem, shape, dtype, limits)
         nbytes = spec.components["data"].length
-        if fp.tell() + nbytes > source.size:
-            raise FormatError(
-                f"the header declares {nbytes} data bytes; the file holds "
-                f"{source.size - fp.tell()}",
-                path=name,
-                obj=stem,
-            )
+        # exactly: bytes after the array would be a second np.save to the same file
+        # (np.load reads one array a call), dropped here without a word
+        check_held_size(
+            source.size - fp.tell(),
+            nbytes,
+            "the file after its header",
+            _declared(shape, dtype),
+            path=name,
+            obj=stem,
+        )
         flat = np.frombuffer(
             source.view(fp.tell(), nbytes, "array", obj=stem), dtype, math.prod(shape)
         )
@@ -118,6 +123,14 @@ def _open_npz(name, archive, limits) -> ForeignFile:
             raise LimitError(f"more than max_objects {limits.max_objects} arrays", path=name)
         shape, fortran, dtype, offset = _member_header(archive, member, key)
         spec = _header_spec(name, key, shape, dtype, limits)
+        check_held_size(
+            archive.members[member].size - offset,
+            spec.components["data"].length,
+            f"member {member[:80]!r} after its header",
+            _declared(shape, dtype),
+            path=name,
+            obj=key,
+        )
 
         def load(
             member=member, key=key, shape=shape, fortran=fortran, dtype=dtype, offset=offset
@@ -224,18 +237,15 @@ def _header_spec(path, key, shape, dtype, limits):
     )
 
 
+def _declared(shape, dtype) -> str:
+    """What a ``.npy`` header declares, for :func:`check_held_size`'s message."""
+    return f"the header's shape {list(shape)} of {dtype}"
+
+
 def _load_member(archive, member, key, shape, fortran, dtype, offset):
-    """The member's array, from the bytes it holds (a view when stored): a member
-    that holds fewer bytes than its header declares is refused before anything of
-    the declared size is made."""
-    declared = math.prod(shape) * dtype.itemsize
-    if archive.members[member].size - offset < declared:
-        raise FormatError(
-            f"header declares {declared} bytes of data, the member holds "
-            f"{max(archive.members[member].size - offset, 0)}",
-            path=archive.path,
-            obj=key,
-        )
+    """The member's array, from the bytes it holds (a view when stored); the member
+    holds exactly the bytes its header declares (checked at open, before anything
+    of the declared size is made)."""
     data = archive.read(member, obj=key)
     try:
         arr = np.frombuffer(data, dtype, math.prod(shape), offset)

@@ -55,7 +55,7 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorError
-from ztensor.foreign.base import ForeignFile, eager
+from ztensor.foreign.base import ForeignFile, check_held_size, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.spec import DEFAULT_LIMITS, Limits
@@ -549,21 +549,23 @@ def _open(name, archive, limits) -> ForeignFile:
 
 
 def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
-    """The bytes of every storage a named tensor uses, once each reference's size has
-    been held to its member's and the members' decoded sizes to the limits: nothing is
-    decoded or allocated for a size the pickle or the zip merely declares."""
+    """The bytes of every storage a named tensor uses, once each storage's member has
+    been held to the size the pickle declares for it (exactly: fewer or more bytes are
+    a FormatError) and the members' decoded sizes to the limits: nothing is decoded or
+    allocated for a size the pickle or the zip merely declares."""
     users: Dict[str, str] = {}
     for key, record in tensors.items():
         ref = record.storage
-        member = archive.members[ref.member]
-        if ref.nbytes > member.size:
-            raise FormatError(
-                f"the tensor reaches past its storage: the pickle declares "
-                f"{ref.numel} elements ({ref.nbytes} bytes), member "
-                f"{ref.member!r} holds {member.size}",
-                path=path,
-                obj=key,
-            )
+        # torch.save writes each storage's numel * element size bytes, and torch.load
+        # (mmap=False, its default) refuses a record of another size
+        check_held_size(
+            archive.members[ref.member].size,
+            ref.nbytes,
+            f"storage member {ref.member[:80]!r}",
+            f"the pickle's {ref.dtype.name} of {ref.numel} elements",
+            path=path,
+            obj=key,
+        )
         users.setdefault(ref.member, key)
     archive.check_decoded(users, users.get)
     arrays = {}
