@@ -218,3 +218,118 @@ def test_an_npz_member_of_another_size_than_its_header_is_refused(tmp_path, delt
     with pytest.raises(ztensor.FormatError, match=f"holds {32 + delta} bytes, not the 32") as err:
         ztensor.Reader(path)
     assert err.value.obj == "a" and err.value.path == str(path)
+
+
+# ---- a v2 gguf.* object's own ggml_type / ggml_type_id / block_* say what its layout
+# says (Clean: v2._Schema.gguf); a gguf_blocks object's ggml_type names its id's type
+# (Clean: gguf_blocks.check_attributes)
+
+
+def _q8_blocks():
+    """Two rows of 32 values as Q8_0 blocks, made by the gguf package, and its
+    dequantization of them."""
+    gguf = pytest.importorskip("gguf")
+    values = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
+    return blocks, gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q8_0)
+
+
+def _v2_q8(tmp_path, **extra):
+    """A v2 file of one gguf.q8_0/1 object (the reference profile's attributes,
+    elems_per_block and block_bytes, plus ``extra``)."""
+    import v2files
+
+    blocks, _ = _q8_blocks()
+    raw = np.ascontiguousarray(blocks).tobytes()
+    obj = {
+        "shape": [2, 32],
+        "layout": "gguf.q8_0/1",
+        "attributes": {"elems_per_block": 32, "block_bytes": 34, **extra},
+        "parts": {"data": {"dtype": "u8", "blob": [4096, len(raw)]}},
+    }
+    path = tmp_path / "q.zt"
+    path.write_bytes(v2files.build({"w": obj}, [(4096, raw)]))
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"ggml_type_id": 2},  # Q4_0's id on a Q8_0 layout
+        {"ggml_type_id": True},  # 1 as a bool
+        {"block_elements": 16},
+        {"block_elements": 32.0},
+        {"ggml_type": "Q4_0"},
+        {"ggml_type": 8},
+    ],
+)
+def test_a_v2_gguf_attribute_contradicting_its_layout_is_refused(tmp_path, extra):
+    """They were replaced by the layout's without a word: a reader of the file's
+    own attributes would see another type than the one read."""
+    path = _v2_q8(tmp_path, **extra)
+    with pytest.raises(ztensor.FormatError, match="contradicts the layout") as err:
+        ztensor.Reader(path)
+    assert err.value.obj == "w" and err.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"ggml_type_id": 8, "block_elements": 32},
+        {"ggml_type": "Q8_0"},
+        {"ggml_type": "q8_0", "block_bytes": 34},
+    ],
+)
+def test_a_v2_gguf_attribute_agreeing_with_its_layout_reads(tmp_path, extra):
+    _, want = _q8_blocks()
+    with ztensor.Reader(_v2_q8(tmp_path, **extra)) as r:
+        obj = r.read("w")
+        assert obj.format == "gguf_blocks"
+        assert obj.attributes["ggml_type"] == "Q8_0" and obj.attributes["ggml_type_id"] == 8
+        np.testing.assert_array_equal(ztensor.dequantize(obj, dtype=np.float32), want)
+
+
+def _zt_q8(tmp_path):
+    """A .zt file holding the Q8_0 tensor of a GGUF file the gguf package wrote."""
+    gguf = pytest.importorskip("gguf")
+    blocks, _ = _q8_blocks()
+    src = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_tensor("w", blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with ztensor.Reader(src) as r:
+        obj = r.read("w")
+    path = tmp_path / "q.zt"
+    with ztensor.Writer(path) as out:
+        out.write("w", obj)
+    return obj, path
+
+
+def test_a_gguf_blocks_type_name_contradicting_its_id_is_refused(tmp_path):
+    """ggml_type said Q4_0 (what `ztensor ls` shows) while ggml_type_id 8 (Q8_0)
+    decoded: the id won without a word.  The writer refuses it, and so does every
+    read of a file that holds it."""
+    obj, path = _zt_q8(tmp_path)
+    assert obj.attributes["ggml_type"] == "Q8_0"
+    bad = ztensor.Tensor(
+        dict(obj.components),
+        shape=obj.shape,
+        format="gguf_blocks",
+        attributes={**obj.attributes, "ggml_type": "Q4_0"},
+    )
+    with pytest.raises(ztensor.FormatError, match="contradicts ggml_type_id=8"):
+        with ztensor.Writer(tmp_path / "bad.zt") as out:
+            out.write("w", bad)
+    raw = path.read_bytes()
+    assert raw.count(b"Q8_0") == 1  # the name in the manifest, nowhere else
+    path.write_bytes(raw.replace(b"Q8_0", b"Q4_0"))
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ztensor.FormatError, match="contradicts ggml_type_id=8") as err:
+            r.read("w")
+        assert err.value.obj == "w"
+        with pytest.raises(ztensor.FormatError):
+            r.verify()

@@ -33,8 +33,10 @@ How the objects map:
 * ``dense`` -> dense; ``zt.sparse_csr/1`` / ``zt.sparse_coo/1`` -> our sparse
   formats (their data rules run when assembled); ``gguf.<type>/1`` -> gguf_blocks
   (part ``data`` becomes component ``blocks``, ``elems_per_block`` becomes
-  ``block_elements``).  Any other layout is kept structurally: its parts are
-  readable as raw components, never interpreted.
+  ``block_elements``; ``ggml_type``, ``ggml_type_id``, ``block_elements`` and
+  ``block_bytes`` come from the layout, and an object attribute of one of those
+  names that says otherwise is refused).  Any other layout is kept structurally:
+  its parts are readable as raw components, never interpreted.
 * Encoding ``zt.zstd-seekable/1`` is zstd frames with a seek table, which our
   decoder reads (ztensor/io/seekable.py); another encoding is refused when decoded.
 * Logical types: ``bool`` (bytes must be 0 or 1), the four FP8 types, complex64
@@ -147,6 +149,15 @@ def _names_one_of(value, table) -> bool:
     or map is unhashable, and a number could equal a key of another type, so only
     text is looked up."""
     return isinstance(value, str) and value in table
+
+
+def _same_attribute(given, derived) -> bool:
+    """Whether an attribute a v2 ``gguf.*`` object gives says what its layout says: the
+    same integer (not a bool, nor a float), or the type's name in either case (the
+    layout spells it in lower case, ``gguf_blocks`` in upper)."""
+    if isinstance(derived, str):
+        return isinstance(given, str) and given.upper() == derived
+    return type(given) is int and given == derived
 
 
 class _Schema:
@@ -405,20 +416,24 @@ class _Schema:
         if not known:
             return ObjectSpec(name, shape, layout, attributes, comps)
         comp.role = "blocks"
-        extra = {k: v for k, v in attributes.items() if k not in ("elems_per_block", "block_bytes")}
-        return ObjectSpec(
-            name,
-            shape,
-            "gguf_blocks",
-            {
-                **extra,
-                "ggml_type": type_name,
-                "ggml_type_id": known[0],
-                "block_elements": per,
-                "block_bytes": nbytes,
-            },
-            {"blocks": comp},
-        )
+        derived = {
+            "ggml_type": type_name,
+            "ggml_type_id": known[0],
+            "block_elements": per,
+            "block_bytes": nbytes,
+        }
+        # the layout says what these are; the object may say them too (a writer
+        # copying a gguf_blocks object's attributes), and then it must say the same:
+        # one of them silently replaced by the other would let readers disagree
+        for key, want in derived.items():
+            if key in attributes and not _same_attribute(attributes[key], want):
+                self.fail(
+                    f"{layout}: attribute {key}={attributes[key]!r:.40} contradicts the "
+                    f"layout's {key}={want!r}",
+                    **where,
+                )
+        extra = {k: v for k, v in attributes.items() if k not in ("elems_per_block", *derived)}
+        return ObjectSpec(name, shape, "gguf_blocks", {**extra, **derived}, {"blocks": comp})
 
     def mark_shared(self):
         """Mark every part whose blob another part, or the manifest, references too

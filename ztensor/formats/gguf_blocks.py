@@ -18,6 +18,7 @@ import numpy as np
 from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor.attributes import show
+from ztensor.dtypes import GGML_TYPES
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.io import floats
 
@@ -47,9 +48,10 @@ def check_attributes(shape, attributes, **where):
     geometry ``(type id, elements, bytes)``.
 
     FormatError: ``ggml_type_id`` is not an integer in [0, 2**32) (GGUF's field is a
-    u32), or ``block_elements`` / ``block_bytes`` contradict the geometry of a type
-    this version knows.  UnsupportedError: a type this version does not decode (the
-    object is valid and kept as raw blocks; only dequantize refuses it)."""
+    u32), or ``ggml_type`` (the name, either case) / ``block_elements`` /
+    ``block_bytes`` contradict a type this version knows.  UnsupportedError: a type
+    this version does not decode (the object is valid and kept as raw blocks; only
+    dequantize refuses it)."""
     gtype = attributes.get("ggml_type_id")
     label = attributes.get("ggml_type", gtype)
     if type(gtype) is not int or not 0 <= gtype < 1 << 32:
@@ -64,6 +66,12 @@ def check_attributes(shape, attributes, **where):
             **where,
         )
     elements, nbytes = _contract.GGML_BLOCKS[gtype]
+    type_name = GGML_TYPES[gtype][0]
+    # the name is shown to people (ztensor ls) and the id decoded: they must agree
+    if "ggml_type" in attributes and (type(label) is not str or label.upper() != type_name):
+        raise FormatError(
+            f"ggml_type={show(label)} contradicts ggml_type_id={gtype} ({type_name})", **where
+        )
     for key, want in (("block_elements", elements), ("block_bytes", nbytes)):
         got = attributes.get(key, want)
         if type(got) is not int or got != want:
