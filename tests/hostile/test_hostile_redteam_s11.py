@@ -91,3 +91,49 @@ def test_cli_dequantize_over_a_fifo_is_one_line(tmp_path):
     code, out, err = _cli("dequantize", source, fifo, "--force")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "out.zt" in err and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+# ---------------------------------------------------------------- signals
+def _convert_and_signal(tmp_path, signum, ignore=False):
+    """A slow convert, sent ``signum`` once its temporary output exists."""
+    import signal
+    import time
+
+    src = tmp_path / "in.npy"
+    np.save(src, np.random.default_rng(0).standard_normal(8 << 20))  # 64 MB of f64
+
+    def child():
+        if ignore:
+            signal.signal(signum, signal.SIG_IGN)  # as nohup leaves it
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ztensor", "convert", str(src), str(tmp_path / "out.zt"),
+         "--compress", "--level", "19", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=child)
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(".out.zt") for p in tmp_path.iterdir()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no temporary output appeared"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGHUP is POSIX's")
+def test_sighup_during_convert_cleans_up_and_nohup_still_works(tmp_path):
+    """The terminal or ssh session closing sends SIGHUP: Python died at once and
+    left the temporary output (a model's size) behind.  It now ends as SIGTERM
+    does: one line, status 129, nothing left.  Under nohup (SIGHUP ignored) the
+    conversion goes on and completes."""
+    import signal
+
+    code, err = _convert_and_signal(tmp_path, signal.SIGHUP)
+    assert code == 129, err
+    assert err == "ztensor: hung up\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy"]
+
+    code, err = _convert_and_signal(tmp_path, signal.SIGHUP, ignore=True)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy", "out.zt"]

@@ -832,28 +832,44 @@ def main(argv=None, out=None) -> int:
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``kill``, a job scheduler) raised in the main thread: a
-    BaseException, as Ctrl-C's, so every writer's cleanup runs (atomic.py removes
-    its temporary file) and no ``except Exception`` on the way swallows it."""
+    """SIGTERM (``timeout``, ``kill``, a job scheduler) or SIGHUP (the terminal or
+    ssh session closed) raised in the main thread: a BaseException, as Ctrl-C's, so
+    every writer's cleanup runs (atomic.py removes its temporary file) and no
+    ``except Exception`` on the way swallows it.  ``signum`` is the signal's."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+# the signals that end a command as Ctrl-C does -> the one line it prints
+_ENDING_SIGNALS = {"SIGTERM": "terminated", "SIGHUP": "hung up"}
 
 
 @contextlib.contextmanager
 def _terminate_as_interrupt():
-    """While a command runs, SIGTERM ends it the way Ctrl-C does, cleaning up; by
-    default Python dies at once and leaves a convert's temporary file behind."""
+    """While a command runs, SIGTERM and SIGHUP end it the way Ctrl-C does, cleaning
+    up; by default Python dies at once and leaves a convert's temporary file behind
+    (gigabytes, for a large model).  A signal the caller ignores (``nohup`` ignores
+    SIGHUP) stays ignored."""
 
     def terminated(signum, frame):
-        raise _Terminated()
+        raise _Terminated(signum)
 
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGTERM, terminated)
-    except (ValueError, OSError, AttributeError):  # not the main thread; no SIGTERM
-        yield
-        return
+        for name in _ENDING_SIGNALS:
+            number = getattr(signal, name, None)
+            if number is None or signal.getsignal(number) == signal.SIG_IGN:
+                continue
+            previous[number] = signal.signal(number, terminated)
+    except (ValueError, OSError):  # not the main thread
+        pass
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _run(args, out) -> int:
@@ -871,9 +887,13 @@ def _run(args, out) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 0
-    except _Terminated:
-        sys.stderr.write("ztensor: terminated\n")
-        return 143  # the shell's status for SIGTERM (128 + 15)
+    except _Terminated as exc:
+        word = _ENDING_SIGNALS.get(signal.Signals(exc.signum).name, "terminated")
+        try:  # after a hangup the terminal may be gone: the status says it all
+            sys.stderr.write(f"ztensor: {word}\n")
+        except (OSError, ValueError):
+            pass
+        return 128 + exc.signum  # the shell's status: 143 for SIGTERM, 129 for SIGHUP
     except KeyboardInterrupt:
         # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback;
         # convert and every writer have already removed what they had begun
