@@ -33,9 +33,7 @@ def final_target(path):
         return target  # nothing there yet, or no way to look: creating it will say
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, socket or device"
-        raise WriteError(
-            f"is {kind}, not a file: a file written here would replace it", path=path
-        )
+        raise WriteError(f"is {kind}, not a file: a file written here would replace it", path=path)
     return target
 
 
