@@ -479,6 +479,12 @@ class ShardedReader:
     def metadata(self, name: str) -> Any:
         return self._reader(name).metadata(name)
 
+    def reader_of(self, name: str) -> Reader:
+        """The open :class:`ztensor.Reader` of the shard holding ``name`` (opened once,
+        checked against the index, closed with this one): for reads that go through
+        a Reader's own paths (``ztensor stats`` streams a compressed tensor)."""
+        return self._reader(name)
+
     def read_numpy(self, name: Any, **kwargs: Any) -> Any:
         if isinstance(name, list):
             return {n: self.read_numpy(n, **kwargs) for n in name}

@@ -37,7 +37,8 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
     never used when digests are checked, calls :func:`require_readable` itself),
     so these rules hold on every path: the part may be decoded here
     (:func:`require_readable`), its digest is checked over the bytes it covers
-    (:func:`check_digest`), and no writable view aliases another result."""
+    (:func:`check_digest`), and no writable view aliases another result.
+    :func:`read_component_chunks` is its piecewise twin, under the same rules."""
     require_readable(comp, **where)
     stored = source.view(
         comp.offset,
@@ -78,6 +79,56 @@ def read_component(source, comp, *, verify=False, limits, out=None, **where) -> 
     if verify:
         check_digest(comp, data, "decoded", **where)
     return np.frombuffer(data, dtype)
+
+
+def read_component_chunks(source, comp, *, verify=False, limits, chunk_bytes, **where):
+    """The elements :func:`read_component` returns, yielded in order as 1-D arrays of
+    the storage dtype (disk byte order) of about ``chunk_bytes`` bytes each (whole
+    elements: a complex one's two floats stay together), under the same rules:
+    :func:`require_readable`, the digest checked over the bytes it covers when
+    ``verify`` (stored bytes first; decoded ones as they stream, a mismatch raised
+    after the last piece), and for zstd exactly the declared size
+    (zstd_stream.zstd_chunks: a short or long stream is a FormatError).
+
+    A zstd component is decoded a piece at a time, so memory stays at one piece
+    whatever it decodes to; each piece is valid until the next is asked for.  It is
+    decoded whole first (read_component, bounded by the limits as every read is)
+    only for an xxh3 digest over the decoded bytes when ``verify`` (v2 parts: the C
+    kernel hashes one buffer).  A v1.1 zstd component that declares no size is a
+    ValueError: the Reader counts it against ``max_total_decompressed`` once decoded
+    (Reader._count_undeclared), so it is read through the Reader."""
+    hasher = None
+    if verify and comp.digest is not None and comp.digest_over == "decoded":
+        hasher = digests.incremental(comp.digest, **where)  # None for xxh3
+    dtype = storage_dtype(comp)
+    unit = dtype.itemsize * dtypes.element_ratio(comp.dtype, comp.type)
+    chunk_bytes = max(unit, chunk_bytes - chunk_bytes % unit)
+    if comp.encoding != "zstd" or (verify and comp.digest_over == "decoded" and hasher is None):
+        data = read_component(source, comp, verify=verify, limits=limits, **where)
+        step = chunk_bytes // dtype.itemsize
+        for start in range(0, len(data), step):
+            yield data[start : start + step]
+        return
+    if comp.uncompressed_length is None:
+        raise ValueError("read_component_chunks: a zstd component that declares no size")
+    require_readable(comp, **where)
+    stored = source.view(
+        comp.offset,
+        comp.length,
+        "component",
+        obj=where.get("obj"),
+        component=where.get("component"),
+    )
+    if verify:
+        check_digest(comp, stored, "stored", **where)
+    for piece in zstd_stream.zstd_chunks(
+        stored, comp.uncompressed_length, limits, chunk_bytes, **where
+    ):
+        if hasher is not None:
+            hasher.update(piece)
+        yield np.frombuffer(piece, dtype)
+    if hasher is not None:
+        digests.check(hasher, comp.digest, **where)
 
 
 def check_digest(comp, data, covering, **where) -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Optional
 
 from ztensor import kernels
 from ztensor.errors import ChecksumError, UnsupportedError
@@ -37,28 +38,45 @@ class Hasher:
 def verify(stored, digest: str, **where) -> None:
     """Raise ChecksumError unless ``stored`` matches ``digest`` (validated syntax).
     ``xxh3:<16 hex>`` (XXH3-64, zTensor v2's part digest) is verified too."""
-    algorithm, _, expected = digest.partition(":")
-    algorithm = algorithm.lower()
-    if algorithm == "xxh3":
+    hasher = incremental(digest, **where)
+    if hasher is None:  # xxh3: one call over the whole buffer
+        expected = digest.partition(":")[2]
         actual = f"{kernels.xxh3_64(memoryview(stored).cast('B')):016x}"
         if actual != expected.lower():
             raise ChecksumError(
                 f"xxh3 mismatch: manifest says {expected}, the bytes give {actual}", **where
             )
         return
+    hasher.update(stored)
+    check(hasher, digest, **where)
+
+
+def incremental(digest: str, **where) -> Optional[Hasher]:
+    """A :class:`Hasher` to feed the bytes ``digest`` covers piece by piece, then
+    :func:`check`; None for ``xxh3`` (the C kernel hashes one whole buffer: check
+    those with :func:`verify`).  UnsupportedError for an unknown algorithm."""
+    algorithm = digest.partition(":")[0].lower()
+    if algorithm == "xxh3":
+        return None
     if algorithm not in ALGORITHMS:
         raise UnsupportedError(
             f"cannot verify digest algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})",
             **where,
         )
-    hasher = Hasher(algorithm)
-    hasher.update(stored)
+    return Hasher(algorithm)
+
+
+def check(hasher: Hasher, digest: str, **where) -> None:
+    """ChecksumError unless the bytes fed to ``hasher`` (from :func:`incremental`)
+    match ``digest``: the one comparison of a crc32c or sha256 digest."""
+    expected = digest.partition(":")[2]
     actual = hasher.digest().partition(":")[2]
-    if algorithm == "crc32c":
+    if hasher.algorithm == "crc32c":
         same = int(actual, 16) == int(expected, 16)
     else:
         same = actual == expected.lower()
     if not same:
         raise ChecksumError(
-            f"{algorithm} mismatch: manifest says {expected}, stored bytes give {actual}", **where
+            f"{hasher.algorithm} mismatch: manifest says {expected}, stored bytes give {actual}",
+            **where,
         )

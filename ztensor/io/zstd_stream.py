@@ -1,6 +1,9 @@
 """One zstd stream decoded under the limits: the output grows only as decoded bytes
 arrive, never on the strength of a declared size.  Used by every zstd read
-(io/components.py for whole components, io/seekable.py for frames)."""
+(io/components.py for whole components, io/seekable.py for frames);
+:func:`zstd_chunks` is the same stream a bounded piece at a time, under the same
+rules (:func:`_output_cap` before decoding, :func:`_check_end` after), for readers
+that need never hold the whole of it (``ztensor stats``)."""
 
 from __future__ import annotations
 
@@ -23,14 +26,7 @@ def zstd_decode(stored, size, limits, out=None, **where):
     plausible and doubles only as bytes actually arrive, never past ``size`` (nor
     past what zstd can expand the stored bytes to).  A lying stream therefore costs
     at most twice what it really decodes to."""
-    cap = spec.zstd_max_output(len(stored))
-    if size is None:
-        cap = min(cap, limits.max_component_size)
-    elif size > cap:
-        raise FormatError(
-            f"uncompressed_length {size} is more than {len(stored)} bytes of zstd data can produce",
-            **where,
-        )
+    cap = _output_cap(stored, size, limits, where)
     want = cap if size is None else size
     if out is not None and (size is None or len(out) != size):
         raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
@@ -48,26 +44,100 @@ def zstd_decode(stored, size, limits, out=None, **where):
             if n == 0:
                 break
             done += n
+        _check_end(reader, done, size, cap, where)
         if size is None:
-            if done == cap and reader.read(1):
-                raise LimitError(
-                    f"zstd stream yields more than the per-component limit of {cap} bytes", **where
-                )
             return out[:done] if done < len(out) else out
-        if done < size:
-            raise FormatError(
-                f"zstd stream ends after {done} bytes; uncompressed_length declares {size}", **where
-            )
-        if reader.read(1):
-            raise FormatError(
-                f"zstd stream yields more than the {size} bytes its uncompressed_length declares",
-                **where,
-            )
         return out
     except zstandard.ZstdError as exc:
         raise FormatError(f"corrupt zstd data: {exc}", **where) from None
     finally:
         reader.close()
+
+
+def zstd_chunks(stored, size, limits, chunk_bytes, **where):
+    """The bytes :func:`zstd_decode` would return, yielded in order as uint8 arrays of
+    ``chunk_bytes`` each (the last may be shorter), under the same rules: a declared
+    ``size`` the stored bytes cannot produce is refused before anything is decoded,
+    a stream that ends short of ``size`` or yields more is a FormatError (raised
+    where the stream ends: a short one's last partial chunk is never yielded, a long
+    one's error follows the ``size`` bytes), corrupt data a FormatError, and with
+    ``size=None`` the per-component limit applies.
+
+    Memory stays at one chunk whatever the stream decodes to: every chunk is a view
+    of the same buffer, valid until the next is asked for (copy what must outlive
+    that).  A caller that needs whole elements passes a multiple of their size."""
+    if type(chunk_bytes) is not int or chunk_bytes < 1:
+        raise ValueError(f"zstd_chunks: chunk_bytes must be a positive int, got {chunk_bytes!r}")
+    cap = _output_cap(stored, size, limits, where)
+    want = cap if size is None else size
+    buf = alloc(max(1, min(chunk_bytes, want)), where)
+    reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
+    try:
+        done = 0
+        while done < want:
+            piece = memoryview(buf)[: min(len(buf), want - done)]
+            n = _fill(reader, piece)
+            done += n
+            if n < len(piece):  # the stream has ended
+                # checked before its last piece is handed out: a stream short of its
+                # declared size never gives the caller a partial element
+                _check_end(reader, done, size, cap, where)
+                if n:
+                    yield buf[:n]
+                return
+            yield buf[:n]
+        _check_end(reader, done, size, cap, where)
+    except zstandard.ZstdError as exc:
+        raise FormatError(f"corrupt zstd data: {exc}", **where) from None
+    finally:
+        reader.close()
+
+
+def _fill(reader, view) -> int:
+    """Read into all of ``view`` unless the stream ends first; the bytes read."""
+    done = 0
+    while done < len(view):
+        n = reader.readinto(view[done:])
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def _output_cap(stored, size, limits, where) -> int:
+    """The most the stream may yield: what its stored bytes can decode to, and with
+    no declared size the per-component limit too.  FormatError, before anything is
+    decoded, when a declared ``size`` is more than the stored bytes can produce."""
+    cap = spec.zstd_max_output(len(stored))
+    if size is None:
+        return min(cap, limits.max_component_size)
+    if size > cap:
+        raise FormatError(
+            f"uncompressed_length {size} is more than {len(stored)} bytes of zstd data can produce",
+            **where,
+        )
+    return cap
+
+
+def _check_end(reader, done, size, cap, where) -> None:
+    """After ``done`` bytes were read and the reader stopped: the stream must yield
+    exactly the declared ``size`` (FormatError when short or long), or with none
+    declared no more than ``cap`` (LimitError).  The one home of the length rule."""
+    if size is None:
+        if done == cap and reader.read(1):
+            raise LimitError(
+                f"zstd stream yields more than the per-component limit of {cap} bytes", **where
+            )
+        return
+    if done < size:
+        raise FormatError(
+            f"zstd stream ends after {done} bytes; uncompressed_length declares {size}", **where
+        )
+    if reader.read(1):
+        raise FormatError(
+            f"zstd stream yields more than the {size} bytes its uncompressed_length declares",
+            **where,
+        )
 
 
 _FIRST_GUESS_RATIO = 16  # typical weights compress 1.1-3x; zeros far more

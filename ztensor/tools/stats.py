@@ -4,9 +4,20 @@ Checkpoints with NaNs or Infs are a common bug (an overflowing fp16 cast, a dive
 run); ``ztensor stats`` and :func:`tensor_stats` find them without loading a model.
 Values are streamed in chunks from the (memory-mapped) file, so memory stays at one
 chunk whatever the tensor's size; the histogram takes a second pass over the same
-bytes.  bf16 and FP8 decode in C, a chunk at a time; complex values are summarised by
-magnitude; sparse objects by their stored values; quantized_group and gguf_blocks
-objects are dequantized.
+bytes.  A zstd-compressed dense object is decoded a chunk at a time on each pass
+(io/components.py read_component_chunks), never whole, under a read's own rules: it
+must decode to exactly the size the manifest declares (a FormatError naming the file
+and object otherwise), and a Reader opened with ``verify=True`` has its digest
+checked on the first pass (a v2 xxh3 digest over decoded bytes is the one case
+decoded whole first: the C kernel hashes one buffer).  bf16 and FP8 decode in C, a
+chunk at a time; complex values are summarised by magnitude.
+
+Sparse objects are summarised by their stored values and quantized_group and
+gguf_blocks objects are dequantized; these are read whole (``reader.read``, then
+dequantized), compressed or not, so memory follows their stored values, or for the
+quantized formats their dense float32 size: bounded by the reader's limits on
+decoded components and by ``max_elements``, checked before anything is
+dequantized.
 
 Work follows the elements a file really holds, never the size a view declares:
 
@@ -31,9 +42,12 @@ from typing import Any, Dict, Iterator, Tuple
 import numpy as np
 
 from ztensor import dtypes
+from ztensor.container.reader import Reader
 from ztensor.errors import LimitError, UnsupportedError
 from ztensor.formats import quantized
-from ztensor.io import floats
+from ztensor.io import components, floats
+from ztensor.io import values as logical
+from ztensor.sharded import ShardedReader
 
 _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
@@ -53,14 +67,10 @@ def tensor_stats(
     elements (elements a stride-0 view repeats count once)."""
     if type(max_elements) is not int or max_elements < 1:
         raise ValueError(f"max_elements must be a positive integer, got {max_elements!r}")
-    values, storage, ltype, of = _values(reader, name, max_elements)
-    count = values.size
-    values, repeat = distinct(values)
-    if values.size > max_elements:
-        raise _too_many(values.size, max_elements, reader, name)
+    count, repeat, passes, storage, ltype, of = _values(reader, name, max_elements)
     nan = posinf = neginf = zeros = finite = 0
     lo, hi = math.inf, -math.inf
-    for part in _floats(values, storage, ltype):
+    for part in _floats(passes(True), storage, ltype):
         isnan = np.isnan(part)
         isinf = np.isinf(part)
         nan += int(isnan.sum())
@@ -96,14 +106,15 @@ def tensor_stats(
     edges = _edges(lo, hi, bins)
     hist = np.zeros(len(edges) - 1, np.int64)
     n, mean, m2 = 0, 0.0, 0.0  # running count, mean, sum of squared deviations (scaled)
-    for part in _floats(values, storage, ltype):  # second pass: spread, histogram
+    for part in _floats(passes(False), storage, ltype):  # second pass: spread, histogram
         good = part[np.isfinite(part)]
         if not good.size:
             continue
         scaled = good / scale
         k = good.size
         part_mean = float(scaled.mean())
-        part_m2 = float(np.square(scaled - part_mean).sum())
+        np.subtract(scaled, part_mean, out=scaled)  # in place: one chunk of scratch
+        part_m2 = float(np.square(scaled, out=scaled).sum())
         delta = part_mean - mean
         total = n + k
         mean += delta * k / total  # Chan et al.'s pairwise combination
@@ -182,26 +193,38 @@ def chunks(arr: np.ndarray, n: int = _CHUNK) -> Iterator[np.ndarray]:
         yield from chunks(arr[i], n)
 
 
-def _floats(values, storage, ltype):
-    for part in chunks(values, _CHUNK):
+def _floats(pieces, storage, ltype):
+    for part in pieces:
         yield _as_float(part, storage, ltype)
 
 
 def _values(reader, name, max_elements):
-    """(elements as stored, storage dtype, logical type, what they are).  Nothing is
-    decoded or copied here: views stay views, so their declared size costs nothing."""
+    """(elements the tensor declares, how often each element walked repeats, passes,
+    storage dtype, logical type, what they are).  ``passes(first)`` yields the
+    distinct elements as stored, in contiguous 1-D pieces of about ``_CHUNK``; it is
+    called once per pass, ``first`` on the first.  Nothing is decoded or copied
+    here: views stay views (their declared size costs nothing), and a zstd dense
+    object is decoded by its passes, a piece at a time (:func:`_streamed`)."""
     meta = reader.metadata(name)
     if meta.format == "dense":
         comp = meta.components["data"]
         of = "magnitude" if comp.type in ("complex64", "complex128") else "values"
-        return np.asarray(reader.read(name).components["data"]), comp.dtype, comp.type, of
+        streamed = _streamed(reader, name, meta, comp, max_elements)
+        if streamed is not None:
+            return (*streamed, comp.dtype, comp.type, of)
+        return (
+            *_in_memory(reader.read(name).components["data"], reader, name, max_elements),
+            comp.dtype,
+            comp.type,
+            of,
+        )
     if meta.format in ("sparse_csr", "sparse_coo"):
         tensor = reader.read(name)  # the read checks its layout first
         # a v0.1 sparse object is one blob in the manifest: its values' storage type
         # comes from the read, whose types name any logical type
         comp = meta.components.get("values")
         return (
-            np.asarray(tensor.components["values"]),
+            *_in_memory(tensor.components["values"], reader, name, max_elements),
             comp.dtype if comp is not None else None,
             comp.type if comp is not None else tensor.types.get("values"),
             "stored values",
@@ -209,13 +232,55 @@ def _values(reader, name, max_elements):
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
-        return (
-            quantized.dequantize(reader.read(name), dtype=np.float32),
-            "f32",
-            None,
-            "dequantized",
-        )
+        dense = quantized.dequantize(reader.read(name), dtype=np.float32)
+        return (*_in_memory(dense, reader, name, max_elements), "f32", None, "dequantized")
     raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path, obj=name)
+
+
+def _in_memory(values, reader, name, max_elements):
+    """(count, repeat, passes) over an array: a view of the file, or a read's result."""
+    values = np.asarray(values)
+    count = values.size
+    values, repeat = distinct(values)
+    if values.size > max_elements:
+        raise _too_many(values.size, max_elements, reader, name)
+    return count, repeat, lambda first: chunks(values, _CHUNK)
+
+
+def _streamed(reader, name, meta, comp, max_elements):
+    """(count, 1, passes) decoding a zstd dense object of a zTensor file a piece at a
+    time on each pass, or None where it is read otherwise (raw: a view already; other
+    formats; a v1.1 part that declares no size, which the read counts against the
+    per-file limit).  The decoded length, the digest (first pass, when the Reader
+    verifies) and the element rules are the read's own (read_component_chunks,
+    values.as_elements)."""
+    if isinstance(reader, ShardedReader):
+        reader = reader.reader_of(name)
+    if not isinstance(reader, Reader) or comp.encoding != "zstd":
+        return None
+    internals = reader.internals  # the Reader's source, verify and limits (reader.py)
+    if internals.source is None or comp.uncompressed_length is None:
+        return None
+    count = math.prod(meta.shape)
+    if count > max_elements:  # before anything is decoded
+        raise _too_many(count, max_elements, reader, name)
+    where = {"path": reader.path, "obj": name, "component": "data"}
+    chunk_bytes = _CHUNK * components.storage_dtype(comp).itemsize
+    chunk_bytes *= dtypes.element_ratio(comp.dtype, comp.type)
+
+    def passes(first):
+        internals.require_open()
+        for piece in components.read_component_chunks(
+            internals.source,
+            comp,
+            verify=internals.verify and first,  # the same stored bytes on the second
+            limits=internals.limits,
+            chunk_bytes=chunk_bytes,
+            **where,
+        ):
+            yield logical.as_elements(piece, comp.dtype, comp.type, **where)
+
+    return count, 1, passes
 
 
 def _as_float(part, storage=None, ltype=None):
