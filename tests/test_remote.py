@@ -2,9 +2,6 @@
 packages; .ci/run installs it): only the footer, the manifest and the components
 asked for travel, counted from nginx's own access log."""
 import os
-import shutil
-import socket
-import subprocess
 import time
 
 import numpy as np
@@ -12,72 +9,19 @@ import pytest
 
 import ztensor
 
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx")
-                                  else None)
+from http_servers import NGINX, nginx
+
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed "
                                 "(.ci/run installs it: apt-get install nginx-light)")
-
-CONF = """
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log;
-{user}
-events {{ worker_connections 64; }}
-http {{
-    log_format bytes '$request_method $uri $status $body_bytes_sent "$http_range"';
-    access_log {dir}/access.log bytes;
-    client_body_temp_path {dir}/tmp;
-    proxy_temp_path {dir}/tmp;
-    fastcgi_temp_path {dir}/tmp;
-    uwsgi_temp_path {dir}/tmp;
-    scgi_temp_path {dir}/tmp;
-    server {{
-        listen 127.0.0.1:{port};
-        root {dir}/www;
-        location / {{ }}
-    }}
-}}
-"""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def server(tmp_path):
-    pytest.importorskip("aiohttp")
-    pytest.importorskip("fsspec")
-    (tmp_path / "www").mkdir()
-    (tmp_path / "tmp").mkdir()
-    port = free_port()
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(CONF.format(dir=tmp_path, port=port,
-                                user="user root;" if os.geteuid() == 0 else ""))
-    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("nginx did not start: " + (tmp_path / "error.log").read_text()
-                    if (tmp_path / "error.log").exists() else "nginx did not start")
-
-    def served():
-        log = (tmp_path / "access.log").read_text() if (tmp_path / "access.log").exists() \
-            else ""
-        return sum(int(line.split()[3]) for line in log.splitlines() if line.strip())
-    yield f"http://127.0.0.1:{port}", tmp_path / "www", served
-    proc.terminate()
-    proc.wait(timeout=10)
+    with nginx(tmp_path) as (url, www, log):
+        def served():
+            text = log.read_text() if log.exists() else ""
+            return sum(int(line.split()[3]) for line in text.splitlines() if line.strip())
+        yield url, www, served
 
 
 def test_one_tensor_of_a_large_file_costs_that_tensor_and_the_manifest(server):

@@ -13,6 +13,7 @@ keeps it.
   100 000 characters, a redirect loop, a URL gone between a dask graph and its
   compute.
 """
+import hashlib
 import http.server
 import json
 import os
@@ -40,12 +41,16 @@ except ImportError:
 class Server:
     """A loopback HTTP/1.1 server (a thread) serving ``files`` by path with ranges,
     an ``ETag`` per file (``tags``) and ``If-Match`` honoured as RFC 9110 says (412
-    when the tag differs), like nginx.  ``nfkc``: it normalises the decoded path
-    to NFKC before looking it up, as a server that folds Unicode does.  ``routes``:
-    path -> handler(h) for anything else.  ``requests`` records each path asked."""
+    when the tag differs), like nginx; a file given no tag has one made from its
+    bytes, unless ``versioned`` is False (a server naming no version, which ztensor
+    reads only when told to: source._pinned_version).  ``nfkc``: it normalises the
+    decoded path to NFKC before looking it up, as a server that folds Unicode does.
+    ``routes``: path -> handler(h) for anything else.  ``requests`` records each path
+    asked."""
 
-    def __init__(self, nfkc=False):
+    def __init__(self, nfkc=False, versioned=True):
         self.files, self.tags, self.routes, self.requests = {}, {}, {}, []
+        self.versioned = versioned
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -80,6 +85,8 @@ class Server:
         if path in self.routes:
             return self.routes[path](h)
         data, tag = self.files.get(path), self.tags.get(path)
+        if tag is None and data is not None and self.versioned:
+            tag = '"%s"' % hashlib.sha256(data).hexdigest()[:32]
         if data is None or (h.headers.get("If-Match") not in (None, tag)):
             h.send_response(404 if data is None else 412)
             h.send_header("Content-Length", "0")
@@ -245,11 +252,15 @@ def test_a_file_replaced_on_the_server_while_open_is_an_error(web, tmp_path):
 
 def test_a_weak_etag_pins_nothing(web, tmp_path):
     """If-Match compares strongly: a weak ETag never matches, so pinning one would
-    make every read a 412."""
+    make every read a 412.  It names no version then: read only when the caller
+    says so (source._pinned_version)."""
     one, _, x = two_versions(tmp_path)
     server = web()
     server.files["/w.zt"], server.tags["/w.zt"] = one, 'W/"v1"'
-    with ztensor.Reader(server.url("/w.zt")) as r:
+    with pytest.raises(ztensor.UnsupportedError, match="no version"):
+        ztensor.Reader(server.url("/w.zt"))
+    with ztensor.Reader(server.url("/w.zt"),
+                        storage_options={"ztensor_allow_unversioned": True}) as r:
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)
 
 

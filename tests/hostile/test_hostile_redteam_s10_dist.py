@@ -12,9 +12,6 @@ function that now keeps the rule.
 """
 import email.utils
 import os
-import socket
-import subprocess
-import threading
 import time
 
 import numpy as np
@@ -26,10 +23,7 @@ from ztensor.io import source as src
 
 from test_hostile_redteam_dist import Server, two_versions, web  # noqa: F401  (web: a fixture)
 
-try:  # nginx, as tests/test_remote.py starts it
-    from test_remote import CONF, NGINX, free_port
-except ImportError:
-    NGINX = None
+from http_servers import RawServer, nginx
 
 
 def _redirect(to):
@@ -120,7 +114,7 @@ def test_last_modified_pin_catches_an_older_copy(web, tmp_path):
     manifest was read over the new bytes.  The reply's Last-Modified is now held to
     the one pinned."""
     one, two, _ = two_versions(tmp_path)
-    server = web()
+    server = web(versioned=False)   # no ETag: Last-Modified alone
     stamp = {"/m.zt": email.utils.formatdate(2_000_000_000, usegmt=True)}
     answer = Server.answer
 
@@ -145,34 +139,9 @@ def test_last_modified_pin_catches_an_older_copy(web, tmp_path):
 
 @pytest.fixture
 def nginx_redirect(tmp_path):
-    """nginx on loopback (tests/test_remote.py's configuration) with /r.zt
-    answering 302 to /m.zt, and /moved.zt to whatever /target names."""
-    if NGINX is None:
-        pytest.skip("nginx is not installed (.ci/run installs it)")
-    pytest.importorskip("aiohttp")
-    pytest.importorskip("fsspec")
-    (tmp_path / "www").mkdir()
-    (tmp_path / "tmp").mkdir()
-    port = free_port()
-    conf = CONF.replace("location / {{ }}",
-                        "location / {{ }}\n        location = /r.zt {{ return 302 /m.zt; }}")
-    (tmp_path / "nginx.conf").write_text(conf.format(
-        dir=tmp_path, port=port, user="user root;" if os.geteuid() == 0 else ""))
-    proc = subprocess.Popen([NGINX, "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("nginx did not start")
-    yield f"http://127.0.0.1:{port}", tmp_path / "www", tmp_path / "access.log"
-    proc.terminate()
-    proc.wait(timeout=10)
+    """nginx on loopback (tests/http_servers.py) with /r.zt answering 302 to /m.zt."""
+    with nginx(tmp_path, "location = /r.zt { return 302 /m.zt; }") as served:
+        yield served
 
 
 def test_nginx_redirected_url_is_pinned(nginx_redirect, tmp_path):
@@ -192,57 +161,24 @@ def test_nginx_redirected_url_is_pinned(nginx_redirect, tmp_path):
 
 
 # ----------------------------------------------------------------- a whole-request deadline
-class Trickle:
-    """A loopback server that answers every request one byte at a time, a byte every
+def trickle(phase, gap=0.3):
+    """A reply for tests/http_servers.RawServer sent one byte at a time, a byte every
     ``gap`` seconds: each byte resets a per-read timeout.  ``phase``: "headers" (the
     status line and headers trickle) or "body" (headers at once, then the body)."""
-
-    def __init__(self, phase, gap=0.3):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.phase, self.gap, self.stop = phase, gap, threading.Event()
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def url(self, path):
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}{path}"
-
-    def serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.one, args=(conn,), daemon=True).start()
-
-    def one(self, conn):
-        with conn:
-            try:
-                request = conn.recv(65536).decode("latin-1")
-                first, last = 0, 99999
-                for line in request.split("\r\n"):
-                    if line.lower().startswith("range: bytes="):
-                        first, _, last = line[13:].partition("-")
-                        first, last = int(first), int(last)
-                head = (f"HTTP/1.1 206 Partial Content\r\nContent-Length: {last - first + 1}\r\n"
-                        f"Content-Range: bytes {first}-{last}/100000\r\n"
-                        "Accept-Ranges: bytes\r\n").encode()
-                if self.phase == "body":
-                    conn.sendall(head + b"\r\n")
-                    head = b"\0" * (last - first + 1)
-                else:
-                    head += b"X-Pad: " + b"a" * 4000
-                for i in range(len(head)):
-                    if self.stop.is_set():
-                        return
-                    conn.sendall(head[i:i + 1])
-                    time.sleep(self.gap)
-            except OSError:
-                pass
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
+    def reply(method, asked, headers):
+        first, last = asked or (0, 99999)
+        head = (f"HTTP/1.1 206 Partial Content\r\nContent-Length: {last - first + 1}\r\n"
+                f"Content-Range: bytes {first}-{last}/100000\r\n"
+                "Accept-Ranges: bytes\r\nETag: \"t\"\r\n").encode()
+        if phase == "body":
+            yield head + b"\r\n"
+            head = b"\0" * (last - first + 1)
+        else:
+            head += b"X-Pad: " + b"a" * 4000
+        for i in range(len(head)):
+            yield head[i:i + 1]
+            time.sleep(gap)
+    return reply
 
 
 @pytest.mark.parametrize("phase", ["headers", "body"])
@@ -253,7 +189,7 @@ def test_a_trickling_server_meets_the_deadline(monkeypatch, phase):
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
     monkeypatch.setattr(src, "URL_DEADLINE", 1.0)
-    server = Trickle(phase)
+    server = RawServer(trickle(phase))
     url = server.url(f"/{phase}.zt")
     started = time.monotonic()
     try:

@@ -18,8 +18,6 @@ break found in this round and names the one function that now keeps the rule.
 * Content-Range is parsed by RFC 9110's grammar (source._CONTENT_RANGE).
 """
 import json
-import socket
-import threading
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ from ztensor import sharded
 from ztensor.errors import NetworkConnectionError
 
 from test_hostile_redteam_dist import two_versions, web  # noqa: F401  (web: a fixture)
+from http_servers import raw, serving  # noqa: F401  (raw: a fixture)
 
 try:  # moto's S3 server on loopback, as tests/test_object_store.py starts it
     from test_object_store import bucket, moto_server  # noqa: F401  (fixtures)
@@ -117,10 +116,10 @@ def test_http_file_replaced_on_a_server_naming_no_version(web, tmp_path):
     one of another size was read with the old manifest: x came back as zeros, by
     each read path.  The reply's Content-Range total now must be the size opened."""
     one, two, x = _two_sizes(tmp_path)
-    server = web()
+    server = web(versioned=False)
     server.files["/m.zt"] = one
     url = server.url("/m.zt")
-    with ztensor.Reader(url) as r:
+    with ztensor.Reader(url, storage_options={"ztensor_allow_unversioned": True}) as r:
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)
         server.files["/m.zt"] = two
         for read in (lambda: r.read_numpy("x", copy=True),
@@ -133,7 +132,7 @@ def test_http_file_replaced_on_a_server_naming_no_version(web, tmp_path):
 def test_http_index_replaced_while_read_is_refused(web, tmp_path, monkeypatch):
     """The sharded index is read in 64 KiB ranges: replaced between two of them on a
     server naming no version, it was read spliced from two files."""
-    server = web()
+    server = web(versioned=False)
     big = {"weight_map": {f"t{i:06d}": "model-00001-of-00001.zt" for i in range(8000)}}
     first = json.dumps(big).encode()
     second = json.dumps({"weight_map": {"t": "x.zt"}, "pad": "p" * 70_000}).encode()
@@ -149,91 +148,16 @@ def test_http_index_replaced_while_read_is_refused(web, tmp_path, monkeypatch):
         return answer(h, head)
     server.answer = swapping
     with pytest.raises(ztensor.FormatError, match="changed on the server"):
-        ztensor.open_sharded(server.url("/ck/model.zt.index.json"))
+        ztensor.open_sharded(server.url("/ck/model.zt.index.json"),
+                             storage_options={"ztensor_allow_unversioned": True})
 
 
 # ----------------------------------------------------------------- HTTP: raw lies
-class Raw:
-    """A loopback server answering every request with ``reply(method, range)``'s
-    bytes, then closing: for what http.server will not send."""
-
-    def __init__(self, reply):
-        self.reply = reply
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def url(self, path="/m.zt"):
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}{path}"
-
-    def serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.one, args=(conn,), daemon=True).start()
-
-    def one(self, conn):
-        with conn:
-            try:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    got = conn.recv(65536)
-                    if not got:
-                        return
-                    request += got
-                lines = request.decode("latin-1").split("\r\n")
-                asked = None
-                for line in lines:
-                    if line.lower().startswith("range: bytes="):
-                        first, _, last = line[13:].partition("-")
-                        asked = int(first), int(last)
-                conn.sendall(self.reply(lines[0].split()[0], asked))
-            except OSError:
-                pass
-
-    def close(self):
-        self.sock.close()
-
-
-@pytest.fixture
-def raw():
-    pytest.importorskip("fsspec")
-    pytest.importorskip("aiohttp")
-    made = []
-
-    def make(reply):
-        made.append(Raw(reply))
-        return made[-1]
-    yield make
-    for server in made:
-        server.close()
-
-
-def _serving(data, content_range=None, extra=b""):
-    """A reply function serving ``data`` by range, honestly but for ``content_range``
-    (a function of first, last, size) and ``extra`` header lines."""
-    def reply(method, asked):
-        size = len(data)
-        if method == "HEAD" or asked is None:
-            body = b"" if method == "HEAD" else data
-            return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nAccept-Ranges: bytes\r\n"
-                    b"Connection: close\r\n" % size) + extra + b"\r\n" + body
-        first, last = asked[0], min(asked[1], size - 1)
-        body = data[first:last + 1]
-        cr = (content_range or (lambda a, b, n: b"bytes %d-%d/%d" % (a, b, n)))(first, last, size)
-        return (b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\nContent-Range: " + cr +
-                b"\r\nContent-Length: %d\r\n" % len(body) + extra + b"\r\n" + body)
-    return reply
-
-
 @pytest.mark.parametrize("label", [b"a" * 64, b"a..b"])
 def test_a_redirect_to_a_host_name_that_cannot_be_resolved(raw, label):
     """A Location whose host has a label over 63 characters (or an empty one) raised
     the resolver's bare UnicodeError ("encoding with 'idna' codec failed")."""
-    server = raw(lambda method, asked: b"HTTP/1.1 302 Found\r\nLocation: http://" + label +
+    server = raw(lambda method, asked, headers: b"HTTP/1.1 302 Found\r\nLocation: http://" + label +
                  b".invalid/m.zt\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     with pytest.raises(NetworkConnectionError, match="host name") as err:
         ztensor.Reader(server.url())
@@ -257,9 +181,9 @@ def test_a_servers_huge_line_is_not_repeated_in_the_error(raw, tmp_path, what):
     lines.  It is one line of bounded length now."""
     data = two_versions(tmp_path)[0]
     if what == "header":
-        server = raw(_serving(data, extra=b"X-Big: " + b"a\nb " * 50_000 + b"\r\n"))
+        server = raw(serving(data, extra=b"X-Big: " + b"a\nb " * 50_000 + b"\r\n"))
     else:
-        server = raw(lambda method, asked: b"\n".join([b"garbage " * 2000] * 8) + b"\r\n\r\n")
+        server = raw(lambda method, asked, headers: b"\n".join([b"garbage " * 2000] * 8) + b"\r\n\r\n")
     with pytest.raises(ztensor.NetworkError) as err:
         with ztensor.Reader(server.url()) as r:
             r["x"]
@@ -280,7 +204,7 @@ def test_content_range_is_read_by_its_grammar(raw, tmp_path, content_range):
     Content-Range passed as the range asked for; a total no larger than the range's
     end passed too."""
     data = two_versions(tmp_path)[0]
-    server = raw(_serving(data, content_range))
+    server = raw(serving(data, content_range))
     with pytest.raises(ztensor.FormatError, match="Content-Range") as err:
         ztensor.Reader(server.url())
     assert server.url() in str(err.value)
@@ -290,10 +214,10 @@ def test_an_honest_raw_server_reads(raw, tmp_path):
     """The server above, honest: every read path gives the values (the checks refuse
     lies, not this)."""
     data, _, x = two_versions(tmp_path)
-    server = raw(_serving(data))
+    server = raw(serving(data))
     with ztensor.Reader(server.url()) as r:
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)
         np.testing.assert_array_equal(r.read_numpy(["x", "y"], copy=True)["x"], x)
-    star = raw(_serving(data, lambda a, b, n: b"bytes %d-%d/*" % (a, b)))
+    star = raw(serving(data, lambda a, b, n: b"bytes %d-%d/*" % (a, b)))
     with ztensor.Reader(star.url()) as r:    # an unknown total is no lie
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)

@@ -589,18 +589,40 @@ def open_url(url, storage_options=None):
         # keywords are options of the filesystem: s3fs took cache_type there and
         # ignored it, and read whole blocks
         fs, inner = fsspec.core.url_to_fs(url, **options)
-        pinned = _pinned_version(fs, inner) if _is_http(url) else {}
+        unversioned = bool((storage_options or {}).get(UNVERSIONED_OPTION))
+        if _is_http(url):
+            pinned = _pinned_version(fs, inner, url, unversioned)
+        else:
+            fs, pinned = _pinned_store(fs, inner), {}
         try:
-            return fs.open(inner, "rb", cache_type="none", **pinned)
+            f = fs.open(inner, "rb", cache_type="none", **pinned)
         except TypeError:  # a filesystem whose files take no cache_type
-            return fs.open(inner, "rb")
+            f = fs.open(inner, "rb")
+    if not unversioned and not _pin_travels(f, url):
+        # a store that names a version ztensor cannot hold its reads to (gcsfs's
+        # generation, adlfs's ETag: neither their files nor cat_ranges send one by
+        # default), so a replacement while open would go unseen: as for an HTTP(S)
+        # server naming none, refused unless the caller opts in
+        f.close()
+        raise UnsupportedError(
+            f"reads of this store ({type(fs).__name__}) cannot be held to the version "
+            "opened: an object replaced while read would mix two objects' bytes. To "
+            f"read it anyway: storage_options={{{UNVERSIONED_OPTION!r}: True}}",
+            path=url,
+        )
+    return f
 
 
 def _is_http(url):
     return url.lower().startswith(("http://", "https://"))
 
 
-def _pinned_version(fs, inner):
+# the storage option by which a caller reads an HTTP(S) file whose server names no
+# version anyway (_pinned_version); ztensor's, never handed to fsspec (url_options)
+UNVERSIONED_OPTION = "ztensor_allow_unversioned"
+
+
+def _pinned_version(fs, inner, url, unversioned=False):
     """Open arguments that hold every range request of an HTTP(S) file to the version
     of the file its first answer (HEAD) described: ``If-Match`` its strong ETag, else
     ``If-Unmodified-Since`` its Last-Modified.  A file replaced on the server between
@@ -608,8 +630,15 @@ def _pinned_version(fs, inner):
     never a manifest of one version read with the bytes of another; a reply that
     names another version than the one pinned (a server that ignores the condition)
     is refused too (:func:`_check_version`).  A weak ETag never matches (If-Match
-    compares strongly), so it pins nothing; a server that names no version cannot be
-    held to one.
+    compares strongly), so it pins nothing.
+
+    A server that names no version at all (no strong ETag, no Last-Modified) cannot
+    be held to one, and a file replaced there by one of the same size would be read
+    as one file's manifest over another's bytes (a replacement of another size is
+    still seen: :func:`check_range_reply`).  RFC 9110 (15.3.7.3) lets a client combine
+    partial replies only when they share a strong validator, so such a URL is an
+    UnsupportedError unless the caller's ``storage_options`` hold
+    ``UNVERSIONED_OPTION: True`` (its risk, taken knowingly).
 
     A URL that redirects is pinned the same way: the HEAD followed the redirects, so
     the version is the final host's, and aiohttp carries the condition along each
@@ -624,27 +653,71 @@ def _pinned_version(fs, inner):
         pin = {"If-Match": etag}
     elif info.get("Last-Modified"):
         pin = {"If-Unmodified-Since": str(info["Last-Modified"])}
-    else:
+    elif unversioned:
         pin = {}
+    else:
+        raise UnsupportedError(
+            "the server names no version of this file (no strong ETag, no "
+            "Last-Modified), so its range requests cannot be held to one version: a "
+            "file replaced while read would mix two files' bytes. To read it anyway: "
+            f"storage_options={{{UNVERSIONED_OPTION!r}: True}}",
+            path=url,
+        )
     # the filesystem's own request headers (storage_options' "headers") are kept:
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
     return {"size": info.get("size"), "headers": headers}
 
 
+def _pinned_store(fs, inner):
+    """The filesystem to open an object store's file ``inner`` through, so that
+    requests made by path beside the file (fsspec's ``cat_ranges``, Source._fetch's
+    parallel reads) are held to the version it is opened on, as its own reads are.
+
+    s3fs: a filesystem of the file's own (not fsspec's shared instance, which other
+    files use) whose ``s3_additional_kwargs`` (s3fs's documented option for
+    parameters of every S3 call) hold ``IfMatch`` the object's ETag.  s3fs hands it
+    to each GetObject and HeadObject, ``cat_ranges``' too, so an object replaced
+    while open is a 412 (_network_error: "changed on the server"), never one
+    version's manifest over another's bytes.  Any other filesystem is returned as
+    it is; :func:`_pin_travels` then decides whether its file may use ``cat_ranges``."""
+    extra = getattr(fs, "s3_additional_kwargs", None)
+    if not isinstance(extra, dict):
+        return fs
+    etag = fs.info(inner).get("ETag")
+    if not etag:
+        return fs
+    options = {
+        **fs.storage_options,
+        "s3_additional_kwargs": {**extra, "IfMatch": etag},
+        # one per open file, gone with it: fsspec's cache would keep one per ETag
+        "skip_instance_cache": True,
+    }
+    return type(fs)(*fs.storage_args, **options)
+
+
 def _pin_travels(f, url):
     """Whether requests made by path beside the open fsspec file ``f`` (fsspec's
     ``cat_ranges``) read the version ``f`` was opened on.  HTTP(S): yes, they carry
-    its headers (:func:`_request_headers`).  A file whose open recorded a version
-    that only its own requests carry (s3fs sends ``If-Match`` the object's ETag from
-    its file, never from ``cat_ranges``): no, and then its reads go through the file.
-    A file of a store that names no version (``memory://``): nothing to lose."""
+    its headers (:func:`_request_headers`).  An s3fs file opened through
+    :func:`_pinned_store`: yes, its filesystem sends ``IfMatch`` the file's ETag with
+    every request.  Any other file whose open recorded a version that only its own
+    requests carry (gcsfs's generation, adlfs's ETag: see docs/remote.md): no, and
+    then its reads go through the file, one after another.  A file of a store that
+    names no version (``memory://``): nothing to lose."""
     if url is not None and _is_http(url):
         return True
     details = getattr(f, "details", None)
     if not isinstance(details, dict):
         return True
-    return not any(details.get(k) for k in ("ETag", "etag", "VersionId", "generation"))
+    if not any(details.get(k) for k in ("ETag", "etag", "VersionId", "generation")):
+        return True
+    extra = getattr(getattr(f, "fs", None), "s3_additional_kwargs", None)
+    return (
+        isinstance(extra, dict)
+        and extra.get("IfMatch") is not None
+        and extra.get("IfMatch") == details.get("ETag")
+    )
 
 
 class _RangeBody(bytes):
@@ -717,8 +790,10 @@ def url_options(url, storage_options=None):
     HTTP(S) an aiohttp session whose replies are checked against the range asked for
     and that times out.  The caller's ``client_kwargs`` headers (authorization) and
     timeout are kept; the checked response class and the identity encoding are not
-    the caller's to drop."""
+    the caller's to drop.  ``UNVERSIONED_OPTION`` is ztensor's (open_url reads it)
+    and is left out: every fsspec filesystem would refuse it."""
     options = dict(storage_options or {})
+    options.pop(UNVERSIONED_OPTION, None)  # ztensor's (open_url), not the filesystem's
     if not _is_http(url):
         return options
     try:
@@ -754,31 +829,35 @@ def _checked_response_class(aiohttp):
         return _CHECKED[0]
 
     class _CheckedResponse(aiohttp.ClientResponse):
+        # (how many body bytes may come, the file's size or None) once the status
+        # and headers are checked (start); None: a reply read as aiohttp reads it
+        _limit = None
+
+        async def start(self, connection):
+            # judged as soon as the status and headers are in, before any consumer
+            # sees the body: fsspec's HTTPFile reads a 200 to a range from byte 0
+            # through ``content`` itself, never through read()
+            await super().start(connection)
+            try:
+                self._limit = _reply_limit(
+                    str(self.url), self.status, self.request_info.headers, self.headers
+                )
+            except FormatError:
+                self.close()
+                raise
+            return self
+
         async def read(self):
-            if self._body is None:
-                if self.status < 300:
-                    try:
-                        _check_version(str(self.url), self.request_info.headers, self.headers)
-                    except FormatError:
-                        self.close()
-                        raise
-                asked = _asked_range(self.request_info.headers.get("Range"))
-                if asked is not None or self.status >= 400:
-                    # read to the end (the connection goes back to the pool) or
-                    # closed after what may come: no super().read(), it reads it all
-                    self._body = await self._bounded_body(asked)
-                    return self._body
+            if self._body is None and self._limit is not None:
+                # read to the end (the connection goes back to the pool) or closed
+                # after what may come: no super().read(), it reads it all
+                self._body = await self._bounded_body(*self._limit)
+                return self._body
             return await super().read()
 
-        async def _bounded_body(self, asked):
-            url = str(self.url)
+        async def _bounded_body(self, cap, total):
             body = bytearray()
             try:
-                total = None
-                if self.status >= 400:  # an error page: fsspec raises for the status after
-                    cap = _ERROR_BODY
-                else:
-                    cap, total = _range_reply_size(url, self.status, self.headers, asked)
                 while True:  # to the end of the body, or one byte past what may come
                     chunk = await self.content.read(min(1 << 20, cap + 1 - len(body)))
                     if not chunk:
@@ -791,24 +870,41 @@ def _checked_response_class(aiohttp):
                 raise
             if len(body) > cap:
                 self.close()
-                if self.status >= 400 or self.status == 200:
-                    # an error page, or a whole file from its start: only its first
-                    # bytes are wanted, the ones asked for
-                    return _range_body(body[:cap], total)
+                if self.status >= 400:  # an error page: fsspec raises for the status after
+                    return _range_body(body[:cap], None)
                 raise FormatError(
-                    f"the server sent more than the {cap} bytes of its "
-                    f"reply to bytes {asked[0]}-{asked[1]}",
-                    path=url,
+                    f"the server sent more than the {cap} bytes of its reply to "
+                    f"{self.request_info.headers.get('Range', '')[:60]}",
+                    path=str(self.url),
                 )
-            if self.status == 206 and len(body) != cap:
+            if self.status < 300 and len(body) != cap:
                 raise FormatError(
-                    f"the server sent {len(body)} bytes for a range of {cap} (Content-Range)",
-                    path=url,
+                    f"the server sent {len(body)} bytes of a reply of {cap} "
+                    "(Content-Range, Content-Length)",
+                    path=str(self.url),
                 )
             return _range_body(body, total)
 
     _CHECKED.append(_CheckedResponse)
     return _CheckedResponse
+
+
+def _reply_limit(url, status, sent, headers):
+    """What a reply to the request with headers ``sent`` may be, judged from its
+    status and headers alone: (how many body bytes may come, the size of the whole
+    file it names or None) for a reply to a range request or an error page, None for
+    any other (a HEAD, a whole-file GET, a redirect).  A FormatError when they already
+    show it is not what was asked: another version than the one pinned
+    (:func:`_check_version`), or not the range asked for (:func:`_range_reply_size`).
+    :class:`_CheckedResponse` asks it of every reply, before any of its body is read."""
+    if status >= 400:  # never used: fsspec raises for the status after
+        return _ERROR_BODY, None
+    if 200 <= status < 300:
+        _check_version(url, sent, headers)
+        asked = _asked_range(sent.get("Range"))
+        if asked is not None:
+            return _range_reply_size(url, status, headers, asked)
+    return None
 
 
 def _asked_range(header):
@@ -870,14 +966,19 @@ def _range_reply_size(url, status, headers, asked):
                 path=url,
             )
         cap = end - start + 1
-    elif status == 200 and first == 0:
-        # the whole file, from its start: its first bytes are the ones asked for;
-        # only those are read
-        return last + 1, length
+    elif status == 200 and first == 0 and length == last + 1:
+        # the whole file, and the range asked for was all of it: its length is the
+        # file's size (check_range_reply holds it to the size opened)
+        return length, length
     elif status == 200:
+        # the whole file for a part of it: a server that does not answer ranges.
+        # Refused before a byte of its body is read, even from byte 0 (whose first
+        # bytes are the ones asked for): each read would cost the whole file, and a
+        # .zt file is never read from its start alone (its footer is at its end)
         raise FormatError(
-            f"asked for bytes {first}-{last}, the server sent the whole file "
-            "(200): it does not answer range requests",
+            f"asked for bytes {first}-{last}, the server sent the whole file (200, "
+            f"{'no length' if length is None else f'{length} bytes'}): it does not "
+            "answer range requests",
             path=url,
         )
     else:
@@ -963,6 +1064,14 @@ def _network_error(url, exc):
             # the resolver's IDNA encoding of a host name (a label over 63
             # characters, an empty one): the URL's, or a redirect's Location
             return NetworkConnectionError(f"cannot resolve the host name: {_said(item)}", path=url)
+        if _precondition_failed(item):
+            # an object store's 412 to a request carrying IfMatch (_pinned_store):
+            # s3fs says it as an OSError(EINVAL) caused by botocore's ClientError
+            return FormatError(
+                "the file changed on the server while it was read (the object's "
+                "ETag is no longer the one it was opened with: HTTP 412)",
+                path=url,
+            )
         if type(item).__name__ == "FileExpired":
             # s3fs's file (opened with If-Match its ETag) found the object replaced:
             # the object store's 412, said as the HTTP one is (_status_error)
@@ -984,6 +1093,15 @@ def _network_error(url, exc):
             f"{type(exc).__name__}: {exc.strerror or exc}", path=url, errno=exc.errno
         )
     return None
+
+
+def _precondition_failed(exc):
+    """Whether ``exc`` is botocore's ClientError for a 412 (PreconditionFailed)."""
+    response = getattr(exc, "response", None)
+    if type(exc).__name__ != "ClientError" or not isinstance(response, dict):
+        return False
+    error, meta = response.get("Error") or {}, response.get("ResponseMetadata") or {}
+    return error.get("Code") in ("PreconditionFailed", "412") or meta.get("HTTPStatusCode") == 412
 
 
 def _said(what, limit=200):
