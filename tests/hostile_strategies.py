@@ -920,7 +920,14 @@ def gen_onnx(d: Draw, ctx: Ctx) -> Case:
                     entry.key, entry.value = key, value
             case.notes.append(f"location={location!r}")
         inits.append(t)
-    graph = helper.make_graph([], "g", [], [], initializer=inits)
+    # some as Constant nodes: read, checked and contained as initializers are
+    # (onnx_file._constant_tensor)
+    where = [d.bool() for _ in inits]
+    nodes = [helper.make_node("Constant", [], [t.name], value=t)
+             for t, const in zip(inits, where) if const]
+    inits = [t for t, const in zip(inits, where) if not const]
+    case.notes.append(f"onnx:constants={sum(where)}")
+    graph = helper.make_graph(nodes, "g", [], [], initializer=inits)
     model = helper.make_model(graph, producer_name=d.pick(["x", "\x1b[2J"]))
     case.files[case.main] = model.SerializeToString()
     case.files["beside.bin"] = values(d, "u1", (512,)).tobytes()

@@ -76,7 +76,7 @@ def test_a_storage_two_tensors_share_as_one_type_still_reads(tmp_path):
 
 
 # ---- ONNX: initializers of subgraphs and training graphs are listed, not dropped
-# (Clean: onnx_file._nested_initializers, through onnx_file.open_file)
+# (Clean: onnx_file._nested, through onnx_file.open_file)
 
 
 def _tensor(onnx, name, values):

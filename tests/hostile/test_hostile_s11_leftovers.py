@@ -333,3 +333,223 @@ def test_a_gguf_blocks_type_name_contradicting_its_id_is_refused(tmp_path):
         assert err.value.obj == "w"
         with pytest.raises(ztensor.FormatError):
             r.verify()
+
+
+# ---- ONNX Constant nodes are weights too: listed, read and checked as initializers
+# (Clean / Bounded / Contained: onnx_file.open_file through onnx_file._constant_tensor
+# and onnx_file._check_initializer; subgraphs and functions: onnx_file._nested)
+
+
+def _onnx(tmp_path, nodes, initializers=(), functions=(), name="m.onnx", output="y"):
+    """The protobuf onnx.helper builds (onnx.save_model would move raw data out)."""
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    out = h.make_tensor_value_info(output, onnx.TensorProto.FLOAT, [1])
+    graph = h.make_graph(nodes, "g", [], [out], initializer=list(initializers))
+    model = h.make_model(graph, functions=list(functions))
+    path = tmp_path / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_onnx_constant_nodes_are_read_with_their_values(tmp_path):
+    """A Constant node's tensor was not listed at all: a model whose weights sit in
+    Constant nodes opened with no tensors."""
+    onnx = pytest.importorskip("onnx")
+    h, numpy_helper = onnx.helper, onnx.numpy_helper
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4)
+    nodes = [
+        h.make_node("Constant", [], ["w"], value=numpy_helper.from_array(weight, "ignored")),
+        h.make_node(
+            "Constant", [], ["half"], value=numpy_helper.from_array(np.ones(3, np.float16))
+        ),
+        h.make_node("Constant", [], ["f"], value_float=2.5),
+        h.make_node("Constant", [], ["fs"], value_floats=[1.0, -2.0]),
+        h.make_node("Constant", [], ["i"], value_int=-7),
+        h.make_node("Constant", [], ["is"], value_ints=[3, 1 << 40]),
+        h.make_node("Constant", [], ["s"], value_string="text"),
+        h.make_node("Constant", [], ["ss"], value_strings=["a", "b"]),
+        h.make_node("MatMul", ["w", "w"], ["y"]),
+    ]
+    path = _onnx(tmp_path, nodes, [numpy_helper.from_array(np.zeros(2, np.int8), "init")])
+    onnx.checker.check_model(onnx.load(path))  # a valid model
+    with ztensor.Reader(path) as r:
+        assert sorted(r.keys()) == ["f", "fs", "half", "i", "init", "is", "w"]
+        np.testing.assert_array_equal(r.read_numpy("w"), weight)
+        assert r.read_numpy("half").dtype == np.float16
+        for key, want in [("f", np.float32(2.5)), ("i", np.int64(-7))]:
+            got = r.read_numpy(key)
+            assert got.shape == () and got.dtype == want.dtype and got == want
+        assert r.read_numpy("fs").tolist() == [1.0, -2.0]
+        assert r.read_numpy("fs").dtype == np.float32
+        assert r.read_numpy("is").tolist() == [3, 1 << 40] and r.read_numpy("is").dtype == np.int64
+        assert r.attributes["onnx.skipped_constants"] == ["s", "ss"]
+
+
+def test_onnx_constant_values_agree_with_onnx_reference_evaluator(tmp_path):
+    """What onnx itself computes for each Constant is what the Reader reads."""
+    onnx = pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    h = onnx.helper
+    nodes = [
+        h.make_node("Constant", [], ["a"], value_floats=[0.5, 1.5]),
+        h.make_node("Constant", [], ["b"], value_int=4),
+        h.make_node("Cast", ["b"], ["bf"], to=onnx.TensorProto.FLOAT),
+        h.make_node("Mul", ["a", "bf"], ["y"]),
+    ]
+    path = _onnx(tmp_path, nodes)
+    a, b = ReferenceEvaluator(str(path)).run(["a", "b"], {})
+    with ztensor.Reader(path) as r:
+        for key, want in (("a", a), ("b", b)):
+            got = r.read_numpy(key)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+
+
+def test_onnx_constant_and_initializer_of_one_name_are_refused(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    h, numpy_helper = onnx.helper, onnx.numpy_helper
+    init = numpy_helper.from_array(np.zeros(2, np.float32), "w")
+    nodes = [h.make_node("Constant", [], ["w"], value_floats=[1.0], name="c")]
+    path = _onnx(tmp_path, nodes, [init])
+    with pytest.raises(
+        ztensor.FormatError, match="'initializer 0' and \"Constant node 0 \\('c'\\)\""
+    ):
+        ztensor.Reader(path)
+    two = [
+        h.make_node("Constant", [], ["k"], value_int=1),
+        h.make_node("Constant", [], ["k"], value_int=2),
+    ]
+    with pytest.raises(ztensor.FormatError, match="'k'") as err:
+        ztensor.Reader(_onnx(tmp_path, two, name="two.onnx"))
+    assert err.value.obj == "k"
+
+
+def test_onnx_constant_above_the_limits_is_a_limit_error(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    h, numpy_helper = onnx.helper, onnx.numpy_helper
+    big = numpy_helper.from_array(np.ones(1024, np.float32))
+    path = _onnx(tmp_path, [h.make_node("Constant", [], ["big"], value=big)])
+    with pytest.raises(ztensor.LimitError, match="max_component_size") as err:
+        ztensor.Reader(path, limits=ztensor.Limits(max_component_size=1000))
+    assert err.value.obj == "big"
+    floats = _onnx(
+        tmp_path, [h.make_node("Constant", [], ["fs"], value_floats=[1.0] * 300)], name="f.onnx"
+    )
+    with pytest.raises(ztensor.LimitError, match="max_component_size"):
+        ztensor.Reader(floats, limits=ztensor.Limits(max_component_size=1000))
+    many = [h.make_node("Constant", [], [f"c{i}"], value_int=i) for i in range(5)]
+    with pytest.raises(ztensor.LimitError, match="max_objects"):
+        ztensor.Reader(
+            _onnx(tmp_path, many, name="many.onnx"), limits=ztensor.Limits(max_objects=4)
+        )
+
+
+def test_onnx_constant_with_a_negative_dimension_is_refused(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, dims=[-1], float_data=[1.0])
+    path = _onnx(tmp_path, [onnx.helper.make_node("Constant", [], ["w"], value=tensor)])
+    with pytest.raises(ztensor.FormatError) as err:
+        ztensor.Reader(path)
+    assert err.value.obj == "w"
+
+
+def test_onnx_constant_external_data_must_sit_beside_the_model(tmp_path):
+    """onnx resolves a Constant's external data as an initializer's (its loader walks
+    node attributes too); a location outside the model's folder is refused by the
+    same path, and one beside it reads."""
+    onnx = pytest.importorskip("onnx")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes() * 2)
+
+    def constant(location):
+        tensor = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, dims=[4])
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", "16"), ("length", "16")):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        return onnx.helper.make_node("Constant", [], ["w"], value=tensor)
+
+    inside = _onnx(model_dir, [constant("w.bin")])
+    with ztensor.Reader(inside) as r:
+        assert r.read_numpy("w").tolist() == [0.0, 1.0, 2.0, 3.0]
+    for location in ("../secret.bin", str(secret)):
+        path = _onnx(model_dir, [constant(location)], name="out.onnx")
+        with pytest.raises(ztensor.ZTensorError) as err:
+            ztensor.Reader(path)
+        assert err.value.obj == "w" and err.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    "node, match",
+    [
+        ("two values", "holds one of"),
+        ("no value", "holds one of"),
+        ("two outputs", "exactly one"),
+        ("wrong type", "is of type FLOATS, not FLOAT"),
+        ("unknown attribute", "holds one of"),
+    ],
+)
+def test_onnx_constant_node_that_is_not_one_constant_is_refused(tmp_path, node, match):
+    """onnx.checker refuses each (with shape inference: "One and only one of the
+    attributes 'value', 'value_*' or 'sparse_value' must be specified").  The
+    mistyped one: onnx's ReferenceEvaluator reads value_float typed FLOATS as the
+    list [1., 2.] (by its type), a reader by its name as the scalar 1.0."""
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    made = {
+        "two values": lambda: h.make_node("Constant", [], ["c"], value_float=1.0, value_int=2),
+        "no value": lambda: h.make_node("Constant", [], ["c"]),
+        "two outputs": lambda: h.make_node("Constant", [], ["c", "d"], value_int=2),
+        "wrong type": lambda: h.make_node("Constant", [], ["c"], value_float=1.0),
+        "unknown attribute": lambda: h.make_node("Constant", [], ["c"], alpha=1.0),
+    }[node]()
+    if node == "wrong type":  # value_float holding a list, typed FLOATS
+        made.attribute[0].floats.extend([1.0, 2.0])
+        made.attribute[0].type = onnx.AttributeProto.FLOATS
+    path = _onnx(tmp_path, [made], output="c")
+    good = h.make_node("Constant", [], ["c"], value_floats=[1.0])
+    onnx.checker.check_model(onnx.load(_onnx(tmp_path, [good], name="ok.onnx", output="c")), True)
+    with pytest.raises((onnx.checker.ValidationError, onnx.shape_inference.InferenceError)):
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+    with pytest.raises(ztensor.FormatError, match=match) as err:
+        ztensor.Reader(path)
+    assert err.value.path == str(path)
+
+
+def test_onnx_constants_of_subgraphs_and_functions_are_listed(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    h = onnx.helper
+    out = h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    branch = h.make_graph(
+        [h.make_node("Constant", [], ["y"], value_floats=[5.0])], "then", [], [out]
+    )
+    other = h.make_graph(
+        [h.make_node("Constant", [], ["y"], value_floats=[6.0])], "else", [], [out]
+    )
+    function = h.make_function(
+        "local",
+        "f",
+        [],
+        ["z"],
+        [h.make_node("Constant", [], ["z"], value_float=3.0)],
+        [h.make_opsetid("", 21)],
+    )
+    nodes = [
+        h.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(np.array(True))),
+        h.make_node("If", ["c"], ["y"], name="branch", then_branch=branch, else_branch=other),
+        h.make_node("Constant", [], ["top"], value_floats=[1.0]),
+    ]
+    path = _onnx(tmp_path, nodes, functions=[function])
+    with ztensor.Reader(path) as r:
+        assert sorted(r.keys()) == ["c", "top"]
+        assert sorted(r.attributes["onnx.skipped_subgraph_constants"]) == [
+            "branch.else_branch/y",
+            "branch.then_branch/y",
+            "functions[0]:local.f/z",
+        ]
+        assert "onnx.skipped_subgraph_initializers" not in r.attributes

@@ -1,16 +1,28 @@
-"""ONNX models (``.onnx``) through onnx (optional): every initializer, by name.
-onnx parses the whole protobuf (it has no index to read from); initializers with
+"""ONNX models (``.onnx``) through onnx (optional): every initializer, by name, and
+every ``Constant`` node of the main graph, by its output's name (a graph may hold
+weights there instead of in initializers).
+onnx parses the whole protobuf (it has no index to read from); tensors with
 their data in external files are refused unless the files sit beside the model, as
-onnx resolves them (each is read when its initializer is, after the checks below).
-Two initializers under one name are an error naming both (protobuf keeps both; which
-one a runtime uses is its own choice).  Initializers of a type zTensor has no dtype
-for (strings) are listed in the ``onnx.skipped_initializers`` attribute, sparse
-initializers in ``onnx.skipped_sparse_initializers`` (their dense form has the size
-their ``dims`` declare, not the size of their bytes), and those of subgraphs (a node's
-``If``/``Loop`` branches) and training graphs, where they are scoped, in
+onnx resolves them (each is read when its tensor is, after the checks below).
+Two initializers or constants under one name are an error naming both (protobuf keeps
+both; which one a runtime uses is its own choice).  Initializers of a type zTensor
+has no dtype for (strings) are listed in the ``onnx.skipped_initializers`` attribute,
+sparse initializers in ``onnx.skipped_sparse_initializers`` (their dense form has the
+size their ``dims`` declare, not the size of their bytes), and those of subgraphs (a
+node's ``If``/``Loop`` branches) and training graphs, where they are scoped, in
 ``onnx.skipped_subgraph_initializers``; bfloat16 and float8 ones are read.
 
-Before an initializer's values are made (:func:`_check_initializer`): its ``dims``
+A Constant node's ``value`` tensor is read as an initializer is; ``value_float`` /
+``value_int`` are the float32 / int64 scalars and ``value_floats`` / ``value_ints``
+the 1-D tensors the operator's spec makes of them.  String and sparse constants
+(``value_string(s)``, ``sparse_value``, a string ``value``) are listed in
+``onnx.skipped_constants``; Constant nodes of subgraphs, training graphs and local
+functions in ``onnx.skipped_subgraph_constants``.  A node that is not one valid
+Constant (other than one output, other than one value attribute, an attribute whose
+type is not the one its name says: onnx reads by the type, another reader by the
+name) is a FormatError.
+
+Before a tensor's values are made (:func:`_check_initializer`): its ``dims``
 are sizes numpy can make (none negative: numpy would read ``-1`` as "whatever is
 left") within ``max_rank`` and ``max_component_size``; its values are in one place
 only (``raw_data``, external data, or the type's own typed field: onnx reads the first
@@ -52,31 +64,52 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     base_dir = os.path.dirname(os.path.abspath(name))  # where onnx resolves external data
     entries = {}
     names = NameTable(name, "initializer")
-    skipped = []
-    for index, init in enumerate(model.graph.initializer):
+
+    def claim(key, origin):
         # protobuf keeps every repeated initializer; a dict would keep the last
-        names.claim(init.name, f"initializer {index}")
+        names.claim(key, origin)
         if len(names) > limits.max_objects:
             raise LimitError(f"more than max_objects {limits.max_objects} initializers", path=name)
-        _check_initializer(onnx, init, name, limits)
+
+    def read(tensor, key, what):
+        """The tensor's values once checked (``_check_initializer``), or None for
+        one zTensor has no dtype for (strings)."""
+        _check_initializer(onnx, tensor, name, limits, key)
         try:
-            arr = np.asarray(numpy_helper.to_array(init, base_dir=base_dir))
-        except Exception as exc:  # a malformed initializer: onnx's own error
+            arr = np.asarray(numpy_helper.to_array(tensor, base_dir=base_dir))
+        except Exception as exc:  # a malformed tensor: onnx's own error
             raise FormatError(
-                f"cannot read initializer: {type(exc).__name__}: {str(exc)[:200]}",
+                f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}",
                 path=name,
-                obj=init.name,
+                obj=key,
             ) from None
         if dtypes.spec_types_for(arr.dtype) is None:  # strings: not a tensor we can hold
+            return None
+        return arr
+
+    skipped = []
+    for index, init in enumerate(model.graph.initializer):
+        claim(init.name, f"initializer {index}")
+        arr = read(init, init.name, "initializer")
+        if arr is None:
             skipped.append(init.name)
             continue
         entries[init.name] = eager(init.name, Tensor({"data": arr}))
     sparse = []
     for index, tensor in enumerate(model.graph.sparse_initializer):
-        names.claim(tensor.values.name, f"sparse initializer {index}")
-        if len(names) > limits.max_objects:
-            raise LimitError(f"more than max_objects {limits.max_objects} initializers", path=name)
+        claim(tensor.values.name, f"sparse initializer {index}")
         sparse.append(tensor.values.name)
+    skipped_constants = []
+    for index, node in enumerate(model.graph.node):
+        if not _is_constant(node):
+            continue
+        key, tensor = _constant_tensor(onnx, node, name)
+        claim(key, f"Constant node {index}" + (f" ({node.name[:80]!r})" if node.name else ""))
+        arr = None if tensor is None else read(tensor, key, "Constant node")
+        if arr is None:  # a string or sparse constant
+            skipped_constants.append(key)
+            continue
+        entries[key] = eager(key, Tensor({"data": arr}))
     attributes = {
         "onnx.ir_version": int(model.ir_version),
         "onnx.producer_name": str(model.producer_name),
@@ -85,28 +118,109 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         attributes["onnx.skipped_initializers"] = skipped
     if sparse:
         attributes["onnx.skipped_sparse_initializers"] = sparse
-    nested = _nested_initializers(onnx, model)
+    if skipped_constants:
+        attributes["onnx.skipped_constants"] = skipped_constants
+    nested, nested_constants = _nested(onnx, model)
     if nested:
         attributes["onnx.skipped_subgraph_initializers"] = nested
+    if nested_constants:
+        attributes["onnx.skipped_subgraph_constants"] = nested_constants
     return ForeignFile(name, "onnx", attributes, entries)
 
 
-def _nested_initializers(onnx, model) -> list:
-    """Where each initializer outside the main graph's own list is: those of the
-    subgraphs a node holds (``If``'s branches, ``Loop``'s body, at any depth) and of
-    the training graphs.  They are initializers the model has, scoped to their graph
-    (a name may repeat an outer one), so they are listed, never dropped without a
-    word.  The walk is over the parsed model: its size is the file's."""
-    found = []
-    pending = [(model.graph, "")] + [
-        (g, f"training_info[{i}].{part}")
-        for i, info in enumerate(model.training_info)
-        for part, g in (("initialization", info.initialization), ("algorithm", info.algorithm))
-    ]
+def _is_constant(node) -> bool:
+    """An ONNX ``Constant`` node (the default domain: another domain's ``Constant``
+    is another operator)."""
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+# a Constant node's value attributes: AttributeProto type, and for the plain ones
+# the TensorProto type they stand for (the ONNX operator spec: a float is a float32
+# scalar, floats a 1-D float32 tensor, an int an int64 scalar, ints 1-D int64)
+_CONSTANT_VALUES = {
+    "value": ("TENSOR", None),
+    "value_float": ("FLOAT", "FLOAT"),
+    "value_floats": ("FLOATS", "FLOAT"),
+    "value_int": ("INT", "INT64"),
+    "value_ints": ("INTS", "INT64"),
+    "value_string": ("STRING", None),
+    "value_strings": ("STRINGS", None),
+    "sparse_value": ("SPARSE_TENSOR", None),
+}
+
+
+def _constant_tensor(onnx, node, path):
+    """(output name, TensorProto) of a ``Constant`` node of the main graph: its
+    ``value`` tensor as given, a plain number or list made the tensor the operator
+    spec says it is, or None for a string or sparse value (listed, not read).  A
+    node that is not one Constant (not exactly one output, not exactly one value
+    attribute, an attribute of another type than its name says: onnx reads by the
+    type, another reader by the name) is a FormatError."""
+    outputs = list(node.output)
+    if len(outputs) != 1 or not outputs[0]:
+        raise FormatError(
+            f"a Constant node ({node.name[:80]!r}) with outputs {outputs[:4]!r:.120}: "
+            "it has exactly one, named",
+            path=path,
+        )
+    key = outputs[0]
+    where = {"path": path, "obj": key}
+    attrs = list(node.attribute)
+    if len(attrs) != 1 or attrs[0].name not in _CONSTANT_VALUES:
+        raise FormatError(
+            f"a Constant node holds one of {', '.join(_CONSTANT_VALUES)}; this one has "
+            f"{[a.name[:40] for a in attrs[:8]]!r}",
+            **where,
+        )
+    attr = attrs[0]
+    kind, elements = _CONSTANT_VALUES[attr.name]
+    if attr.ref_attr_name:  # a function's attribute: no value outside a function
+        raise FormatError(
+            f"Constant attribute {attr.name!r} refers to a function attribute", **where
+        )
+    if attr.type != getattr(onnx.AttributeProto, kind):
+        types = onnx.AttributeProto.AttributeType
+        given = types.Name(attr.type) if attr.type in types.values() else attr.type
+        raise FormatError(
+            f"Constant attribute {attr.name!r} is of type {given}, not {kind}", **where
+        )
+    if attr.name == "value":
+        return key, attr.t
+    if elements is None:
+        return key, None
+    data_type = getattr(onnx.TensorProto, elements)
+    field = "float_data" if elements == "FLOAT" else "int64_data"
+    if kind in ("FLOAT", "INT"):  # a scalar
+        values = [attr.f if kind == "FLOAT" else attr.i]
+        return key, onnx.TensorProto(data_type=data_type, dims=[], **{field: values})
+    values = attr.floats if kind == "FLOATS" else attr.ints
+    return key, onnx.TensorProto(data_type=data_type, dims=[len(values)], **{field: values})
+
+
+def _nested(onnx, model) -> tuple:
+    """(initializers, Constant nodes) outside the main graph's own: where each is, in
+    the subgraphs a node holds (``If``'s branches, ``Loop``'s body, at any depth), the
+    training graphs and the model's local functions (which have Constant nodes but no
+    initializers).  They are weights the model has, scoped to their graph (a name may
+    repeat an outer one), so they are listed, never dropped without a word.  The walk
+    is over the parsed model: its size is the file's."""
+    found, constants = [], []
+    pending = (
+        [(model.graph, "")]
+        + [
+            (g, f"training_info[{i}].{part}")
+            for i, info in enumerate(model.training_info)
+            for part, g in (("initialization", info.initialization), ("algorithm", info.algorithm))
+        ]
+        + [(f, f"functions[{i}]:{f.domain}.{f.name}") for i, f in enumerate(model.functions)]
+    )
     for graph, where in pending:  # grows as subgraphs are found: each graph once
         if where:
-            found += [f"{where}/{t.name}" for t in graph.initializer]
-            found += [f"{where}/{t.values.name}" for t in graph.sparse_initializer]
+            found += [f"{where}/{t.name}" for t in getattr(graph, "initializer", ())]
+            found += [f"{where}/{t.values.name}" for t in getattr(graph, "sparse_initializer", ())]
+            constants += [
+                f"{where}/{','.join(node.output)}" for node in graph.node if _is_constant(node)
+            ]
         for node in graph.node:
             for attr in node.attribute:
                 inner = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
@@ -114,7 +228,7 @@ def _nested_initializers(onnx, model) -> list:
                 pending += [
                     (g, owner if len(inner) == 1 else f"{owner}[{i}]") for i, g in enumerate(inner)
                 ]
-    return found
+    return found, constants
 
 
 # where a TensorProto may keep its values; onnx's to_array reads raw_data (or external
@@ -147,10 +261,9 @@ _FIELD_RANGES = {
 }
 
 
-def _check_initializer(onnx, init, path, limits) -> None:
-    """An initializer's dims, size and where its values lie, before any is read (see
-    the module doc)."""
-    key = init.name
+def _check_initializer(onnx, init, path, limits, key) -> None:
+    """An initializer's (or a Constant node's tensor's, named ``key``) dims, size and
+    where its values lie, before any is read (see the module doc)."""
     try:
         type_name = onnx.TensorProto.DataType.Name(init.data_type)
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
