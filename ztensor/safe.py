@@ -119,35 +119,49 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         """The whole tensor ``name``: a dense object, a quantized object by its own
         name (dequantized), or one of its GPTQ checkpoint names (``.qweight``...)."""
         reader = self._open_reader()
-        if name in reader:
-            if reader.metadata(name).format == "dense":
-                if self._framework == "pt":
-                    return object_to_torch(reader, name, copy=False, device=self._device)
-                return reader.read_numpy(name)
-            if reader.metadata(name).format != "quantized_group":
-                checkpoint.entries(reader)  # raises, naming the object and what to use
-            arr = checkpoint.array(reader, name, None)
-        else:
-            target = self._entries().get(name)
-            if target is None:
-                raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
-            arr = checkpoint.array(reader, *target)
+        if name in reader and reader.metadata(name).format == "dense":
+            if self._framework == "pt":
+                return object_to_torch(reader, name, copy=False, device=self._device)
+            return reader.read_numpy(name)
+        arr = self._flat_array(name)
         if self._framework == "pt":
             return numpy_to_torch_plain(arr, self._device)
         return arr
 
-    def get_slice(self, name: str) -> "_Slice":
+    def _flat_array(self, name: str) -> np.ndarray:
+        """The numpy array of a name :meth:`keys` lists that is no dense object (a
+        quantized object by its own name, dequantized; one of its GPTQ names), as
+        ``get_tensor`` and ``get_slice`` hand it out."""
+        reader = self._open_reader()
+        if name in reader:
+            if reader.metadata(name).format != "quantized_group":
+                checkpoint.entries(reader)  # raises, naming the object and what to use
+            return checkpoint.array(reader, name, None)
+        target = self._entries().get(name)
+        if target is None:
+            raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
+        return checkpoint.array(reader, *target)
+
+    def get_slice(self, name: str) -> Any:
         """A lazy handle: ``[...]`` reads only what the index selects (for raw objects
-        the bytes of other rows are never touched)."""
-        self._open_reader()
-        return _Slice(
-            name,
-            self._reader,
-            self._internals,
-            framework=self._framework,
-            device=self._device,
-            decoded=self._decoded,
-            tables=self._tables,
+        the bytes of other rows are never touched).  Every name :meth:`keys` lists
+        has one: a GPTQ name (``.qweight``...) or a dequantized weight is made
+        whole, once, on first use, and sliced from memory."""
+        reader = self._open_reader()
+        if name in reader and reader.metadata(name).format != "quantized_group":
+            return _Slice(  # a dense object; any other format refuses, naming itself
+                name,
+                reader,
+                self._internals,
+                framework=self._framework,
+                device=self._device,
+                decoded=self._decoded,
+                tables=self._tables,
+            )
+        if name not in reader and name not in self._entries():
+            raise ObjectNotFoundError("no such tensor", path=reader.path, obj=name)
+        return _ArraySlice(
+            name, lambda: self._flat_array(name), self._framework, self._device, reader.path
         )
 
     def close(self) -> None:
@@ -401,6 +415,36 @@ class _Slice:
         )
         block = np.frombuffer(stored, storage).reshape((end - start,) + tuple(shape[1:]))
         return np.array(block[(local,) + tuple(selection[1:])])
+
+
+class _ArraySlice:
+    """get_slice's handle on a name whose tensor is made, not stored (GPTQ names, a
+    dequantized weight): the array is made once, on first use, and every index is
+    checked by the same rules as a stored tensor's (:func:`_selection`)."""
+
+    def __init__(self, name, make, framework, device, path):
+        self._name, self._make, self._array = name, make, None
+        self._framework, self._device, self._path = framework, device, path
+
+    def _whole(self) -> np.ndarray:
+        if self._array is None:
+            self._array = self._make()
+        return self._array
+
+    def get_shape(self) -> List[int]:
+        return list(self._whole().shape)
+
+    def get_dtype(self) -> str:
+        storage, ltype = dtypes.spec_types_for(self._whole().dtype) or ("?", None)
+        key = ltype or storage
+        return dtypes.SAFETENSORS_NAMES.get(key, key.upper())
+
+    def __getitem__(self, index: Any) -> Any:
+        whole = self._whole()
+        part = np.array(whole[_selection(index, whole.shape, self._name, self._path)])
+        if self._framework == "pt":
+            return numpy_to_torch_plain(part, self._device)
+        return part
 
 
 def _row_span(first, rows):

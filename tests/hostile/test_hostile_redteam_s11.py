@@ -137,3 +137,32 @@ def test_sighup_during_convert_cleans_up_and_nohup_still_works(tmp_path):
     code, err = _convert_and_signal(tmp_path, signal.SIGHUP, ignore=True)
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy", "out.zt"]
+
+
+# ---------------------------------------------------------------- safe_open
+@pytest.mark.parametrize("framework", ["np", "pt"])
+@pytest.mark.parametrize("dequantize", [False, True])
+def test_get_slice_takes_every_name_keys_lists(tmp_path, framework, dequantize):
+    """safe_open.keys() lists a GPTQ file's ``.qweight``/``.qzeros``/``.scales``/
+    ``.g_idx`` (or, dequantizing, the weight), and get_tensor gives them, but
+    get_slice said "no such object" (a KeyError) or refused the format: a loader
+    that slices every listed name (tensor-parallel loading) failed on the file.
+    Now each slices as get_tensor's tensor does, under the same index rules."""
+    if framework == "pt":
+        pytest.importorskip("torch")
+    weight = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+    path = str(tmp_path / "q.zt")
+    with ztensor.Writer(path) as w:
+        w.write("layer.weight", ztensor.quantize(weight, bits=4, group_size=32))
+        w.write_numpy("bias", np.ones(3, np.float32))
+    with ztensor.safe_open(path, framework, dequantize=dequantize) as f:
+        for name in f.keys():
+            whole = np.asarray(f.get_tensor(name))
+            part = f.get_slice(name)
+            assert part.get_shape() == list(whole.shape)
+            assert np.array_equal(np.asarray(part[1:3]), whole[1:3])
+            with pytest.raises(ztensor.SafetensorError) as exc:
+                part[whole.shape[0]]
+            assert exc.value.obj == name and exc.value.path == path
+        with pytest.raises(ztensor.ObjectNotFoundError):
+            f.get_slice("layer.nothing")
