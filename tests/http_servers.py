@@ -97,7 +97,7 @@ class RawServer:
     ``reply(method, asked, headers)`` returns: bytes, or an iterable of byte pieces
     sent one after another (a trickle), then closing the connection.  ``asked`` is
     the Range header's (first, last) or None; ``headers`` the request's, names in
-    lower case."""
+    lower case, and its path under ``":path"``."""
 
     def __init__(self, reply):
         self.reply = reply
@@ -128,7 +128,7 @@ class RawServer:
                         return
                     request += got
                 lines = request.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-                headers = {}
+                headers = {":path": lines[0].split()[1]}
                 for line in lines[1:]:
                     name, _, value = line.partition(":")
                     headers[name.strip().lower()] = value.strip()

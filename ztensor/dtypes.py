@@ -281,7 +281,6 @@ _ML_NAMES = {
 }
 
 
-@functools.lru_cache(maxsize=256)
 @functools.lru_cache(maxsize=256)  # asked once per tensor when a foreign file opens
 def spec_types_for(dtype: np.dtype):
     """(storage dtype, logical type or None) for a numpy dtype, or None if unsupported."""

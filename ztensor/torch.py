@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from ztensor import _save, sharded
+from ztensor import _save, dtypes, sharded
 from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
@@ -237,6 +237,7 @@ def load_file(
     copy: bool = False,
     dequantize: bool = False,
     threads: Optional[int] = None,
+    storage_options: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor for every tensor of a file, on ``device``.
 
@@ -250,25 +251,32 @@ def load_file(
     elsewhere each tensor goes to the device directly.  Writing to a view changes
     that tensor only, never the file.  Quantized (GPTQ) objects come under GPTQ
     checkpoint names, or dequantized with ``dequantize=True`` (see
-    :func:`ztensor.numpy.load_file`)."""
+    :func:`ztensor.numpy.load_file`).  ``storage_options`` go to fsspec for a URL
+    (credentials, ``ztensor_allow_unversioned``: see docs/remote.md)."""
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
-        for _, part in _shard_by_shard(filename, device, copy, dequantize, threads):
+        parts = _shard_by_shard(filename, device, copy, dequantize, threads, storage_options)
+        for _, part in parts:
             out.update(part)
         return out
-    with Reader(filename, copy_on_write=True) as r:
+    with Reader(filename, copy_on_write=True, storage_options=storage_options) as r:
         return _load_reader(r, device, copy, dequantize, threads)
 
 
 def _shard_by_shard(
-    checkpoint: Any, device: Any, copy: bool, dequantize: bool, threads: Optional[int]
+    checkpoint: Any,
+    device: Any,
+    copy: bool,
+    dequantize: bool,
+    threads: Optional[int],
+    storage_options: Optional[Dict[str, Any]] = None,
 ):
     """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
     :func:`load_file` loads one file, restricted to the tensors the index places
     there.  A checkpoint name given by two shards is refused (a GPTQ object's
     ``x.qweight`` in one, a plain ``x.qweight`` in another), before that shard
     changes anything."""
-    with open_sharded(checkpoint) as ckpt:
+    with open_sharded(checkpoint, storage_options=storage_options) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
             with ckpt.open_shard(file, copy_on_write=True) as r:
@@ -321,7 +329,12 @@ def _load_reader(
                 arr = plain_view(name)
                 if arr is not None and not arr.flags.writeable:
                     arr = None
-            if arr is not None and arr.dtype.kind in "biufc" and arr.dtype.isnative:
+            if (
+                arr is not None
+                and arr.dtype.kind in "biufc"
+                and arr.dtype.isnative
+                and not dtypes.is_ml_dtype(arr.dtype)  # ml_dtypes' FP8 say kind 'f'
+            ):
                 out[key] = torch.from_numpy(arr)  # writable: shared, not copied
                 continue
             if format_of(name) == "dense":

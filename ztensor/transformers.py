@@ -28,6 +28,7 @@ import contextlib
 import copy
 import json
 import math
+import operator
 import os
 import re
 import warnings
@@ -84,18 +85,23 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     weight is invented); a tensor whose shape differs from the model's is a
     FormatError; tensors the model has no place for are skipped with a warning
     (transformers logs them), except those its ``_keys_to_ignore_on_load_unexpected``
-    names."""
+    names.
+
+    ``storage_options`` go to fsspec for a URL (credentials,
+    ``ztensor_allow_unversioned``: see docs/remote.md), for the configs and the
+    weights alike."""
     source = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(source, str):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
     folder, checkpoint = _locate(source)
+    storage_options = kwargs.pop("storage_options", None)
     dtype = kwargs.pop("dtype", None)
     torch_dtype = kwargs.pop("torch_dtype", None)
     if dtype is None:
         dtype = torch_dtype
 
     config_path = _beside(folder, CONFIG_NAME)
-    config_dict = _read_json(config_path, what="config")
+    config_dict = _read_json(config_path, "config", storage_options)
     if config_dict is None:
         raise FormatError(
             f"no {CONFIG_NAME} beside the weights: a transformers model is built from it",
@@ -106,11 +112,11 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
         config, model_kwargs = config_class.from_dict(
             config_dict, return_unused_kwargs=True, **kwargs
         )
-    resolved = _resolve_dtype(dtype, config, checkpoint, config_path)
+    resolved = _resolve_dtype(dtype, config, checkpoint, config_path, storage_options)
     # checked before any weight is read: what transformers refuses in it is a
     # FormatError naming it, as for config.json
     generation_path = _beside(folder, GENERATION_CONFIG_NAME)
-    generation_dict = _read_json(generation_path, what="generation config")
+    generation_dict = _read_json(generation_path, "generation config", storage_options)
     generation = None
     if generation_dict is not None:
         with _config_refusals(generation_path, "transformers refuses the generation config"):
@@ -119,13 +125,13 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
     # after work that follows the checkpoint, not the count the config declares
-    count, largest = _checkpoint_extent(checkpoint)
+    count, largest = _checkpoint_extent(checkpoint, storage_options)
     with _config_refusals(config_path, "the model this config declares cannot be built"):
         with _parameters_on_meta(2 * count + 1024, config_path):
             with _AllocationBound(largest, config_path):
                 model = _build(cls, config, resolved, model_kwargs)
     model.config.name_or_path = source
-    _load_weights(model, checkpoint, resolved, cls)
+    _load_weights(model, checkpoint, resolved, cls, storage_options)
 
     if generation is not None and hasattr(model, "generation_config"):
         model.generation_config = generation
@@ -148,12 +154,14 @@ def _beside(folder: str, name: str) -> str:
     return f"{folder}/{name}" if is_url(folder) else os.path.join(folder, name)
 
 
-def _read_json(where: str, what: str) -> Optional[Dict[str, Any]]:
+def _read_json(
+    where: str, what: str, storage_options: Optional[Dict[str, Any]]
+) -> Optional[Dict[str, Any]]:
     """The JSON object at ``where`` (a path or URL), None if there is no such file;
     at most MAX_CONFIG_BYTES are read.  Anything but a JSON object is a FormatError."""
     try:
         if is_url(where):
-            f = open_url(where)
+            f = open_url(where, storage_options)
             with f, network_errors(where):
                 data = f.read(MAX_CONFIG_BYTES + 1)
         else:
@@ -189,7 +197,13 @@ def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:
     return mapping[model_type]
 
 
-def _resolve_dtype(dtype: Any, config: Any, checkpoint: str, config_path: str) -> torch.dtype:
+def _resolve_dtype(
+    dtype: Any,
+    config: Any,
+    checkpoint: str,
+    config_path: str,
+    storage_options: Optional[Dict[str, Any]],
+) -> torch.dtype:
     """transformers 5's rule: None or "auto" -> the config's dtype, else the
     checkpoint's first floating dtype, else torch's default; a name -> that dtype.
     A caller's dtype that is none is a ValueError; the config's, a FormatError
@@ -198,7 +212,8 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str, config_path: str) -
     if from_config:
         dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         if dtype is None:
-            dtype = _checkpoint_float_dtype(checkpoint) or torch.get_default_dtype()
+            found = _checkpoint_float_dtype(checkpoint, storage_options)
+            dtype = found or torch.get_default_dtype()
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -208,15 +223,12 @@ def _resolve_dtype(dtype: Any, config: Any, checkpoint: str, config_path: str) -
     return dtype
 
 
-def _checkpoint_extent(checkpoint: str) -> Tuple[int, int]:
+def _checkpoint_extent(
+    checkpoint: str, storage_options: Optional[Dict[str, Any]]
+) -> Tuple[int, int]:
     """How many tensors the checkpoint holds (its index's names, or one file's), and
     the element count of its largest."""
-    opened = (
-        sharded.open_sharded(checkpoint)
-        if sharded.is_checkpoint(checkpoint)
-        else Reader(checkpoint)
-    )
-    with opened as r:
+    with _open_checkpoint(checkpoint, storage_options) as r:
         names = r.keys()
         largest = max((math.prod(r.metadata(n).shape) for n in names), default=0)
         return len(names), largest
@@ -226,24 +238,83 @@ def _checkpoint_extent(checkpoint: str) -> Tuple[int, int]:
 # every stored tensor of a small checkpoint; this many elements are always allowed
 _ALWAYS_ALLOWED_ELEMENTS = 1 << 26
 
-# torch's factory functions that a module's __init__ allocates its tensors with:
-# those taking the size as ints or one sequence (or ``size=``), and those taking it
-# as their first argument only
-_SIZE_VARARGS = ("empty", "zeros", "ones", "rand", "randn")
-_SIZE_FIRST = ("full", "empty_strided")
+
+def _dims(size: Any) -> int:
+    """The element count of a size: an int (a numpy int too) or a sequence of them."""
+    if isinstance(size, (tuple, list, torch.Size)):
+        return math.prod(operator.index(d) for d in size)
+    return operator.index(size)
+
+
+def _size_arguments(args: tuple, kwargs: dict) -> int:
+    """``f(2, 3)``, ``f((2, 3))`` or ``f(size=(2, 3))``."""
+    if "size" in kwargs:
+        return _dims(kwargs["size"])
+    if not args:
+        return 0
+    one_sequence = len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size))
+    return _dims(args[0] if one_sequence else args)
+
+
+def _arange_elements(args: tuple, kwargs: dict) -> int:
+    bounds = list(args[:3])
+    for key in ("start", "end", "step")[len(bounds) :]:
+        if key in kwargs:
+            bounds.append(kwargs[key])
+    if len(bounds) == 1:
+        start, end, step = 0, bounds[0], 1
+    else:
+        start, end, step = (list(bounds) + [1])[:3]
+    return max(0, math.ceil((float(end) - float(start)) / float(step)))
+
+
+def _randint_elements(args: tuple, kwargs: dict) -> int:
+    sizes = [a for a in args if isinstance(a, (tuple, list, torch.Size))]
+    return _dims(kwargs.get("size", sizes[0] if sizes else ()))
+
+
+def _eye_elements(args: tuple, kwargs: dict) -> int:
+    n = operator.index(args[0] if args else kwargs.get("n", 0))
+    m = args[1] if len(args) > 1 and not isinstance(args[1], torch.Tensor) else kwargs.get("m")
+    return n * (n if m is None else operator.index(m))
+
+
+def _steps_elements(args: tuple, kwargs: dict) -> int:
+    return operator.index(args[2] if len(args) > 2 else kwargs.get("steps", 0))
+
+
+def _method_size_elements(args: tuple, kwargs: dict) -> int:
+    """``t.new_zeros(2, 3)`` and the like: the size after the tensor itself."""
+    return _size_arguments(args[1:], kwargs)
+
+
+def _new_full_elements(args: tuple, kwargs: dict) -> int:
+    return _dims(args[1] if len(args) > 1 else kwargs.get("size", ()))
+
+
+# The functions a module's __init__ allocates tensors with, by name, and how each
+# reads the element count it asks for from its arguments.
+_ALLOCATORS = {
+    **dict.fromkeys(("empty", "zeros", "ones", "rand", "randn"), _size_arguments),
+    "full": lambda args, kwargs: _dims(args[0] if args else kwargs.get("size", ())),
+    "empty_strided": lambda args, kwargs: _dims(args[0] if args else kwargs.get("size", ())),
+    "arange": _arange_elements,
+    "randint": _randint_elements,
+    "randperm": lambda args, kwargs: operator.index(args[0] if args else kwargs.get("n", 0)),
+    "eye": _eye_elements,
+    "linspace": _steps_elements,
+    "logspace": _steps_elements,
+    **dict.fromkeys(("new_empty", "new_zeros", "new_ones"), _method_size_elements),
+    "new_full": _new_full_elements,
+}
 
 
 def _requested_elements(name: str, args: tuple, kwargs: dict) -> int:
-    """The element count a factory call asks for (0 where it cannot be read)."""
-    size = kwargs.get("size")
-    if size is None and args:
-        varargs = name in _SIZE_VARARGS and isinstance(args[0], int)
-        size = args if varargs else args[0]
-    if isinstance(size, int):
-        size = (size,)
+    """The element count an allocator's call asks for (0 where it cannot be read:
+    torch then refuses the call itself)."""
     try:
-        return math.prod(int(d) for d in size) if size is not None else 0
-    except (TypeError, ValueError):
+        return _ALLOCATORS[name](args, kwargs)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError):
         return 0
 
 
@@ -262,12 +333,13 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")  # torch.empty and the like
-        if name in _SIZE_VARARGS or name in _SIZE_FIRST:
+        if name in _ALLOCATORS:
             wanted = _requested_elements(name, args, kwargs)
             if wanted > self.most:
                 raise LimitError(
-                    f"the config declares a tensor of {wanted} elements; the "
-                    f"checkpoint's largest holds {self.most} or fewer",
+                    f"the config declares a tensor of {wanted} elements; at most "
+                    f"{self.most} are allowed (the checkpoint's largest tensor, and "
+                    f"never fewer than {_ALWAYS_ALLOWED_ELEMENTS})",
                     path=self.config_path,
                 )
         return func(*args, **kwargs)
@@ -291,13 +363,17 @@ def _config_refusals(config_path: str, what: str) -> Iterator[None]:
         raise FormatError(f"{what}: {type(exc).__name__}: {exc}", path=config_path) from exc
 
 
-def _checkpoint_float_dtype(checkpoint: str) -> Optional[torch.dtype]:
-    opened = (
-        sharded.open_sharded(checkpoint)
-        if sharded.is_checkpoint(checkpoint)
-        else Reader(checkpoint)
-    )
-    with opened as r:
+def _open_checkpoint(checkpoint: str, storage_options: Optional[Dict[str, Any]]) -> Any:
+    """The checkpoint's tensors, opened: a sharded checkpoint's or one file's reader."""
+    if sharded.is_checkpoint(checkpoint):
+        return sharded.open_sharded(checkpoint, storage_options=storage_options)
+    return Reader(checkpoint, storage_options=storage_options)
+
+
+def _checkpoint_float_dtype(
+    checkpoint: str, storage_options: Optional[Dict[str, Any]]
+) -> Optional[torch.dtype]:
+    with _open_checkpoint(checkpoint, storage_options) as r:
         for name in r.keys():
             found = getattr(torch, str(r.metadata(name).dtype), None)
             if isinstance(found, torch.dtype) and found.is_floating_point:
@@ -362,17 +438,25 @@ def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:
     return patterns
 
 
-def _shards(checkpoint: str) -> Iterator[Dict[str, torch.Tensor]]:
+def _shards(
+    checkpoint: str, storage_options: Optional[Dict[str, Any]]
+) -> Iterator[Dict[str, torch.Tensor]]:
     """name -> zero-copy CPU tensor, one shard at a time (one part for one file)."""
     if sharded.is_checkpoint(checkpoint):
-        for _, part in shard_by_shard(checkpoint, "cpu", False, False, None):
+        for _, part in shard_by_shard(checkpoint, "cpu", False, False, None, storage_options):
             yield part
             del part
     else:
-        yield load_file(checkpoint)
+        yield load_file(checkpoint, storage_options=storage_options)
 
 
-def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> None:
+def _load_weights(
+    model: Any,
+    checkpoint: str,
+    dtype: torch.dtype,
+    cls: Any,
+    storage_options: Optional[Dict[str, Any]],
+) -> None:
     """Fill the meta-built ``model`` from ``checkpoint``, shard by shard (see
     :func:`from_pretrained` for the rules on tied, missing and unexpected names)."""
     expected = model.state_dict(keep_vars=True)  # the meta parameters, the buffers
@@ -383,7 +467,7 @@ def _load_weights(model: Any, checkpoint: str, dtype: torch.dtype, cls: Any) -> 
     ]
     loaded: Dict[str, torch.Tensor] = {}
     unexpected: List[str] = []
-    for part in _shards(checkpoint):
+    for part in _shards(checkpoint, storage_options):
         own: Dict[str, torch.Tensor] = {}
         for key, value in part.items():
             target = expected.get(key)

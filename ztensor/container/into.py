@@ -147,6 +147,8 @@ def require_separate(dsts: Any) -> None:
     matrix are separate); other tensors by their address ranges."""
     spans = []
     for name, dst in dsts.items():
+        if _is_torch(dst):
+            _require_plain_memory(dst)
         arr = dst if isinstance(dst, np.ndarray) else _cpu_numpy(dst)
         if arr is not None:
             where = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.itemsize)
@@ -183,9 +185,26 @@ def _apart(a: np.ndarray, b: np.ndarray) -> bool:
         return False
 
 
+def _is_torch(dst: Any) -> bool:
+    return type(dst).__module__.startswith("torch")
+
+
+def _require_plain_memory(dst: Any) -> None:
+    """Refuse a torch destination with no plain strided memory to fill: on the meta
+    device (the fill would vanish without a word), sparse or nested (no one data
+    pointer and strides: torch raised a bare RuntimeError on asking)."""
+    if dst.device.type == "meta":
+        raise ValueError("read_into: a tensor on the meta device has no memory to fill")
+    if getattr(dst, "is_nested", False) or str(dst.layout) != "torch.strided":
+        raise ValueError(
+            f"read_into: a {'nested' if getattr(dst, 'is_nested', False) else str(dst.layout)}"
+            " tensor has no plain strided memory to fill: fill a dense tensor"
+        )
+
+
 def _cpu_numpy(dst: Any):
     """A CPU torch tensor's memory as numpy (None for anything else)."""
-    if not type(dst).__module__.startswith("torch") or dst.device.type != "cpu":
+    if not _is_torch(dst) or dst.device.type != "cpu":
         return None
     try:
         return dst.detach().numpy()
@@ -215,8 +234,7 @@ def _require_distinct_elements(shape, strides, itemsize) -> None:
 def _torch_target(dst):
     import torch
 
-    if dst.device.type == "meta":  # no memory: the fill would vanish without a word
-        raise ValueError("read_into: a tensor on the meta device has no memory to fill")
+    _require_plain_memory(dst)
     size = dst.element_size()
     _require_distinct_elements(dst.shape, [s * size for s in dst.stride()], size)
     # a parameter (requires_grad) is filled as load_state_dict fills it, through its

@@ -517,15 +517,15 @@ def _read_exactly(f, offset, length, name, what, where):
     out = bytearray(length)
     view = memoryview(out)
     done = 0
-    # at most _PIECE bytes a read: over a URL each read is one request, and each
-    # request must finish within URL_DEADLINE
-    # fsspec's readinto copies whatever its read returned into the buffer: a reply
-    # longer than asked would fail there as a bare ValueError, so its files are read
+    # At most _PIECE bytes a read: over a URL each read is one request, and each
+    # request must finish within URL_DEADLINE.  fsspec's readinto copies whatever its
+    # read returned into the buffer (a reply longer than asked would fail there as a
+    # bare ValueError), so fsspec's files are read with read() and the reply checked.
     use_readinto = hasattr(f, "readinto") and getattr(f, "fs", None) is None
     while done < length:
         want = min(length - done, _PIECE)
         if use_readinto:
-            n = f.readinto(view[done:])
+            n = f.readinto(view[done : done + want])
             if n is not None and n > want:
                 raise FormatError(
                     f"{what}: the source claims {n} bytes read into a buffer of {want}",
