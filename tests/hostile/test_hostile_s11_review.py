@@ -204,3 +204,36 @@ def test_from_pretrained_and_load_file_take_storage_options(tmp_path, raw):  # n
         assert torch.equal(loaded.state_dict()[name], t), name
     tensors = zt.load_file(index, storage_options=opt_in)
     assert torch.equal(tensors["transformer.wte.weight"], model.transformer.wte.weight)
+
+
+# ------------------------------------------------------------------ counting decoded bytes
+def test_threads_reading_one_sizeless_part_count_it_once():
+    """A v1.1 zstd part that declares no size counts towards max_total_decompressed
+    once decoded.  The count was read and written without a lock, so threads
+    decoding one part at once could count it twice and refuse a file within its
+    limit; the count also wrote the size into the shared spec."""
+    import threading
+    from test_hostile_s10_core import sizeless_sparse_file
+    data, values = sizeless_sparse_file(2)
+    limits = ztensor.Limits(max_total_decompressed=32000)      # exactly the two parts
+    for _ in range(20):
+        with ztensor.Reader(data, limits=limits) as r:
+            start = threading.Barrier(8)
+            failures = []
+
+            def read(name):
+                start.wait()
+                try:
+                    for _ in range(5):
+                        got = r.read(name).components["values"]
+                        assert np.array_equal(got, values)
+                except Exception as exc:  # noqa: BLE001 - collected for the assert
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=read, args=(f"s{i % 2}",)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert failures == []
+            assert r.metadata("s0").components["values"].uncompressed_length is None

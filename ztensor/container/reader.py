@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union, cast, overload
 
@@ -150,7 +151,7 @@ class Reader:
     -----
     Arrays returned without ``copy`` are read-only views of the mapping and keep it
     alive: :meth:`close` is safe while they exist.  A Reader may be shared by
-    threads; reads do not modify it.
+    threads: what a read changes (the count of decoded bytes, below) is locked.
     """
 
     def __init__(
@@ -171,6 +172,8 @@ class Reader:
         self._view_of = None
         self._zero_copy = None  # name -> view, for read_numpy's hot path (first use)
         self._decoded_total = None  # decoded bytes, once a v1.1 size-less part is read
+        self._undeclared_counted: set = set()  # (object, role) of those parts counted
+        self._count_lock = threading.Lock()  # reads from many threads count each once
         # a local path is opened through source.open_local_input by sniff (and Source):
         # a directory, FIFO or device is refused there, before any reader sees it
         try:
@@ -695,26 +698,30 @@ class Reader:
         part; dense ones take theirs from the shape) is counted against
         ``max_total_decompressed`` once its size is known, that is once decoded: the
         open could only have counted the worst case (32768 times the stored bytes),
-        which would refuse ordinary files.  The size is then recorded, so a later read
-        decodes exactly that much and is not counted twice."""
-        if self._decoded_total is None:  # first time: what the manifest declares
-            self._decoded_total = sum(
-                c.uncompressed_length or 0
-                for n in self._manifest.names()
-                for c in self.metadata(n).components.values()
-                if c.encoding == "zstd"
-            )
-        total = self._decoded_total + decoded
-        if total > self._limits.max_total_decompressed:
-            raise LimitError(
-                f"total uncompressed size {total} exceeds the per-file "
-                f"limit of {self._limits.max_total_decompressed}",
-                path=self.path,
-                obj=obj.name,
-                component=comp.role,
-            )
-        self._decoded_total = total
-        comp.uncompressed_length = decoded
+        which would refuse ordinary files.  Each part is counted once, however many
+        reads (and threads) decode it; the spec is left as the file declares it."""
+        key = (obj.name, comp.role)
+        with self._count_lock:
+            if key in self._undeclared_counted:
+                return
+            if self._decoded_total is None:  # first time: what the manifest declares
+                self._decoded_total = sum(
+                    c.uncompressed_length or 0
+                    for n in self._manifest.names()
+                    for c in self.metadata(n).components.values()
+                    if c.encoding == "zstd"
+                )
+            total = self._decoded_total + decoded
+            if total > self._limits.max_total_decompressed:
+                raise LimitError(
+                    f"total uncompressed size {total} exceeds the per-file "
+                    f"limit of {self._limits.max_total_decompressed}",
+                    path=self.path,
+                    obj=obj.name,
+                    component=comp.role,
+                )
+            self._decoded_total = total
+            self._undeclared_counted.add(key)
 
     def _component(self, obj, comp, copy):
         self._require_open()
