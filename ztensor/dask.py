@@ -67,7 +67,10 @@ def from_zt(
     filesystem (credentials, endpoint); they travel in the graph to the workers.
 
     The array reads the file as it was when the array was made: a chunk computed
-    after the file changed raises ClosedError (make a new array).
+    after the file changed raises ClosedError (make a new array).  Over a URL the
+    version is the one the server names (ETag, Last-Modified); a server naming none
+    is refused unless ``storage_options`` opt in (docs/remote.md), and then only a
+    change of size is seen.
 
     Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
     ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense

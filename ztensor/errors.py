@@ -155,7 +155,8 @@ class NetworkPermissionError(NetworkError, PermissionError):
 
 
 class NetworkTimeoutError(NetworkError, TimeoutError):
-    """No connection, or no data, within ``ztensor.io.source.URL_TIMEOUT`` seconds."""
+    """No connection, or no data, within ``ztensor.io.source.URL_TIMEOUT`` seconds;
+    or a request not finished within ``ztensor.io.source.URL_DEADLINE`` seconds."""
 
 
 class NetworkConnectionError(NetworkError, ConnectionError):

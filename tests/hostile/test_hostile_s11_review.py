@@ -237,3 +237,79 @@ def test_threads_reading_one_sizeless_part_count_it_once():
                 t.join()
             assert failures == []
             assert r.metadata("s0").components["values"].uncompressed_length is None
+
+
+# ------------------------------------------------------------------ fast path = general path
+def _many_dtypes():
+    g = torch.Generator().manual_seed(3)
+    out = {}
+    for dt in (torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int8,
+               torch.uint8, torch.int16, torch.int32, torch.int64, torch.complex64):
+        out[f"t_{str(dt)[6:]}"] = (torch.randn(5, 3, generator=g) * 50).to(dt)
+    out["t_bool"] = torch.randn(7, generator=g) > 0
+    out["t_scalar"] = torch.tensor(2.5)
+    out["t_empty"] = torch.zeros(0, 4)
+    for dt in ("float8_e4m3fn", "float8_e5m2"):
+        out[f"t_{dt}"] = torch.randn(6, generator=g).to(getattr(torch, dt))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["zt", "safetensors", "pt", "npz"])
+def test_load_file_fast_path_agrees_with_read_torch(tmp_path, fmt):
+    """torch.load_file takes plain tensors from ReaderInternals.plain_view (a .zt
+    file's view table; another format's reader's array) and everything else from
+    the general path: both must give each tensor's dtype, shape and bytes as
+    Reader.read_torch gives them."""
+    import ztensor.torch as zt
+    tensors = _many_dtypes()
+    path = str(tmp_path / f"m.{fmt}")
+    if fmt == "zt":
+        zt.save_file(tensors, path)
+    elif fmt == "safetensors":
+        st = pytest.importorskip("safetensors.torch")
+        tensors = {k: v for k, v in tensors.items() if v.dtype != torch.complex64}
+        st.save_file(tensors, path)
+    elif fmt == "pt":
+        torch.save(tensors, path)
+    else:
+        tensors = {k: v for k, v in tensors.items()
+                   if v.dtype not in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)}
+        np.savez(path, **{k: v.numpy() for k, v in tensors.items()})
+    for copy in (False, True):
+        fast = zt.load_file(path, copy=copy)
+        with ztensor.Reader(path) as r:
+            general = {name: r.read_torch(name, copy=True) for name in r.keys()}
+        assert sorted(fast) == sorted(general) == sorted(tensors)
+        for name, t in general.items():
+            assert fast[name].dtype == t.dtype == tensors[name].dtype, name
+            assert fast[name].shape == t.shape, name
+            assert _bytes(fast[name]) == _bytes(t) == _bytes(tensors[name]), name
+
+
+def _bytes(t):
+    return t.contiguous().reshape(-1).view(torch.uint8).tolist()
+
+
+def test_onnx_subgraph_names_keep_a_node_name_that_starts_with_a_slash(tmp_path):
+    """torch.onnx.export names nodes like "/model/If"; the listed name of a subgraph
+    initializer lost that first "/" (the owner path was left-stripped)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "then",
+        [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["v"], ["y"])], "else",
+        [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        initializer=[helper.make_tensor("v", TensorProto.FLOAT, [2], [3.0, 4.0])])
+    node = helper.make_node("If", ["c"], ["out"], name="/model/If",
+                            then_branch=inner, else_branch=other)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with ztensor.Reader(str(path)) as r:
+        assert sorted(r.attributes["onnx.skipped_subgraph_initializers"]) == [
+            "/model/If.else_branch/v", "/model/If.then_branch/w"]

@@ -100,9 +100,11 @@ class ReaderInternals:
     #: name -> the object's format, without building its spec where the manifest can;
     #: ObjectNotFoundError for an unknown name
     format_of: Callable[[str], str]
-    #: name -> read_numpy's zero-copy view of the object when it is a plain view of
-    #: the file (formats/dense.py view_plan), else None: torch.py's load of every
-    #: tensor asks this once per tensor, without building specs
+    #: name -> the object's array as read_numpy hands it out when it is plain (no
+    #: conversion or check left to do), else None: a zero-copy view of a .zt file
+    #: (formats/dense.py view_plan, from the view table: no spec built); another
+    #: format's reader's array, a view where that format stores it plainly (a copy
+    #: for a deflated zip member or HDF5).  torch.py's load asks it once per tensor
     plain_view: Callable[[str], Optional[np.ndarray]]
 
 

@@ -224,7 +224,9 @@ def _nested(onnx, model) -> tuple:
         for node in graph.node:
             for attr in node.attribute:
                 inner = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-                owner = f"{where}/{node.name or node.op_type}.{attr.name}".lstrip("/")
+                node_name = f"{node.name or node.op_type}.{attr.name}"
+                # torch exports name nodes "/model/If": that first "/" is the name's own
+                owner = f"{where}/{node_name}" if where else node_name
                 pending += [
                     (g, owner if len(inner) == 1 else f"{owner}[{i}]") for i, g in enumerate(inner)
                 ]

@@ -119,7 +119,8 @@ class _StateDict(OrderedDict):
 
 
 class _StorageRef:
-    """One reference to a storage: its member, element type and element count."""
+    """A storage as the pickle describes it: its member, element type and element
+    count (one object, shared by every tensor that references the storage)."""
 
     __slots__ = ("member", "dtype", "numel")
 
