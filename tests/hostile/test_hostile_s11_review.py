@@ -313,3 +313,22 @@ def test_onnx_subgraph_names_keep_a_node_name_that_starts_with_a_slash(tmp_path)
     with ztensor.Reader(str(path)) as r:
         assert sorted(r.attributes["onnx.skipped_subgraph_initializers"]) == [
             "/model/If.else_branch/v", "/model/If.then_branch/w"]
+
+
+def test_attribute_text_never_makes_a_tensor_name_fail(tmp_path):
+    """Tensor names and attribute text drew on one budget: a checkpoint whose plain
+    values came first in the walk used it up, and a later tensor's ordinary name was
+    then a LimitError, where the documented rule is that values past the budget are
+    only omitted (and counted).  The budget is made small through the limits."""
+    checkpoint = {f"n{i}": "x" for i in range(5000)}
+    checkpoint["model.layer.weight"] = torch.arange(6, dtype=torch.float32)
+    path = str(tmp_path / "c.pt")
+    torch.save(checkpoint, path)
+    limits = ztensor.Limits(max_manifest_size=10_000)
+    with ztensor.Reader(path, limits=limits) as r:
+        assert r.keys() == ["model.layer.weight"]
+        assert torch.equal(r.read_torch("model.layer.weight"), checkpoint["model.layer.weight"])
+        kept = [k for k in r.attributes if k.startswith("pickle.n")]
+        assert all(r.attributes[k] == "x" for k in kept)
+        assert len(kept) + r.attributes["pickle.omitted_attributes"] == 5000
+        assert 0 < len(kept) < 5000

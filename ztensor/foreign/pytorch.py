@@ -660,17 +660,18 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
       never what its sharing describes.
     * A pickle can also share one long key at every level of a deep nesting, so the
       names it makes (a path's keys joined) can be far larger than its bytes: the
-      text the walk makes (names and attribute values) is held to
-      :func:`_text_budget`.  A tensor's name past it is a LimitError; a plain value
-      past it (or past MAX_ATTRIBUTES values, or deeper than MAX_DEPTH) is not kept,
-      and the attribute ``pickle.omitted_attributes`` counts those not kept.
+      tensors' names, and apart from them the attributes' names and values, are each
+      held to :func:`_text_budget`.  A tensor's name past it is a LimitError; a plain
+      value past it (or past MAX_ATTRIBUTES values, or deeper than MAX_DEPTH) is not
+      kept, and the attribute ``pickle.omitted_attributes`` counts those not kept, so
+      no amount of attribute text can make a tensor's name fail.
     * Plain values (int, float, str, bool) are kept whole: a string is never cut.
     """
     names = NameTable(path, "tensor")
     attribute_names = NameTable(path, "attribute")
     tensors: Dict[str, _TensorRecord] = {}
     attributes: Dict[str, Any] = {}
-    text_left = _text_budget(budget, limits)
+    names_left = attributes_left = _text_budget(budget, limits)
     omitted = 0
     seen = set()
     stack = [(_Node(None, None), obj)]
@@ -689,8 +690,8 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
                     obj=".".join(_show(k) for k in keys[:8]) + "...",
                 )
             parts = [str(k) for k in keys]
-            text_left -= _text_size(parts)
-            if text_left < 0:
+            names_left -= _text_size(parts)
+            if names_left < 0:
                 raise LimitError(
                     "the checkpoint's tensor names total more than "
                     f"{_text_budget(budget, limits)} characters ({MAX_DEPTH} times its "
@@ -711,15 +712,16 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
         if type(value) in (int, float, str, bool) and node.parent is not None:
-            if node.depth > MAX_DEPTH or len(attributes) >= MAX_ATTRIBUTES or text_left <= 0:
+            full = len(attributes) >= MAX_ATTRIBUTES or attributes_left <= 0
+            if node.depth > MAX_DEPTH or full:
                 omitted += 1
                 continue
             parts = [str(k) for k in node.keys()]
             size = _text_size(parts) + _text_size([value])
-            if size > text_left:
+            if size > attributes_left:
                 omitted += 1
                 continue
-            text_left -= size
+            attributes_left -= size
             keys = node.keys()
             name = attribute_names.claim("pickle." + ".".join(parts), keys)
             attributes[name] = value
@@ -736,12 +738,14 @@ OMITTED_ATTRIBUTES = "pickle.omitted_attributes"
 
 
 def _text_budget(pickle_size: int, limits: Limits) -> int:
-    """How much text (characters of tensor and attribute names, and of attribute
-    values) one checkpoint's walk may make: MAX_DEPTH times its pickle's size (a
-    name joins at most MAX_DEPTH + 1 keys, each written once in a checkpoint that
-    does not share keys through the pickle's memo), and never more than
-    ``limits.max_manifest_size``, the most a file's names and attributes may take
-    once converted."""
+    """How much text one checkpoint's walk may make of tensor names (and, apart, of
+    attribute names and values): MAX_DEPTH times its pickle's size, and never more
+    than ``limits.max_manifest_size``, the most a file's names and attributes may
+    take once converted.  A real checkpoint stays far below it: every tensor's
+    record takes pickle bytes of its own (its rebuild call, its storage), which a
+    name of ordinary length does not outgrow by MAX_DEPTH times even when a shared
+    prefix key is counted in every name below it.  Only one long key shared at many
+    levels through the pickle's memo makes more."""
     return min(MAX_DEPTH * pickle_size, limits.max_manifest_size)
 
 
