@@ -147,6 +147,12 @@ LOGICAL = {
 }
 FP8_TYPES = tuple(name for name in LOGICAL if name.startswith("f8_"))
 
+# storage types never handed out as a plain view of the file's bytes: bf16 (numpy
+# has no such type: ml_dtypes' or its bits, chosen on the way out) and bool (each
+# byte must be checked to be 0 or 1).  One rule for every fast path that hands out
+# views (formats/dense.view_plan, manifest_table's view table, foreign plain views).
+NOT_PLAIN_VIEWS = ("bf16", "bool")
+
 # v1.1 listed these as storage dtypes; they are lifted to (storage, type).
 V11_DTYPE_ALIASES = {
     "f8_e4m3": ("u8", "f8_e4m3fn"),

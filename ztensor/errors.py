@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+from typing import Any, Optional
 
 __all__ = [
     "ZTensorError",
@@ -71,6 +72,17 @@ class ZTensorError(Exception):
 
     def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
         return self._render()
+
+    def locate(self, path: Any, obj: Optional[str] = None) -> None:
+        """Name the file (and the object) this error was raised without, where the
+        code that raised it knew neither (an unpickler, a kernel handed a Tensor):
+        what the error already names is kept.  The caller then re-raises it, its
+        class and attributes unchanged."""
+        if self.path is None:
+            self.path = os.fspath(path)
+        if self.obj is None:
+            self.obj = obj
+        self.args = (self._render(),)
 
     def replace_path(self, internal: str, shown: str) -> None:
         """Name the file ``shown`` wherever this error names ``internal`` (its

@@ -69,11 +69,8 @@ def array(
     except ZTensorError as exc:
         # dequantize and to_gptq are handed a Tensor, which knows no file: a
         # refusal (a convention they do not implement) names the file and object
-        if exc.path is not None:
-            raise
-        raise type(exc)(
-            exc.message, path=reader.path, obj=exc.obj or name, component=exc.component
-        ) from None
+        exc.locate(reader.path, name)
+        raise
 
 
 def _scale_dtype(obj) -> Any:

@@ -148,7 +148,7 @@ def _shape_list(starts, ranks, dims):
 _VIEW_DTYPES = [
     dtypes.STORAGE[w].numpy
     if w in dtypes.STORAGE
-    and w not in ("bf16", "bool")
+    and w not in dtypes.NOT_PLAIN_VIEWS
     and (dtypes.STORAGE[w].numpy.isnative or dtypes.STORAGE[w].itemsize == 1)
     else None
     for w in DTYPE_WORDS

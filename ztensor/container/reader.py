@@ -612,7 +612,7 @@ class Reader:
         if obj is None or obj.format != "dense":
             return None
         comp = obj.components["data"]
-        if comp.type is not None or comp.dtype in ("bool", "bf16"):
+        if comp.type is not None or comp.dtype in dtypes.NOT_PLAIN_VIEWS:
             return None
         arr = self._foreign.entries[name].load().components["data"]
         return arr.reshape(obj.shape) if isinstance(arr, np.ndarray) else None

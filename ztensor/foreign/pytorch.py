@@ -482,8 +482,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> Fo
         return _open(name, archive, limits)
     except ZTensorError as exc:
         archive.close()
-        if exc.path is None:  # raised inside the unpickler, which knows no path
-            raise type(exc)(exc.message, path=name, obj=exc.obj, component=exc.component) from None
+        exc.locate(name)  # raised inside the unpickler, which knows no path
         raise
     except MemoryError:
         archive.close()

@@ -84,7 +84,7 @@ def view_plan(spec):
     if (
         comp.encoding != "raw"
         or comp.type is not None
-        or comp.dtype in ("bf16", "bool")
+        or comp.dtype in dtypes.NOT_PLAIN_VIEWS
         or comp.shard is not None
         or comp.shared
     ):
