@@ -1046,7 +1046,7 @@ def _network_error(url, exc):
                 errno=errno.ETIMEDOUT,
             )
         if aiohttp is not None and isinstance(item, aiohttp.ClientConnectorError):
-            reason = item.os_error.strerror or str(item.os_error) if item.os_error else str(item)
+            reason = _said(item.os_error.strerror or item.os_error if item.os_error else item)
             if isinstance(item.os_error, ConnectionRefusedError):
                 reason = "connection refused"
             return NetworkConnectionError(
@@ -1090,7 +1090,7 @@ def _network_error(url, exc):
         return NetworkNotFoundError("not found", path=url, errno=errno.ENOENT)
     if isinstance(exc, OSError) and not isinstance(exc, ZTensorError):
         return NetworkError(
-            f"{type(exc).__name__}: {exc.strerror or exc}", path=url, errno=exc.errno
+            f"{type(exc).__name__}: {_said(exc.strerror or exc)}", path=url, errno=exc.errno
         )
     return None
 
