@@ -20,11 +20,13 @@ Reader API over all shards, each shard opened on first use.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
 import unicodedata
 import urllib.parse
+from collections import OrderedDict
 from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
 
 import numpy as np
@@ -245,6 +247,8 @@ def _show(value: Any) -> str:
 
 # an index is JSON text that lists names; no honest one comes near this
 MAX_INDEX_BYTES = 256 << 20
+# shards a ShardedReader holds open at once (each a file descriptor)
+MAX_OPEN_SHARDS = 64
 
 
 _INDEX_SUFFIXES = (".zt.index.json", ".safetensors.index.json", ".bin.index.json")
@@ -289,7 +293,9 @@ class ShardedReader:
         # fsspec's options for the index's URL, and for every shard beside it
         self._options = remote_write.check_storage_options(self.path, storage_options)
         index = find_index(self.path)
-        self._readers: Dict[str, Reader] = {}
+        # the shards open for metadata/read_numpy, the least recently used closed
+        # past MAX_OPEN_SHARDS (ShardedReader._reader)
+        self._readers: "OrderedDict[str, Reader]" = OrderedDict()
         if index is None:
             single = self._single_file(self.path)
             self.folder = os.path.dirname(single)
@@ -355,9 +361,17 @@ class ShardedReader:
         file = self._map.get(name) if isinstance(name, str) else None
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
-        if file not in self._readers:
-            self._readers[file] = self._open_checked(file, name)
-        return self._readers[file]
+        readers = self._readers
+        if file in readers:
+            readers.move_to_end(file)
+            return readers[file]
+        # a checkpoint of more shards than the process may hold open files (ulimit
+        # -n, often 1024) is read with at most MAX_OPEN_SHARDS open: the least
+        # recently used is closed (arrays already read stay valid: Reader.close)
+        while len(readers) >= MAX_OPEN_SHARDS:
+            readers.popitem(last=False)[1].close()
+        readers[file] = self._open_checked(file, name)
+        return readers[file]
 
     def _open_checked(
         self,
@@ -429,11 +443,22 @@ class ShardedReader:
 
     def names_in(self, file: str) -> List[str]:
         """The tensors the index places in shard ``file``, in index order."""
-        return [n for n, f in self._map.items() if f == file]
+        return list(self._placed.get(file, ()))
+
+    @functools.cached_property
+    def _placed(self) -> Dict[str, List[str]]:
+        """Shard file -> the tensors the index places there, in index order, made
+        once: each per-shard question asked of the whole map made opening every
+        shard of a checkpoint quadratic in its tensors (10,000 one-tensor shards:
+        10**8 steps)."""
+        out: Dict[str, List[str]] = {}
+        for name, file in self._map.items():
+            out.setdefault(file, []).append(name)
+        return out
 
     def shard_path(self, file: str) -> str:
         """The path or URL of shard ``file`` (one the index names)."""
-        if file not in self._map.values():
+        if file not in self._placed:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._shard(file)
 
@@ -444,7 +469,7 @@ class ShardedReader:
         ``unlisted_ok`` it may hold tensors the index does not list at all (a
         conversion keeps them and lists them).  The caller closes it: loading shard by
         shard keeps one shard mapped at a time."""
-        if file not in self._map.values():
+        if file not in self._placed:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._open_checked(file, unlisted_ok=unlisted_ok, **reader_options)
 
@@ -577,7 +602,7 @@ class ShardedReader:
 
     def _missing(self, file: str, reader: Reader) -> List[str]:
         """The tensors the index places in shard ``file`` that ``reader`` lacks."""
-        return [n for n, f in self._map.items() if f == file and n not in reader]
+        return [n for n in self._placed.get(file, ()) if n not in reader]
 
     def read_all(
         self, *, copy: bool = True, progress: Optional[Callable[[int, int], None]] = None
@@ -588,7 +613,7 @@ class ShardedReader:
         paths = {file: self._shard(file) for file in self.shards}
         total, done = sum(_size(p, self._options) for p in paths.values()), 0
         for file, path in paths.items():
-            names = [n for n, f in self._map.items() if f == file]
+            names = self._placed.get(file, [])
             out.update(self._reader(names[0]).read_numpy(names, copy=copy) if names else {})
             done += _size(path, self._options)
             if progress is not None:

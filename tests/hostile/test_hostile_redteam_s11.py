@@ -166,3 +166,77 @@ def test_get_slice_takes_every_name_keys_lists(tmp_path, framework, dequantize):
             assert exc.value.obj == name and exc.value.path == path
         with pytest.raises(ztensor.ObjectNotFoundError):
             f.get_slice("layer.nothing")
+
+
+# ---------------------------------------------------------------- sharded checkpoints
+def _many_shards(folder, count):
+    """A Hugging Face style checkpoint of ``count`` one-tensor safetensors shards."""
+    import json
+
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    weight_map = {}
+    for i in range(count):
+        file = f"model-{i:05d}.safetensors"
+        safetensors_numpy.save_file({f"t{i}": np.full(2, i, np.float32)}, str(folder / file))
+        weight_map[f"t{i}"] = file
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    return str(folder)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="RLIMIT_NOFILE is POSIX's")
+def test_a_checkpoint_of_more_shards_than_open_files_reads(tmp_path):
+    """``ztensor ls``/``info``/``stats`` and ShardedReader reads kept every shard
+    open: a checkpoint of more shards than the process may open (ulimit -n, 1024
+    on many systems) failed half way with "the index names shard ..., which cannot
+    be opened: Too many open files", blaming a valid file.  Shards past
+    MAX_OPEN_SHARDS are closed least recently used first; an array read from a
+    shard closed since stays valid.  (A mapped array itself holds a descriptor
+    until it is freed on Python < 3.13, mmap's own: none are kept here.)"""
+    resource = pytest.importorskip("resource")
+    folder = _many_shards(tmp_path, 300)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        with ztensor.open_sharded(folder) as ckpt:
+            first = ckpt.read_numpy("t0", copy=False)
+            for i in range(300):
+                assert int(ckpt.read_numpy(f"t{i}")[0]) == i
+                assert ckpt.metadata(f"t{i}").shape == (2,)
+            assert first.tolist() == [0.0, 0.0]  # its shard was closed long ago
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_opening_every_shard_is_linear_in_the_index(tmp_path, monkeypatch):
+    """Each shard opened asked the whole weight map which tensors it should hold
+    (``_missing``, ``names_in``, ``open_shard``, ``read_all``): every shard of a
+    checkpoint of N one-tensor shards cost N steps each, N**2 in all (10,000
+    shards: 10**8 steps, most of ``ztensor ls``'s time).  Counted here as the
+    index map's items visited."""
+    from ztensor import sharded
+
+    folder = _many_shards(tmp_path, 400)
+    with ztensor.open_sharded(folder) as ckpt:
+        visits = [0]
+
+        class Counting(dict):
+            def items(self):
+                for pair in super().items():
+                    visits[0] += 1
+                    yield pair
+
+            def values(self):
+                for value in super().values():
+                    visits[0] += 1
+                    yield value
+
+        monkeypatch.setattr(ckpt, "_map", Counting(ckpt._map))
+        for file in ckpt.files():
+            ckpt.names_in(file)
+            ckpt.open_shard(file).close()
+        for name in ckpt.keys():
+            ckpt.metadata(name)
+        assert visits[0] <= 4 * 400, visits[0]
+    assert sharded.MAX_OPEN_SHARDS < 200
