@@ -11,6 +11,16 @@ import numpy as np
 from ztensor import spec
 
 
+def caller_shape(shape: Any) -> tuple:
+    """A shape a caller gives (``Tensor``, ``Writer.stream``) as a tuple of Python
+    ints: ``operator.index``, not ``int``, so a dimension of 2.5 or ``"3"`` (or a
+    shape given as the string ``"12"``) is a TypeError, never truncated or parsed
+    into a shape the caller did not give (``(0.9, 3)`` was written as ``(0, 3)``)."""
+    if isinstance(shape, (str, bytes)):
+        raise TypeError(f"a shape is a sequence of integers, not {type(shape).__name__}")
+    return tuple(operator.index(d) for d in shape)
+
+
 class Tensor:
     """A composite tensor object.
 
@@ -61,9 +71,7 @@ class Tensor:
             if format != "dense" or "data" not in self.components:
                 raise ValueError("shape is required unless a dense object has 'data'")
             shape = np.shape(self.components["data"])
-        # operator.index, not int: a dimension of 2.5 or "3" is refused, never
-        # truncated or parsed into a shape the caller did not give
-        self.shape = tuple(operator.index(d) for d in shape)
+        self.shape = caller_shape(shape)
         self.format = format
         self.attributes = dict(attributes) if attributes else {}
         self.types = dict(types) if types else {}

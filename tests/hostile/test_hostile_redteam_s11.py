@@ -240,3 +240,18 @@ def test_opening_every_shard_is_linear_in_the_index(tmp_path, monkeypatch):
             ckpt.metadata(name)
         assert visits[0] <= 4 * 400, visits[0]
     assert sharded.MAX_OPEN_SHARDS < 200
+
+
+# ---------------------------------------------------------------- the Writer
+@pytest.mark.parametrize("shape", [(0.9, 3), (np.float64(0.0),), "0", ("0",)])
+def test_writer_stream_takes_integer_dimensions_only(tmp_path, shape):
+    """Writer.stream made its shape with int(): ``(0.9, 3)`` was written as
+    ``(0, 3)``, a shape the caller never gave (Tensor refuses it since session
+    10: the same rule, tensor.caller_shape, now for both).  Nothing is written."""
+    path = str(tmp_path / "s.zt")
+    with ztensor.Writer(path) as w:
+        with pytest.raises(TypeError):
+            w.stream("a", shape, np.float32)
+        w.write_numpy("b", np.ones(2, np.float32))
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["b"]

@@ -37,7 +37,7 @@ from ztensor.io import floats as floatconv
 from ztensor.io import upload as remote_write
 from ztensor.io import values as logical
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.tensor import Tensor
+from ztensor.tensor import Tensor, caller_shape
 
 
 def require_writable_version(reader):
@@ -280,6 +280,7 @@ class Writer:
         if checksum not in (None, "crc32c", "sha256"):
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(attributes, self.path, name)
+        shape = caller_shape(shape)  # 0.9 is no dimension (int() made it 0)
         dtype = np.dtype(dtype)
         storage, ltype = self._storage_of(name, "data", dtype, type)
 
