@@ -255,3 +255,58 @@ def test_writer_stream_takes_integer_dimensions_only(tmp_path, shape):
         w.write_numpy("b", np.ones(2, np.float32))
     with ztensor.Reader(path) as r:
         assert r.keys() == ["b"]
+
+
+# ---------------------------------------------------------------- in-place edits
+def test_an_append_never_drops_an_edit_made_meanwhile(tmp_path):
+    """Writer.append builds the new file from the old one and renames it over the
+    path at close: an edit another process completed meanwhile (replace_tensor,
+    remove_tensors) was dropped without a word.  The rename now happens only
+    while the file is the version the append was built from; else a WriteError
+    naming the path, no temporary file left, the other edit kept."""
+    path = _zt(tmp_path / "e.zt", a=np.zeros(3), b=np.zeros(3))
+    w = ztensor.Writer.append(path)
+    w.write_numpy("c", np.ones(1))
+    ztensor.replace_tensor(path, "a", np.full(3, 7.0))  # another process's edit
+    with pytest.raises(ztensor.WriteError) as exc:
+        w.close()
+    assert exc.value.path == path
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["a", "b"] and r["a"].tolist() == [7.0, 7.0, 7.0]
+    assert os.listdir(tmp_path) == ["e.zt"]
+
+
+@pytest.mark.parametrize("edit", ["replace", "remove", "rewritten_in_place"])
+def test_replace_and_remove_never_drop_a_change_made_meanwhile(tmp_path, monkeypatch, edit):
+    """replace_tensor / remove_tensors copy every kept object, then rename: a file
+    replaced (or rewritten in place, another tool's way) while they copied lost
+    that change.  Simulated by a change made while the first object is copied."""
+    from ztensor.container.writer import Writer
+
+    path = _zt(tmp_path / "e.zt", a=np.zeros(3), b=np.zeros(3), c=np.zeros(3))
+    original = Writer.copy_from
+    changed = []
+
+    def copy_from(self, reader, name, **kwargs):
+        if not changed:
+            changed.append(name)
+            if edit == "rewritten_in_place":
+                # same inode and size, a new modification time: what a tool
+                # rewriting the bytes in place leaves
+                os.utime(path, ns=(0, 10**9))
+            else:
+                _zt(tmp_path / "other.zt", z=np.ones(2))
+                os.replace(tmp_path / "other.zt", path)
+        return original(self, reader, name, **kwargs)
+
+    monkeypatch.setattr(Writer, "copy_from", copy_from)
+    with pytest.raises(ztensor.WriteError) as exc:
+        if edit == "remove":
+            ztensor.remove_tensors(path, ["c"])
+        else:
+            ztensor.replace_tensor(path, "c", np.ones(3))
+    assert exc.value.path == path
+    assert os.listdir(tmp_path) == ["e.zt"]
+    if edit != "rewritten_in_place":
+        with ztensor.Reader(path) as r:
+            assert r.keys() == ["z"]

@@ -46,7 +46,10 @@ def remove_tensors(
             raise ObjectNotFoundError(
                 f"no such object to remove: {missing[0]!r}", path=old.path, obj=missing[0]
             )
-        with Writer(output, attributes=dict(old.attributes)) as new:
+        # the file edited in place: renamed over only if no one changed it meanwhile
+        same = os.path.exists(output) and os.path.samefile(output, path)
+        make = Writer.rewrite if same else Writer
+        with make(output, attributes=dict(old.attributes)) as new:
             for name in old.keys():
                 if name not in drop:
                     new.copy_from(old, name)
@@ -82,7 +85,7 @@ def replace_tensor(
             compress = comp.encoding == "zstd"
         if checksum is None and comp.digest is not None:
             checksum = comp.digest.split(":", 1)[0]
-        with Writer(path, attributes=dict(old.attributes)) as new:
+        with Writer.rewrite(path, attributes=dict(old.attributes)) as new:
             for other in old.keys():
                 if other != name:
                     new.copy_from(old, other)

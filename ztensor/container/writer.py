@@ -109,6 +109,7 @@ class Writer:
         attributes: Optional[Dict[str, Any]] = None,
         fsync: bool = False,
         storage_options: Optional[Dict[str, Any]] = None,
+        _rewrite: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         # a URL: built locally, uploaded at close (None for a local path)
@@ -122,6 +123,11 @@ class Writer:
         # name -> ObjectSpec, or (shape, storage, offset, length) for a plain raw array
         self._objects: Dict[str, Any] = {}
         self._target = atomic.final_target(self.path)
+        # for an edit (rewrite): the version of the file it is built from, taken
+        # now, with the old file already open (an object store holds no such version)
+        self._replaces: Any = (
+            atomic.identity(self._target) if _rewrite and self._upload is None else None
+        )
         self._fd, self._tmp = (
             atomic.create_temp(self._target) if self._upload is None else self._upload.create_temp()
         )
@@ -387,7 +393,7 @@ class Writer:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
             require_writable_version(old)
-            writer = cls(path, attributes=dict(old.attributes), **kwargs)
+            writer = cls.rewrite(path, attributes=dict(old.attributes), **kwargs)
             try:
                 for name in old.keys():
                     writer.copy_from(old, name)
@@ -395,6 +401,16 @@ class Writer:
                 writer.abort()
                 raise
         return writer
+
+    @classmethod
+    def rewrite(cls, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> "Writer":
+        """A Writer that replaces the file at ``path`` with a new version built from
+        it (the edits: :meth:`append`, ``replace_tensor``, ``remove_tensors``).  Call
+        it once the old file is open for reading: :meth:`close` renames the new file
+        over the old one only while that is still the version it was built from; a
+        file another process replaced or rewrote meanwhile is a WriteError, nothing
+        written, the other process's change kept (atomic.require_unchanged)."""
+        return cls(path, _rewrite=True, **kwargs)
 
     def write(
         self,
@@ -584,6 +600,8 @@ class Writer:
             if self._upload is not None:  # WriteError naming the URL; no object left
                 self._guard(self._upload.commit, self._tmp)
             else:
+                if self._replaces is not None:  # an edit: the file is still its source
+                    self._guard(atomic.require_unchanged, self._target, self._replaces, self.path)
                 os.replace(self._tmp, self._target)
         except WriteError:
             raise

@@ -37,6 +37,31 @@ def final_target(path):
     return target
 
 
+def identity(path) -> Any:
+    """What tells one version of the file at ``path`` from another: device, inode,
+    size and modification time (a rename over it changes the inode, a write in
+    place the size or time); None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def require_unchanged(path, expected, label) -> None:
+    """WriteError naming ``label`` unless ``path`` is still the version ``expected``
+    (:func:`identity`): an edit built from a file that another process replaced or
+    rewrote meanwhile would, renamed over it, drop that process's change without a
+    word.  The one check every edit (append, replace_tensor, remove_tensors) makes
+    before its rename."""
+    if identity(path) != expected:
+        raise WriteError(
+            "the file changed while this edit was being made (another process wrote "
+            "it): nothing was written, so its change is kept; make the edit again",
+            path=label,
+        )
+
+
 def create_temp(path):
     """A new hidden file beside ``path``, as ``(fd, temporary path)``.  When ``path``
     exists, the new file gets its permission bits (re-saving a 0600 file keeps it
@@ -118,4 +143,11 @@ def write_json_atomically(path: str, value: Any) -> None:
     replace_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
-__all__ = ["final_target", "create_temp", "replace_atomically", "write_json_atomically"]
+__all__ = [
+    "final_target",
+    "identity",
+    "require_unchanged",
+    "create_temp",
+    "replace_atomically",
+    "write_json_atomically",
+]
