@@ -319,8 +319,12 @@ class ShardedReader:
         for file in set(weight_map.values()):
             check_shard_name(file, index)
         self._map = dict(weight_map)
-        meta = data.get("metadata") or {}
-        self._meta = meta if isinstance(meta, dict) else {}
+        meta = data.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise FormatError(
+                f"an index's 'metadata' is a JSON object, not {type(meta).__name__}", path=index
+            )
+        self._meta = meta or {}
 
     def _shard(self, file: str) -> str:
         """The path or URL of shard ``file``: a name check_shard_name passed when the

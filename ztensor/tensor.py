@@ -21,6 +21,18 @@ def caller_shape(shape: Any) -> tuple:
     return tuple(operator.index(d) for d in shape)
 
 
+def refuse_masked(array: Any, name: Any) -> Any:
+    """``array``, unless it is a numpy masked array: ``np.asarray`` drops the mask,
+    and the values it hides would be written as data.  A tensor file has no place
+    for a mask (write ``array.filled(value)``, and the mask as a tensor of its own)."""
+    if isinstance(array, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name!r}: a masked array has no place for its mask in a tensor file; "
+            "write array.filled(value) (and the mask as a tensor of its own)"
+        )
+    return array
+
+
 class Tensor:
     """A composite tensor object.
 
@@ -66,7 +78,7 @@ class Tensor:
     ) -> None:
         if not isinstance(components, dict):
             raise TypeError("components must be a dict of role name -> array")
-        self.components = dict(components)
+        self.components = {role: refuse_masked(array, role) for role, array in components.items()}
         if shape is None:
             if format != "dense" or "data" not in self.components:
                 raise ValueError("shape is required unless a dense object has 'data'")

@@ -332,3 +332,44 @@ def test_attribute_text_never_makes_a_tensor_name_fail(tmp_path):
         assert all(r.attributes[k] == "x" for k in kept)
         assert len(kept) + r.attributes["pickle.omitted_attributes"] == 5000
         assert 0 < len(kept) < 5000
+
+
+# ------------------------------------------------------------------ caller input said plainly
+def test_a_masked_array_is_refused_not_written_without_its_mask(tmp_path):
+    """np.asarray dropped the mask and the values it hides were written as data."""
+    masked = np.ma.MaskedArray([1.0, 2.0, 3.0], mask=[False, True, False])
+    path = str(tmp_path / "m.zt")
+    with pytest.raises(TypeError, match="masked array"):
+        with ztensor.Writer(path) as w:
+            w.add("m", masked)
+    assert not os.path.exists(path)
+
+
+def test_remove_tensors_with_a_name_that_is_not_a_string_says_so(tmp_path):
+    path = str(tmp_path / "r.zt")
+    with ztensor.Writer(path) as w:
+        w.add("b", np.ones(2, np.float32))
+    before = open(path, "rb").read()
+    with pytest.raises(TypeError, match="strings, not list"):
+        ztensor.remove_tensors(path, [["b"]])
+    assert open(path, "rb").read() == before
+
+
+def test_an_index_whose_metadata_is_not_an_object_is_refused(tmp_path):
+    import json
+    with ztensor.Writer(str(tmp_path / "s.zt")) as w:
+        w.add("a", np.ones(2, np.float32))
+    for metadata, ok in ([1, 2], False), ("x", False), (None, True), ({"total_size": 8}, True):
+        (tmp_path / "model.zt.index.json").write_text(
+            json.dumps({"metadata": metadata, "weight_map": {"a": "s.zt"}}))
+        if ok:
+            with ztensor.open_sharded(str(tmp_path)) as ckpt:
+                assert np.array_equal(ckpt.read_numpy("a"), np.ones(2, np.float32))
+        else:
+            with pytest.raises(ztensor.FormatError, match="'metadata' is a JSON object"):
+                ztensor.open_sharded(str(tmp_path))
+
+
+def test_a_masked_component_is_refused_by_tensor_too():
+    with pytest.raises(TypeError, match="masked array"):
+        ztensor.Tensor({"data": np.ma.MaskedArray([1.0, 2.0], mask=[True, False])})

@@ -39,6 +39,9 @@ def remove_tensors(
     if isinstance(names, str):
         names = [names]
     drop = list(names)
+    for name in drop:
+        if not isinstance(name, str):
+            raise TypeError(f"names to remove are strings, not {type(name).__name__}: {name!r}")
     with Reader(path) as old:
         _require_zt(old)
         missing = [n for n in drop if n not in old]

@@ -37,7 +37,7 @@ from ztensor.io import floats as floatconv
 from ztensor.io import upload as remote_write
 from ztensor.io import values as logical
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.tensor import Tensor, caller_shape
+from ztensor.tensor import Tensor, caller_shape, refuse_masked
 
 
 def require_writable_version(reader):
@@ -185,6 +185,7 @@ class Writer:
         WriteError
             The file could not be written; the writer is then abandoned.
         """
+        refuse_masked(array, name)
         if (
             (compress is None or compress is False)
             and checksum is None
@@ -514,7 +515,7 @@ class Writer:
 
     def _prepare(self, name, role, arr, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
-        arr = np.asarray(arr)
+        arr = np.asarray(refuse_masked(arr, name))
         storage, ltype = self._storage_of(name, role, arr.dtype, explicit)
         if not arr.flags.c_contiguous:
             # a view may show far more elements than it holds (np.broadcast_to, a
