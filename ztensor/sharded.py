@@ -34,7 +34,13 @@ import numpy as np
 from ztensor import _save
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor.errors import FormatError, ObjectNotFoundError, WriteError, ZTensorError
+from ztensor.errors import (
+    FormatError,
+    ObjectNotFoundError,
+    WriteError,
+    ZTensorError,
+    without_secrets,
+)
 from ztensor.foreign.names import json_loads_unique
 from ztensor.io import atomic
 from ztensor.io import upload as remote_write
@@ -156,9 +162,8 @@ def save_sharded(
     if _is_url(index_path):  # uploaded whole, last (remote_write.Upload.commit)
         remote_write.Upload(index_path, storage_options).write_json(index)
     else:
-        atomic.write_json_atomically(index_path, index)
-        if old_mode is not None:
-            os.chmod(atomic.final_target(index_path), old_mode)
+        # the old index was removed first: its mode is given, not found beside it
+        atomic.write_json_atomically(index_path, index, mode=old_mode)
     return files
 
 
@@ -637,7 +642,7 @@ class ShardedReader:
         return False
 
     def __repr__(self) -> str:
-        return (
+        return without_secrets(
             f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, "
             f"{len(self)} tensor(s)]>"
         )

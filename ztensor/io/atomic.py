@@ -62,11 +62,12 @@ def require_unchanged(path, expected, label) -> None:
         )
 
 
-def create_temp(path):
+def create_temp(path, mode=None):
     """A new hidden file beside ``path``, as ``(fd, temporary path)``.  When ``path``
     exists, the new file gets its permission bits (re-saving a 0600 file keeps it
-    0600); otherwise the umask's.  The name fits the folder's name limit however
-    long ``path``'s is."""
+    0600); otherwise ``mode`` (the bits of a file removed before it was replaced),
+    else the umask's.  The name fits the folder's name limit however long
+    ``path``'s is."""
     folder, base = os.path.split(os.path.abspath(path))
     flags = (
         os.O_WRONLY
@@ -78,7 +79,7 @@ def create_temp(path):
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
-        mode = None
+        pass  # no file there: the caller's mode, if any
     try:
         name_max = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):
@@ -106,14 +107,17 @@ def create_temp(path):
     raise WriteError("cannot find a free temporary name", path=path)
 
 
-def replace_atomically(path: str, write: Callable[[Any], None], *, by_name: bool = False) -> None:
+def replace_atomically(
+    path: str, write: Callable[[Any], None], *, by_name: bool = False, mode=None
+) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``'s
-    final target, renamed into place once complete.  On any failure the temporary
-    file is removed and ``path`` is untouched; an OSError becomes a WriteError
-    naming ``path``."""
+    final target, renamed into place once complete (with ``path``'s permission bits,
+    else ``mode``: see :func:`create_temp`).  On any failure the temporary file is
+    removed and ``path`` is untouched; an OSError becomes a WriteError naming
+    ``path``."""
     target = final_target(path)
-    fd, tmp = create_temp(target)
+    fd, tmp = create_temp(target, mode)
     try:
         if by_name:
             os.close(fd)
@@ -134,13 +138,13 @@ def replace_atomically(path: str, write: Callable[[Any], None], *, by_name: bool
         raise
 
 
-def write_json_atomically(path: str, value: Any) -> None:
+def write_json_atomically(path: str, value: Any, mode=None) -> None:
     """``value`` as indented JSON with sorted keys (a sharded checkpoint's index),
     through :func:`replace_atomically`: the same rules as every other file this
     package writes (a symlink stays a link to the new file; a failure leaves the old
     file and is a WriteError naming ``path``)."""
     text = json.dumps(value, indent=2, sort_keys=True) + "\n"
-    replace_atomically(path, lambda f: f.write(text.encode("utf-8")))
+    replace_atomically(path, lambda f: f.write(text.encode("utf-8")), mode=mode)
 
 
 __all__ = [

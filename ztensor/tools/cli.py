@@ -869,7 +869,9 @@ def _terminate_as_interrupt():
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            # None: a handler installed outside Python, which cannot be put back;
+            # the default is the nearest thing Python can restore
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
 def _run(args, out) -> int:
