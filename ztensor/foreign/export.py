@@ -32,15 +32,13 @@ from ztensor.errors import FormatError, UnsupportedError
 from ztensor.foreign.base import optional_import
 from ztensor.foreign.gguf_file import VALUE_TYPES
 from ztensor.foreign.names import NameTable
+from ztensor.foreign.safetensors_file import MAX_HEADER, METADATA_KEY
 from ztensor.io import atomic, values
 
 FORMATS = {".zt": "zt", ".safetensors": "safetensors", ".npz": "npz", ".gguf": "gguf"}
 
 # numpy's NPY_MAXDIMS: every exporter reads its tensors through numpy
 NUMPY_MAX_RANK = 64
-# the safetensors package refuses a larger header (its MAX_HEADER_SIZE)
-SAFETENSORS_MAX_HEADER = 100_000_000
-SAFETENSORS_RESERVED = "__metadata__"
 # a zip member name is stored behind a 16-bit length
 ZIP_MAX_NAME = 0xFFFF
 # llama.cpp (gguf.cpp) refuses a tensor name of GGML_MAX_NAME (64) bytes or more,
@@ -158,7 +156,7 @@ def plan_safetensors(reader) -> SafetensorsPlan:
     header: Dict[str, Any] = {}
     offset = 0
     for name, spec in specs.items():
-        if name == SAFETENSORS_RESERVED:
+        if name == METADATA_KEY:
             raise UnsupportedError(
                 "safetensors keeps its metadata under this name: a tensor cannot have it",
                 path=reader.path,
@@ -192,13 +190,13 @@ def plan_safetensors(reader) -> SafetensorsPlan:
         _utf8(value, f"the value of attribute {_short(key)}", reader.path)
         meta[key] = value
     if meta:
-        header = {SAFETENSORS_RESERVED: meta, **header}
+        header = {METADATA_KEY: meta, **header}
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors aligns the data to 8 bytes
-    if len(raw) > SAFETENSORS_MAX_HEADER:
+    if len(raw) > MAX_HEADER:
         raise UnsupportedError(
             f"the header would be {len(raw)} bytes; the safetensors "
-            f"package reads at most {SAFETENSORS_MAX_HEADER}",
+            f"package reads at most {MAX_HEADER}",
             path=reader.path,
         )
     return SafetensorsPlan(struct.pack("<Q", len(raw)) + raw, list(specs))

@@ -25,7 +25,9 @@ from ztensor.objects import shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
 
-MAX_HEADER = 100 << 20
+# the safetensors package reads no larger header (its MAX_HEADER_SIZE): one bound for
+# reading and for export.py writing
+MAX_HEADER = 100_000_000
 METADATA_KEY = "__metadata__"  # the header's one key that is not a tensor
 
 
