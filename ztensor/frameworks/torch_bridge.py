@@ -56,9 +56,10 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
         raise UnsupportedError("a tensor on the meta device holds no data to store", obj=name)
     # a conjugate or negative view (x.conj(), x.imag of one) shows values its
     # memory does not hold: resolved, the elements stored are the ones it shows.
-    # Strides are kept (numpy holds any torch strides): the contiguous copy is the
-    # writer's (Writer._prepare), where memory it lacks is a LimitError naming the
-    # object; torch's own copy raised a bare RuntimeError from its allocator
+    # Strides are kept (numpy holds any torch strides), so a CPU tensor is not copied
+    # here: Writer._prepare makes the contiguous copy, where memory it lacks is a
+    # LimitError naming the object (torch's own copy raised a bare RuntimeError from
+    # its allocator).  A tensor on another device is copied to the host by .cpu().
     t = t.detach().cpu().resolve_conj().resolve_neg()
     bits = _bit_types()[0]
     if t.dtype in bits:
