@@ -373,3 +373,18 @@ def test_an_index_whose_metadata_is_not_an_object_is_refused(tmp_path):
 def test_a_masked_component_is_refused_by_tensor_too():
     with pytest.raises(TypeError, match="masked array"):
         ztensor.Tensor({"data": np.ma.MaskedArray([1.0, 2.0], mask=[True, False])})
+
+
+def test_a_stream_chunk_that_would_overrun_is_refused_before_it_is_copied(tmp_path):
+    """A stride-0 chunk showing 2**40 elements (8 bytes of memory) was made
+    contiguous before its size was compared with the tensor's: a bare MemoryError
+    (or terabytes reserved) instead of the documented 'would overrun' refusal."""
+    path = str(tmp_path / "s.zt")
+    huge = np.broadcast_to(np.float64(1.0), (1 << 40,))
+    with ztensor.Writer(path) as w:
+        with w.stream("x", (4,), np.float64) as s:
+            with pytest.raises(ztensor.FormatError, match="would overrun"):
+                s.write(huge)
+            s.write(np.arange(4, dtype=np.float64))      # a correct chunk may follow
+    with ztensor.Reader(path) as r:
+        assert np.array_equal(r.read_numpy("x"), np.arange(4, dtype=np.float64))

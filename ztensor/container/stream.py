@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import FormatError
+from ztensor.errors import FormatError, LimitError
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 
 
@@ -56,18 +56,24 @@ class TensorStream:
         """Append ``chunk`` (see the class doc)."""
         if not self._open:
             raise FormatError("this stream is closed", path=self._writer.path, obj=self.name)
-        data = self._bytes_of(chunk)
-        if self.written + data.size > self.nbytes:
+        arr = self._array_of(chunk)
+        size = arr.size * arr.dtype.itemsize
+        # judged before any copy: a stride-0 view may show far more bytes than it
+        # holds, and its contiguous copy was a bare MemoryError
+        if self.written + size > self.nbytes:
             raise FormatError(
-                f"chunk of {data.size} bytes would overrun the tensor: "
+                f"chunk of {size} bytes would overrun the tensor: "
                 f"{self.written} of {self.nbytes} bytes written",
                 path=self._writer.path,
                 obj=self.name,
             )
+        data = self._little_endian_bytes(arr)
         self._guard(self._sink.write, data)
         self.written += data.size
 
-    def _bytes_of(self, chunk):
+    def _array_of(self, chunk):
+        """The chunk's elements as a numpy array of the stream's dtype (any strides,
+        not copied), or its bytes (raw little-endian elements) as uint8."""
         if hasattr(chunk, "detach") and hasattr(chunk, "numpy"):  # a torch tensor
             chunk, _ = to_numpy_for_writing(chunk, self.name)
         if isinstance(chunk, np.ndarray):
@@ -77,11 +83,23 @@ class TensorStream:
                     path=self._writer.path,
                     obj=self.name,
                 )
-            arr = np.ascontiguousarray(chunk).reshape(-1)
-            if dtypes.swap_width(arr.dtype):  # not little-endian yet
-                arr = arr.astype(arr.dtype.newbyteorder("<"))
-            return arr.view(np.uint8)
+            return chunk
         return np.frombuffer(memoryview(chunk).cast("B"), np.uint8)
+
+    def _little_endian_bytes(self, arr):
+        """The elements of ``arr`` (within the tensor's size) as little-endian bytes."""
+        try:
+            arr = np.ascontiguousarray(arr).reshape(-1)
+        except MemoryError:
+            raise LimitError(
+                f"not enough memory for the {arr.size * arr.dtype.itemsize}-byte contiguous "
+                "copy of this chunk",
+                path=self._writer.path,
+                obj=self.name,
+            ) from None
+        if dtypes.swap_width(arr.dtype):  # not little-endian yet
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return arr.view(np.uint8)
 
     def close(self) -> None:
         """Finish the tensor; it must have received exactly its bytes."""
