@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import re
 from typing import Any, Optional
 
 __all__ = [
@@ -68,7 +69,7 @@ class ZTensorError(Exception):
         if text:
             text += ": "
         prefix = f"{self.path}: " if self.path is not None else ""
-        return f"{prefix}{text}{self.message}"
+        return without_secrets(f"{prefix}{text}{self.message}")
 
     def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
         return self._render()
@@ -186,6 +187,32 @@ class SliceError(SafetensorError, IndexError):
 
     def _render(self) -> str:
         return self.message
+
+
+# a URL in a message: a scheme, then everything up to a space or a quote, less
+# the punctuation that ends a sentence or the ': ' after a path
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>:;,.)]")
+# what follows the scheme up to an '@' before the host ends: user and password
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
+# a query parameter's value (a presigned URL's signature, a token)
+_QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
+
+
+def without_secrets(text: str) -> str:
+    """``text`` with what may be a credential taken out of every URL in it: the
+    user and password before the host (``https://user:token@host`` becomes
+    ``https://***@host``) and each query parameter's value (a presigned URL's
+    ``X-Amz-Signature``, an Azure SAS ``sig``, a ``token``: ``?token=***``).  The one
+    rule for text shown to a person: every :class:`ZTensorError` message (a URL given
+    to ``Reader`` with credentials in it names itself in every error about it) and
+    the ``repr`` of handles on a URL."""
+
+    def scrub(match: "re.Match[str]") -> str:
+        url = _USERINFO.sub(r"\1***@", match[0])
+        head, mark, rest = url.partition("?")
+        return head + mark + _QUERY_VALUE.sub(r"\1***", "?" + rest)[1:] if mark else url
+
+    return _URL.sub(scrub, text) if "://" in text else text
 
 
 def _short(value) -> str:

@@ -36,6 +36,7 @@ from ztensor.errors import (
     UnsupportedError,
     ZTensorError,
     refuse_copy,
+    without_secrets,
 )
 from ztensor.formats import dense
 from ztensor.frameworks.torch_bridge import object_to_torch
@@ -778,7 +779,7 @@ class Reader:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
-        return f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>"
+        return without_secrets(f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>")
 
 
 def _clean_foreign_bools(obj, t):

@@ -593,7 +593,7 @@ def open_url(url, storage_options=None):
         if _is_http(url):
             pinned = _pinned_version(fs, inner, url, unversioned)
         else:
-            fs, pinned = _pinned_store(fs, inner), {}
+            fs, pinned = _pinned_store(fs, inner, url), {}
         try:
             f = fs.open(inner, "rb", cache_type="none", **pinned)
         except TypeError:  # a filesystem whose files take no cache_type
@@ -648,11 +648,12 @@ def _pinned_version(fs, inner, url, unversioned=False):
     version, or the read is refused.  The HEAD's size is handed on, so the open asks
     no second time."""
     info = fs.info(inner)
-    etag = str(info.get("ETag") or "")
+    etag = _validator(url, "ETag", info.get("ETag"))
+    modified = _validator(url, "Last-Modified", info.get("Last-Modified"))
     if etag and not etag.startswith("W/"):
         pin = {"If-Match": etag}
-    elif info.get("Last-Modified"):
-        pin = {"If-Unmodified-Since": str(info["Last-Modified"])}
+    elif modified:
+        pin = {"If-Unmodified-Since": modified}
     elif unversioned:
         pin = {}
     else:
@@ -669,7 +670,30 @@ def _pinned_version(fs, inner, url, unversioned=False):
     return {"size": info.get("size"), "headers": headers}
 
 
-def _pinned_store(fs, inner):
+# what no header value may hold (RFC 9110 5.5: field values are visible characters,
+# spaces and tabs); aiohttp refuses to send one with a bare ValueError
+_NOT_IN_HEADERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _validator(url, name, value):
+    """The text of the ``ETag`` or ``Last-Modified`` a server gave (``value``), as
+    _pinned_version sends it back in ``If-Match`` / ``If-Unmodified-Since``; ""
+    for none.  A value holding a control character (which no header may hold, and
+    aiohttp refuses to send: a bare ValueError on the first range request) is a
+    FormatError naming the URL at the open: the server named no version that can
+    be asked for."""
+    text = "" if value is None else str(value)
+    bad = _NOT_IN_HEADERS.search(text)
+    if bad:
+        raise FormatError(
+            f"the server's {name} holds the control character {bad[0]!r}, which no "
+            f"HTTP header may hold ({_said(repr(text), 80)})",
+            path=url,
+        )
+    return text
+
+
+def _pinned_store(fs, inner, url):
     """The filesystem to open an object store's file ``inner`` through, so that
     requests made by path beside the file (fsspec's ``cat_ranges``, Source._fetch's
     parallel reads) are held to the version it is opened on, as its own reads are.
@@ -684,7 +708,7 @@ def _pinned_store(fs, inner):
     extra = getattr(fs, "s3_additional_kwargs", None)
     if not isinstance(extra, dict):
         return fs
-    etag = fs.info(inner).get("ETag")
+    etag = _validator(url, "ETag", fs.info(inner).get("ETag"))
     if not etag:
         return fs
     options = {
@@ -848,6 +872,13 @@ def _checked_response_class(aiohttp):
             return self
 
         async def read(self):
+            if self._limit is _REDIRECTED:  # a redirect handed on, not followed
+                self.close()
+                raise FormatError(
+                    f"the server answered {self.status} (a redirect that was not "
+                    "followed): not the file",
+                    path=str(self.url),
+                )
             if self._body is None and self._limit is not None:
                 # read to the end (the connection goes back to the pool) or closed
                 # after what may come: no super().read(), it reads it all
@@ -899,12 +930,37 @@ def _reply_limit(url, status, sent, headers):
     :class:`_CheckedResponse` asks it of every reply, before any of its body is read."""
     if status >= 400:  # never used: fsspec raises for the status after
         return _ERROR_BODY, None
+    if status < 200 or status >= 300:
+        return _not_the_file(url, status, headers)
     if 200 <= status < 300:
         _check_version(url, sent, headers)
         asked = _asked_range(sent.get("Range"))
         if asked is not None:
             return _range_reply_size(url, status, headers, asked)
     return None
+
+
+# the statuses aiohttp follows to their Location (ClientSession._request), and the
+# limit of such a reply: its body is never the file's (_CheckedResponse.read)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_REDIRECTED = (0, None)
+
+
+def _not_the_file(url, status, headers):
+    """The limit of a reply whose status is neither a success nor an error (1xx,
+    3xx): a redirect aiohttp follows (one of _REDIRECTS with a Location) is
+    _REDIRECTED, and its body is never read; any other (a 3xx without a Location, a
+    300, 304 or 305, a 101) is a FormatError at its headers.  fsspec raises only
+    for statuses from 400, and took such a reply's body as the bytes asked for: a
+    ``300`` carrying a ``Content-Range`` was read unchecked (no version, no bound:
+    a body without end filled memory)."""
+    if status in _REDIRECTS and (headers.get("Location") or headers.get("URI")):
+        return _REDIRECTED
+    how = "without a Location" if status in _REDIRECTS else "(not a redirect ztensor follows)"
+    raise FormatError(
+        f"the server answered {status} {how}: neither the file nor a redirect to it",
+        path=url,
+    )
 
 
 def _asked_range(header):
@@ -1031,6 +1087,11 @@ def _network_error(url, exc):
             # a ClientResponseError of status 0: "HTTP 0 error" said nothing
             return NetworkError(f"too many redirects ({len(item.history)})", path=url)
         if aiohttp is not None and isinstance(item, aiohttp.ClientResponseError):
+            if _unparsable(item):
+                # aiohttp says a reply it cannot parse as a 400 of its own
+                return NetworkError(
+                    f"the server's reply is not HTTP: {_said(item.message)}", path=url
+                )
             return _status_error(url, item.status, item.message)
         if aiohttp is not None and isinstance(item, aiohttp.ServerTimeoutError):
             # a connect or per-read timeout (ConnectionTimeoutError, SocketTimeoutError)
@@ -1093,6 +1154,17 @@ def _network_error(url, exc):
             f"{type(exc).__name__}: {_said(exc.strerror or exc)}", path=url, errno=exc.errno
         )
     return None
+
+
+def _unparsable(exc):
+    """Whether aiohttp's ClientResponseError ``exc`` is its parser's refusal of the
+    reply (a bad status line, a header it refuses, too many headers, a chunk size
+    out of range), not a status the server sent."""
+    try:
+        from aiohttp.http_exceptions import HttpProcessingError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc.__cause__, HttpProcessingError)
 
 
 def _precondition_failed(exc):
