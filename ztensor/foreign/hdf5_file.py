@@ -13,8 +13,11 @@ elsewhere, and by default every such dataset is refused (FormatError naming it):
 * **external storage** (``H5Pset_external``): the raw data lives in other files,
   named by any path, ``/etc/passwd`` or ``../secret`` alike;
 * **virtual datasets**: the data is mapped from datasets of other HDF5 files;
-* **external links** are never followed (h5py's walk visits only objects reached by
+* **external links** are never followed (the walk, :func:`_datasets`, follows only
   hard links), and neither are soft links.
+
+Every name a dataset has through hard links is a tensor; a group reached through
+two hard links (an alias, a cycle) is refused (:func:`_datasets`).
 
 h5py is handed the file object opened by :func:`ztensor.io.source.open_local_input`,
 not the path: the file checked (a regular file, not a FIFO or device) is the file read.
@@ -35,7 +38,7 @@ import os
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import FormatError, LimitError
+from ztensor.errors import FormatError, LimitError, ZTensorError
 from ztensor.foreign.base import Entry, ForeignFile, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import ShrinkCheckedFile, open_local_input
@@ -104,17 +107,10 @@ def open_file(
 
 def _entries(h5py, handle, name, limits, allow_external):
     bound = min(MAX_DATASETS, limits.max_objects)
-    found = []
-
-    def visit(key, item):
-        if isinstance(item, h5py.Dataset):
-            found.append((key, item))
-            if len(found) > bound:
-                return True  # stops the walk: no work beyond the bound
-        return None
-
     try:
-        handle.visititems(visit)
+        found = _datasets(h5py, handle, name, bound)
+    except ZTensorError:
+        raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
     if len(found) > bound:
@@ -133,6 +129,48 @@ def _entries(h5py, handle, name, limits, allow_external):
         spec.name = dotted
         entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
     return entries, skipped
+
+
+def _datasets(h5py, handle, path, bound):
+    """(HDF5 path, dataset) for every name a dataset has through hard links, in
+    h5py's order (depth first, each group's links by name), and no more than
+    ``bound + 1`` of them (the walk stops there).
+
+    A dataset may have several names (``f["b"] = f["a"]``): each is a tensor, as a
+    ``torch.save`` of tied weights gives each name (h5py's ``visititems`` visits an
+    object once, so every name but the first was dropped without a word).  A group
+    reached by a second hard link (an alias, or a link to an ancestor: a cycle) is a
+    FormatError naming both paths: following it would give every dataset below it
+    again (2**depth names from a chain of aliases), and skipping it would drop them.
+    Soft and external links are not followed (module doc).  Work follows the links
+    the file holds: each group is entered once."""
+    found = []
+    groups = {handle.id: "/"}  # ObjectIDs compare equal for one object in the file
+    stack = [("", iter(handle), handle)]
+    while stack:
+        prefix, links, group = stack[-1]
+        key = next(links, None)
+        if key is None:
+            stack.pop()
+            continue
+        if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+            continue
+        item = group[key]
+        full = prefix + key
+        if isinstance(item, h5py.Dataset):
+            found.append((full, item))
+            if len(found) > bound:
+                break  # no work beyond the bound: the caller refuses the file
+        elif isinstance(item, h5py.Group):
+            first = groups.setdefault(item.id, "/" + full)
+            if first != "/" + full:
+                raise FormatError(
+                    f"group /{full[:200]} is group {first[:200]} again (a second hard "
+                    "link: its datasets would each have two names); refused",
+                    path=path,
+                )
+            stack.append((full + "/", iter(item), item))
+    return found
 
 
 # what _spec returns for a dataset whose element type zTensor has no dtype for
