@@ -115,3 +115,55 @@ def test_hdf5_soft_and_external_links_still_not_followed(tmp_path):
         f["ext"] = h5py.ExternalLink("/etc/passwd", "/x")
     with ztensor.Reader(path) as r:
         assert r.keys() == ["a"]
+
+
+# ------------------------------------------------------------------ torch copies
+_OVERLAPPING_VIEW = r"""
+import sys, resource
+# an address-space cap, so the 1 TiB copy fails at once on any machine (a host that
+# overcommits memory would otherwise start filling it)
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+import ztensor, ztensor.torch as zt
+path = sys.argv[1]
+results = []
+def attempt(label, fn):
+    try:
+        fn()
+        results.append(f"{label}: no error")
+    except ztensor.ZTensorError as exc:
+        results.append(f"{label}: {type(exc).__name__}: {exc}")
+    except MemoryError as exc:
+        results.append(f"{label}: bare {type(exc).__name__}")
+attempt("load_file", lambda: zt.load_file(path))
+with ztensor.safe_open(path, framework="pt") as f:
+    attempt("safe_open", lambda: f.get_tensor("v"))
+with ztensor.Reader(path) as r:
+    attempt("read_torch", lambda: r.read_torch("v"))
+print("\n".join(results))
+"""
+
+
+def test_torch_copy_of_a_view_larger_than_memory_is_a_limit_error(tmp_path):
+    # a 2 MB torch.save of an overlapping as_strided view declares 2**40 elements
+    # (exactly max_component_size): numpy views it for nothing, but torch has no
+    # read-only tensors, so load_file and safe_open(framework="pt") copy it, and
+    # the copy's MemoryError came out bare
+    torch = pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    path = tmp_path / "over.pt"
+    base = torch.zeros(2**21, dtype=torch.uint8)
+    torch.save({"v": base.as_strided((2**20, 2**20), (1, 1))}, path)
+    assert path.stat().st_size < 3 << 20
+    done = subprocess.run(
+        [sys.executable, "-c", _OVERLAPPING_VIEW, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, done.stdout
+    for line in lines:
+        assert "LimitError" in line and str(path) in line and "'v'" in line, line

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import UnsupportedError
+from ztensor.errors import LimitError, UnsupportedError
 from ztensor.frameworks import LazyModule, staging
 from ztensor.io import components
 
@@ -110,10 +110,23 @@ def object_to_torch(reader, name, copy, device, sync=True):
     through the device's staging buffer (ztensor/frameworks/staging.py) straight from the
     file's mapping (or the decoded array): no host copy of its own.  ``sync=False``
     leaves the last copies in flight; the caller syncs the staging buffer.  Its
-    torch dtype: :func:`torch_bits_for`."""
+    torch dtype: :func:`torch_bits_for`.
+
+    A copy memory cannot hold (torch has no read-only tensors, so a read-only view
+    is copied: a 2 MB ``torch.save`` of an overlapping ``as_strided`` view is 1 TiB
+    of elements) is a LimitError naming the object, never a bare MemoryError: this
+    is the one function every torch read path goes through (``Reader.read_torch``,
+    ``load_file``, ``safe_open(framework="pt")``)."""
+    where = {"path": reader.path, "obj": name}
+    try:
+        return _object_to_torch(reader, name, copy, device, sync, where)
+    except MemoryError:
+        raise LimitError("not enough memory for this read", **where) from None
+
+
+def _object_to_torch(reader, name, copy, device, sync, where):
     on_cpu = is_cpu(device)
     obj = reader.read(name, copy=copy and on_cpu)
-    where = {"path": reader.path, "obj": name}
     if obj.format != "dense":
         raise UnsupportedError(
             f"torch tensors come from dense objects; this one is {obj.format!r}", **where
