@@ -6,7 +6,8 @@ their data in external files are refused unless the files sit beside the model, 
 onnx resolves them (each is read when its tensor is, after the checks below).
 Two initializers or constants under one name are an error naming both (protobuf keeps
 both; which one a runtime uses is its own choice).  Initializers of a type zTensor
-has no dtype for (strings) are listed in the ``onnx.skipped_initializers`` attribute,
+has no dtype for (strings; the packed 4- and 2-bit types INT4, UINT4, FLOAT4E2M1, INT2,
+UINT2) are listed in the ``onnx.skipped_initializers`` attribute,
 sparse initializers in ``onnx.skipped_sparse_initializers`` (their dense form has the
 size their ``dims`` declare, not the size of their bytes), and those of subgraphs (a
 node's ``If``/``Loop`` branches) and training graphs, where they are scoped, in
