@@ -11,10 +11,11 @@ where the problem is::
 
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 __all__ = [
     "ZTensorError",
@@ -241,3 +242,14 @@ def strerror(code: int) -> str:
         return os.strerror(code)
     except (ValueError, OverflowError):
         return f"error {code}"
+
+
+@contextlib.contextmanager
+def memory_is_a_limit(path: Any = None, obj: Optional[str] = None) -> Iterator[None]:
+    """A read (or copy) larger than the memory left is a LimitError naming the file
+    and the object, never a bare MemoryError (docs/safety.md): a legitimate view can
+    show far more elements than its file holds (a stride-0 or overlapping view)."""
+    try:
+        yield
+    except MemoryError:
+        raise LimitError("not enough memory for this read", path=path, obj=obj) from None

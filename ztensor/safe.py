@@ -22,6 +22,7 @@ from ztensor.errors import (
     ObjectNotFoundError,
     SliceError,
     UnsupportedError,
+    memory_is_a_limit,
     refuse_copy,
 )
 from ztensor.formats import dense
@@ -296,6 +297,10 @@ class _Slice:
         return dtypes.SAFETENSORS_NAMES.get(key, key.upper())
 
     def __getitem__(self, index: Any) -> Any:
+        with memory_is_a_limit(self._reader.path, self._name):
+            return self._get(index)
+
+    def _get(self, index: Any) -> Any:
         shape = self._meta.shape
         selection = _selection(index, shape, self._name, self._reader.path)
         part = self._rows_only(selection)

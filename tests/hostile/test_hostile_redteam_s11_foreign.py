@@ -139,6 +139,10 @@ with ztensor.safe_open(path, framework="pt") as f:
     attempt("safe_open", lambda: f.get_tensor("v"))
 with ztensor.Reader(path) as r:
     attempt("read_torch", lambda: r.read_torch("v"))
+for framework in ("np", "pt"):
+    with ztensor.safe_open(path, framework=framework) as f:
+        attempt(f"get_slice {framework} [:]", lambda: f.get_slice("v")[:])
+        attempt(f"get_slice {framework} rows", lambda: f.get_slice("v")[0:100000])
 print("\n".join(results))
 """
 
@@ -164,6 +168,6 @@ def test_torch_copy_of_a_view_larger_than_memory_is_a_limit_error(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 3, done.stdout
+    assert len(lines) == 7, done.stdout
     for line in lines:
         assert "LimitError" in line and str(path) in line and "'v'" in line, line

@@ -35,6 +35,7 @@ from ztensor.errors import (
     ObjectNotFoundError,
     UnsupportedError,
     ZTensorError,
+    memory_is_a_limit,
     refuse_copy,
     without_secrets,
 )
@@ -54,11 +55,9 @@ def _memory_is_a_limit(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        try:
+        name = args[0] if args and isinstance(args[0], str) else None
+        with memory_is_a_limit(self.path, name):
             return method(self, *args, **kwargs)
-        except MemoryError:
-            name = args[0] if args and isinstance(args[0], str) else None
-            raise LimitError("not enough memory for this read", path=self.path, obj=name) from None
 
     return wrapper
 
@@ -376,12 +375,8 @@ class Reader:
             if view is not None:
                 if not copy:
                     return view
-                try:
+                with memory_is_a_limit(self.path, name):
                     return components.copy_array(view)
-                except MemoryError:
-                    raise LimitError(
-                        "not enough memory for this read", path=self.path, obj=name
-                    ) from None
         return self._read_numpy(name, copy=copy, dtype=dtype, threads=threads)
 
     def _zero_copy_views(self):

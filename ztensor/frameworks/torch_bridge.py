@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import LimitError, UnsupportedError
+from ztensor.errors import UnsupportedError, memory_is_a_limit
 from ztensor.frameworks import LazyModule, staging
 from ztensor.io import components
 
@@ -118,10 +118,8 @@ def object_to_torch(reader, name, copy, device, sync=True):
     is the one function every torch read path goes through (``Reader.read_torch``,
     ``load_file``, ``safe_open(framework="pt")``)."""
     where = {"path": reader.path, "obj": name}
-    try:
+    with memory_is_a_limit(**where):
         return _object_to_torch(reader, name, copy, device, sync, where)
-    except MemoryError:
-        raise LimitError("not enough memory for this read", **where) from None
 
 
 def _object_to_torch(reader, name, copy, device, sync, where):
