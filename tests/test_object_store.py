@@ -165,9 +165,9 @@ def test_a_failed_upload_is_a_write_error_and_leaves_nothing(bucket, tmp_path, m
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     name, opts, client = bucket
 
-    def refuse(lpath, rpath, **kwargs):
+    async def refuse(lpath, rpath, **kwargs):   # the upload upload.Upload._put runs
         raise PermissionError(13, "Access Denied")
-    monkeypatch.setattr(s3(opts), "put_file", refuse)
+    monkeypatch.setattr(s3(opts), "_put_file", refuse)
     url = f"s3://{name}/m.zt"
     with pytest.raises(WriteError, match="cannot upload.*Access Denied") as info:
         ztensor.numpy.save_file(tensors(), url, storage_options=opts)
@@ -206,15 +206,15 @@ def test_save_sharded_failing_midway_leaves_no_index(bucket, tmp_path, monkeypat
     # a re-save whose second shard's upload fails: the earlier index is gone (it
     # would name shards being replaced), no new index, no temporary object
     fs = s3(opts)
-    real = fs.put_file
+    real = fs._put_file   # the upload upload.Upload._put runs
     uploads = []
 
-    def second_fails(lpath, rpath, **kwargs):
+    async def second_fails(lpath, rpath, **kwargs):
         uploads.append(rpath)
         if len(uploads) == 2:
             raise ConnectionResetError(104, "connection reset by peer")
-        return real(lpath, rpath, **kwargs)
-    monkeypatch.setattr(fs, "put_file", second_fails)
+        return await real(lpath, rpath, **kwargs)
+    monkeypatch.setattr(fs, "_put_file", second_fails)
     with pytest.raises(WriteError, match="connection reset"):
         ztensor.save_sharded(tensors(), folder, max_shard_size=100, storage_options=opts)
     monkeypatch.undo()

@@ -17,6 +17,7 @@ docs/threat-model.md's promises.  Each test names the one function keeping its r
   (source._unparsable, in source._network_error).
 """
 import json
+import os
 
 import numpy as np
 import pytest
@@ -27,7 +28,6 @@ from test_hostile_redteam_dist import two_versions
 
 import ztensor
 from ztensor.errors import without_secrets
-from ztensor.io import source as src
 
 
 def _served_as(status, body, first, last, size, etag=b'"v1"', location=None):
@@ -237,3 +237,58 @@ def test_a_reply_aiohttp_cannot_parse_is_not_called_a_400(raw, tmp_path):
     with pytest.raises(ztensor.NetworkError, match="reply is not HTTP") as err:
         ztensor.Reader(server.url())
     assert "HTTP 400" not in str(err.value) and server.url() in str(err.value)
+
+
+# ------------------------------------------------------------------ 5. interrupted upload
+try:  # moto's S3 server on loopback, as tests/test_object_store.py starts it
+    from test_object_store import bucket, moto_server  # noqa: F401  (fixtures)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def test_an_interrupted_upload_stops_and_leaves_nothing(bucket, tmp_path, monkeypatch):
+    """Ctrl-C (or the command's SIGTERM) during an S3 multipart upload: fsspec's
+    put_file ended its wait with the KeyboardInterrupt, but the upload went on in
+    fsspec's loop thread, and the object appeared seconds after the caller was told
+    the write failed (it could land over a retry's newer object).  Now the upload
+    is cancelled and its multipart upload aborted: nothing, then or later
+    (upload.Upload._put)."""
+    import asyncio
+    import signal
+    import threading
+    import time
+
+    import s3fs
+    import s3fs.core
+    from test_object_store import keys
+
+    name, opts, client = bucket
+    monkeypatch.setattr(s3fs.core, "calculate_chunksize", lambda size, chunksize=None: 5 << 20)
+    real = s3fs.S3FileSystem._call_s3
+    parts = threading.Event()
+
+    async def slow(self, method, *args, **kwargs):
+        if method == "upload_part":
+            parts.set()
+            await asyncio.sleep(1.5)
+        return await real(self, method, *args, **kwargs)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", slow)
+    armed = [True]
+
+    def interrupt(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    pid = os.getpid()
+    threading.Thread(target=lambda: parts.wait(30) and os.kill(pid, signal.SIGUSR1),
+                     daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with ztensor.Writer(f"s3://{name}/m.zt", storage_options=opts) as w:
+                w.write_numpy("x", np.random.default_rng(0).random(12 << 17))  # 12 MiB
+    finally:
+        armed[0] = False
+        signal.signal(signal.SIGUSR1, previous)
+    time.sleep(5)   # the parts' uploads would be done and the object complete by now
+    assert keys(client, name) == []

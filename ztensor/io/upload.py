@@ -21,13 +21,17 @@ How the upload keeps it:
   (``fs.mv``); a failure removes the temporary key.  Their uploads may write in
   place, so a reader could see a torn object at the final key.
 
-A process killed mid-upload can still leave what the store keeps of an
-unfinished upload (S3's invisible multipart parts, a temporary key): a store's
-lifecycle rules clear those, as for any client.
+An upload interrupted in the process (Ctrl-C, the command's SIGTERM) is cancelled
+with the call and its multipart upload aborted (:meth:`Upload._put`): it does not
+run on in fsspec's loop thread.  A process killed mid-upload can still leave what
+the store keeps of an unfinished upload (S3's invisible multipart parts, a
+temporary key): a store's lifecycle rules clear those, as for any client.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import secrets
 import tempfile
@@ -40,6 +44,8 @@ from ztensor.io.source import url_options
 
 # stores whose single upload becomes visible whole, only once complete
 _ATOMIC_PUT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
+# seconds an interrupted upload is given to stop (Upload._put)
+_SETTLE = 30.0
 # protocols an object cannot be written to (fsspec's HTTP "put" is a POST of the
 # bytes to a URL, which no server takes as storing a file there)
 _NOT_WRITABLE = frozenset({"http", "https"})
@@ -143,7 +149,7 @@ class Upload:
         WriteError naming the URL, and leaves no temporary object behind."""
         try:
             if self.atomic:
-                self.fs.put_file(local, self.key)
+                self._put(local, self.key)
             else:
                 parent, _, base = self.key.rstrip("/").rpartition("/")
                 temp = (
@@ -152,7 +158,7 @@ class Upload:
                     else f".{base}.{secrets.token_hex(6)}.tmp"
                 )
                 try:
-                    self.fs.put_file(local, temp)
+                    self._put(local, temp)
                     self.fs.mv(temp, self.key)
                 except BaseException:
                     self._discard(temp)
@@ -200,6 +206,59 @@ class Upload:
                 path=self.url,
                 errno=getattr(exc, "errno", None),
             ) from exc
+
+    def _put(self, local: str, key: str) -> None:
+        """Upload ``local`` to ``key``, stopped when the caller is interrupted.
+
+        fsspec's ``put_file`` of an async filesystem (s3fs, gcsfs, adlfs) runs the
+        upload on fsspec's event loop thread and waits for it; a KeyboardInterrupt
+        (Ctrl-C, the command's SIGTERM) ended the wait but not the upload, which
+        went on in the background and made the object appear after the caller was
+        told the write failed (and could land over a retry's newer object).  Here
+        the wait is ours: on any interruption the upload is cancelled and waited for
+        (at most _SETTLE seconds), and a multipart upload it left (s3fs aborts one
+        only on an Exception, not on cancellation) is aborted."""
+        fs = self.fs
+        if not getattr(fs, "async_impl", False) or getattr(fs, "loop", None) is None:
+            fs.put_file(local, key)
+            return
+        before = self._unfinished(key)
+        future = asyncio.run_coroutine_threadsafe(fs._put_file(local, key), fs.loop)
+        try:
+            future.result()
+        except BaseException:
+            if future.cancel():
+                concurrent.futures.wait([future], timeout=_SETTLE)
+            self._abort_unfinished(key, before)
+            raise
+
+    def _unfinished(self, key: str) -> Optional[set]:
+        """The ids of the multipart uploads to ``key`` now unfinished (S3 only;
+        None elsewhere, or when the store will not say)."""
+        if not hasattr(self.fs, "call_s3"):
+            return None
+        bucket, path, _ = self.fs.split_path(key)
+        try:
+            listed = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=path)
+        except Exception:
+            return None
+        return {u["UploadId"] for u in listed.get("Uploads", []) if u.get("Key") == path}
+
+    def _abort_unfinished(self, key: str, before: Optional[set]) -> None:
+        """Abort the multipart uploads to ``key`` begun since ``before`` was listed
+        (the one this upload started), best effort: the error that led here is
+        the one raised."""
+        if before is None:
+            return
+        now = self._unfinished(key)
+        bucket, path, _ = self.fs.split_path(key)
+        for upload_id in (now or set()) - before:
+            try:
+                self.fs.call_s3(
+                    "abort_multipart_upload", Bucket=bucket, Key=path, UploadId=upload_id
+                )
+            except Exception:
+                pass
 
     def _discard(self, key: str) -> None:
         try:
