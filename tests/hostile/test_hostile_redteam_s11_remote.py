@@ -292,3 +292,19 @@ def test_an_interrupted_upload_stops_and_leaves_nothing(bucket, tmp_path, monkey
         signal.signal(signal.SIGUSR1, previous)
     time.sleep(5)   # the parts' uploads would be done and the object complete by now
     assert keys(client, name) == []
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_the_command_prints_no_credentials(raw, tmp_path, command):
+    """``ztensor info`` and ``verify`` echoed the URL with its password on success
+    (``file: http://alice:...@host``), into terminals and CI logs alike: every text
+    the command prints passes cli._printable, which now shows ``***``."""
+    import io
+
+    from ztensor.tools import cli
+
+    one, _, _ = two_versions(tmp_path)
+    scheme, rest = raw(serving(one)).url().split("://", 1)
+    out = io.StringIO()
+    assert cli.main([command, f"{scheme}://alice:{SECRET}@{rest}"], out=out) == 0
+    assert SECRET not in out.getvalue() and "***@127.0.0.1" in out.getvalue()

@@ -35,7 +35,7 @@ from ztensor._native.contract import GGML_BLOCKS
 from ztensor._version import __version__
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor.errors import LimitError, ZTensorError
+from ztensor.errors import LimitError, ZTensorError, without_secrets
 from ztensor.formats.quantized import dequantize
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
@@ -45,8 +45,9 @@ from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS, chunks, sparkline, tensor_
 
 def _printable(text) -> str:
     """A name from a file, safe to print: control characters and other
-    non-printables (terminal escape sequences) are shown as escapes, never sent."""
-    text = str(text)
+    non-printables (terminal escape sequences) are shown as escapes, never sent; a
+    URL's credentials are shown as ``***`` (errors.without_secrets)."""
+    text = without_secrets(str(text))
     if text.isprintable():
         return text
     return "".join(
