@@ -388,3 +388,14 @@ def test_a_stream_chunk_that_would_overrun_is_refused_before_it_is_copied(tmp_pa
             s.write(np.arange(4, dtype=np.float64))      # a correct chunk may follow
     with ztensor.Reader(path) as r:
         assert np.array_equal(r.read_numpy("x"), np.arange(4, dtype=np.float64))
+
+
+def test_pickle_values_no_attribute_holds_are_counted_not_dropped_unsaid(tmp_path):
+    """None values were neither kept nor counted in pickle.omitted_attributes (bytes
+    come through torch.save's protocol 2 as _codecs.encode, refused as code)."""
+    path = str(tmp_path / "c.pt")
+    torch.save({"w": torch.ones(2), "nothing": None, "scheduler": {"last": None},
+                "epoch": 3}, path)
+    with ztensor.Reader(path) as r:
+        assert r.attributes["pickle.epoch"] == 3
+        assert r.attributes["pickle.omitted_attributes"] == 2

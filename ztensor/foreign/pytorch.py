@@ -665,6 +665,8 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
       kept, and the attribute ``pickle.omitted_attributes`` counts those not kept, so
       no amount of attribute text can make a tensor's name fail.
     * Plain values (int, float, str, bool) are kept whole: a string is never cut.
+      Any other value (bytes, None, a complex number) has no attribute to hold it
+      and is counted in ``pickle.omitted_attributes`` too: nothing goes unsaid.
     """
     names = NameTable(path, "tensor")
     attribute_names = NameTable(path, "attribute")
@@ -724,6 +726,8 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             keys = node.keys()
             name = attribute_names.claim("pickle." + ".".join(parts), keys)
             attributes[name] = value
+        elif node.parent is not None:
+            omitted += 1  # bytes, None, complex...: no attribute holds them, counted
     if omitted:  # said, not dropped without a word
         name = attribute_names.claim(OMITTED_ATTRIBUTES, "the count of values not kept")
         attributes[name] = omitted
