@@ -399,3 +399,17 @@ def test_pickle_values_no_attribute_holds_are_counted_not_dropped_unsaid(tmp_pat
     with ztensor.Reader(path) as r:
         assert r.attributes["pickle.epoch"] == 3
         assert r.attributes["pickle.omitted_attributes"] == 2
+
+
+def test_hdf5_soft_and_external_links_are_listed_not_dropped_unsaid(tmp_path):
+    """They are not followed (containment), but a name the file gives was dropped
+    without a word; they are now listed in hdf5_skipped_links."""
+    h5py = pytest.importorskip("h5py")
+    path = str(tmp_path / "m.h5")
+    with h5py.File(path, "w") as f:
+        f["layer/weight"] = np.arange(4, dtype=np.float32)
+        f["layer/alias"] = h5py.SoftLink("/layer/weight")
+        f["outside"] = h5py.ExternalLink("other.h5", "/x")
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["layer.weight"]
+        assert sorted(r.attributes["hdf5_skipped_links"]) == ["/layer/alias", "/outside"]

@@ -14,7 +14,8 @@ elsewhere, and by default every such dataset is refused (FormatError naming it):
   named by any path, ``/etc/passwd`` or ``../secret`` alike;
 * **virtual datasets**: the data is mapped from datasets of other HDF5 files;
 * **external links** are never followed (the walk, :func:`_datasets`, follows only
-  hard links), and neither are soft links.
+  hard links), and neither are soft links: both are listed, by HDF5 path, in the
+  ``hdf5_skipped_links`` attribute, so no name goes unsaid.
 
 Every name a dataset has through hard links is a tensor; a group reached through
 two hard links (an alias, a cycle) is refused (:func:`_datasets`).
@@ -57,6 +58,7 @@ SMALL = 1 << 20
 # has a dtype for: strings, compounds, references, long doubles (outside ``hdf5.``,
 # where the file's own attributes are, so no attribute of the file can take its place)
 SKIPPED = "hdf5_skipped_datasets"
+SKIPPED_LINKS = "hdf5_skipped_links"  # soft and external links, not followed
 
 
 def open_file(
@@ -95,10 +97,12 @@ def open_file(
             raw.close()
 
     try:
-        entries, skipped = _entries(h5py, handle, name, limits, unsafe_allow_external)
+        entries, skipped, links = _entries(h5py, handle, name, limits, unsafe_allow_external)
         attributes = {f"hdf5.{k}": v for k, v in _plain_attrs(handle, name)}
         if skipped:  # said, not dropped without a word (as ONNX's skipped initializers)
             attributes[SKIPPED] = skipped
+        if links:
+            attributes[SKIPPED_LINKS] = links
     except BaseException:
         close()
         raise
@@ -108,14 +112,15 @@ def open_file(
 def _entries(h5py, handle, name, limits, allow_external):
     bound = min(MAX_DATASETS, limits.max_objects)
     try:
-        found = _datasets(h5py, handle, name, bound)
+        found, links = _datasets(h5py, handle, name, bound)
     except ZTensorError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
-    if len(found) > bound:
+    if len(found) + len(links) > bound:
         raise LimitError(
-            f"more than {bound} datasets (limits: max_objects {limits.max_objects})", path=name
+            f"more than {bound} datasets and links (limits: max_objects {limits.max_objects})",
+            path=name,
         )
     names = NameTable(name, "dataset")
     entries = {}
@@ -128,13 +133,14 @@ def _entries(h5py, handle, name, limits, allow_external):
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
         entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
-    return entries, skipped
+    return entries, skipped, links
 
 
 def _datasets(h5py, handle, path, bound):
-    """(HDF5 path, dataset) for every name a dataset has through hard links, in
-    h5py's order (depth first, each group's links by name), and no more than
-    ``bound + 1`` of them (the walk stops there).
+    """((HDF5 path, dataset) for every name a dataset has through hard links, in
+    h5py's order (depth first, each group's links by name); the HDF5 paths of the
+    soft and external links not followed), and no more than ``bound + 1`` of the two
+    together (the walk stops there).
 
     A dataset may have several names (``f["b"] = f["a"]``): each is a tensor, as a
     ``torch.save`` of tied weights gives each name (h5py's ``visititems`` visits an
@@ -145,6 +151,7 @@ def _datasets(h5py, handle, path, bound):
     Soft and external links are not followed (module doc).  Work follows the links
     the file holds: each group is entered once."""
     found = []
+    not_followed = []
     groups = {handle.id: "/"}  # ObjectIDs compare equal for one object in the file
     stack = [("", iter(handle), handle)]
     while stack:
@@ -154,12 +161,15 @@ def _datasets(h5py, handle, path, bound):
             stack.pop()
             continue
         if not isinstance(group.get(key, getlink=True), h5py.HardLink):
+            not_followed.append("/" + prefix + key)
+            if len(found) + len(not_followed) > bound:
+                break
             continue
         item = group[key]
         full = prefix + key
         if isinstance(item, h5py.Dataset):
             found.append((full, item))
-            if len(found) > bound:
+            if len(found) + len(not_followed) > bound:
                 break  # no work beyond the bound: the caller refuses the file
         elif isinstance(item, h5py.Group):
             first = groups.setdefault(item.id, "/" + full)
@@ -170,7 +180,7 @@ def _datasets(h5py, handle, path, bound):
                     path=path,
                 )
             stack.append((full + "/", iter(item), item))
-    return found
+    return found, not_followed
 
 
 # what _spec returns for a dataset whose element type zTensor has no dtype for
