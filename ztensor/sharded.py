@@ -45,11 +45,9 @@ from ztensor.foreign.names import json_loads_unique
 from ztensor.io import atomic
 from ztensor.io import upload as remote_write
 from ztensor.io.source import (
-    check_range_reply,
     is_url,
     network_errors,
-    open_local_input,
-    open_url,
+    read_small_file,
     url_options,
 )
 from ztensor.safe import safe_open
@@ -311,7 +309,8 @@ class ShardedReader:
             return
         self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
         try:
-            data = json_loads_unique(_read_index(index, self._options), index, "index key")
+            raw = read_small_file(index, MAX_INDEX_BYTES, "index", self._options)
+            data = json_loads_unique(raw, index, "index key")
         except ZTensorError:
             raise  # a network failure, a FIFO: already says what and where
         except (OSError, ValueError, RecursionError) as exc:
@@ -646,34 +645,6 @@ class ShardedReader:
             f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, "
             f"{len(self)} tensor(s)]>"
         )
-
-
-def _read_index(index: str, storage_options: Any = None) -> bytes:
-    """The index's bytes, at most MAX_INDEX_BYTES (a local regular file, through
-    source.open_local_input, or an fsspec URL, through source.open_url)."""
-    if _is_url(index):
-        f = open_url(index, storage_options)
-        with f, network_errors(index):
-            return _read_bounded(f, index)
-    with open_local_input(index) as f:
-        return _read_bounded(f, index)
-
-
-def _read_bounded(f, index: str) -> bytes:
-    """At most MAX_INDEX_BYTES from ``f`` in 64 KiB reads: memory follows the bytes
-    the index holds (one read of MAX_INDEX_BYTES would allocate them all at once)."""
-    parts: List[bytes] = []
-    held = 0
-    while True:
-        part = f.read(1 << 16)
-        # an index replaced on a server naming no version would be read spliced
-        check_range_reply(part, getattr(f, "size", None), index)
-        if not part:
-            return b"".join(parts)
-        held += len(part)
-        if held > MAX_INDEX_BYTES:
-            raise FormatError(f"an index larger than {MAX_INDEX_BYTES} bytes", path=index)
-        parts.append(part)
 
 
 def _size(path: str, storage_options: Any = None) -> int:

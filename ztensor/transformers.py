@@ -46,7 +46,7 @@ from ztensor.errors import (
     UnsupportedError,
     ZTensorError,
 )
-from ztensor.io.source import is_url, network_errors, open_local_input, open_url
+from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
 from ztensor.torch import find_shared_tensors, load_file, remove_duplicate_names, shard_by_shard
 
@@ -160,17 +160,9 @@ def _read_json(
     """The JSON object at ``where`` (a path or URL), None if there is no such file;
     at most MAX_CONFIG_BYTES are read.  Anything but a JSON object is a FormatError."""
     try:
-        if is_url(where):
-            f = open_url(where, storage_options)
-            with f, network_errors(where):
-                data = f.read(MAX_CONFIG_BYTES + 1)
-        else:
-            with open_local_input(where) as f:
-                data = f.read(MAX_CONFIG_BYTES + 1)
+        data = read_small_file(where, MAX_CONFIG_BYTES, what, storage_options)
     except FileNotFoundError:  # NetworkNotFoundError (404) is one too
         return None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise FormatError(f"a {what} larger than {MAX_CONFIG_BYTES} bytes", path=where)
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -413,3 +413,37 @@ def test_hdf5_soft_and_external_links_are_listed_not_dropped_unsaid(tmp_path):
     with ztensor.Reader(path) as r:
         assert r.keys() == ["layer.weight"]
         assert sorted(r.attributes["hdf5_skipped_links"]) == ["/layer/alias", "/outside"]
+
+
+def test_a_config_replaced_while_read_is_refused(tmp_path, raw):  # noqa: F811
+    """from_pretrained read config.json in one read, never holding the reply to the
+    size opened: on a server naming no version (the caller opted in), a config
+    replaced between the HEAD and the GET was read as the other file."""
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=32, n_layer=1, n_head=4, vocab_size=64, n_positions=32))
+    folder = tmp_path / "m"
+    ztf.save_pretrained(model, folder)
+    files = {"/m/" + p.name: p.read_bytes() for p in folder.iterdir()}
+    asked = {"n": 0}
+
+    def config_now():
+        asked["n"] += 1
+        text = files["/m/config.json"]
+        return text if asked["n"] == 1 else text.replace(b"{", b'{"extra": 1, ', 1)
+
+    def reply(method, asked_range, headers):
+        path = headers[":path"]
+        if path == "/m/config.json":
+            return serving(config_now, etag=None)(method, asked_range, headers)
+        data = files.get(path)
+        if data is None:
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        return serving(data, etag=None)(method, asked_range, headers)
+
+    server = raw(reply)
+    with pytest.raises(ztensor.FormatError, match="changed on the server"):
+        ztf.from_pretrained(transformers.GPT2LMHeadModel, server.url("/m/model.zt.index.json"),
+                            storage_options={"ztensor_allow_unversioned": True})

@@ -570,6 +570,36 @@ _PIECE = 64 << 20
 _ERROR_BODY = 64 << 10
 
 
+def read_small_file(path, limit, what, storage_options=None) -> bytes:
+    """The bytes of a small file beside the tensors (a sharded index, a model's
+    config), a local path or an fsspec URL: at most ``limit`` of them, a FormatError
+    naming ``what`` past that.  Read in 64 KiB pieces, so memory follows the bytes
+    the file holds (one read of ``limit`` bytes would allocate them all at once);
+    over a URL each reply is held to the size opened (:func:`check_range_reply`: a
+    file replaced on a server naming no version would be read spliced).  A missing
+    file is a FileNotFoundError (NetworkNotFoundError over a URL)."""
+    if is_url(path):
+        f = open_url(path, storage_options)
+        with f, network_errors(path):
+            return _read_bounded(f, limit, what, path)
+    with open_local_input(path) as f:
+        return _read_bounded(f, limit, what, path)
+
+
+def _read_bounded(f, limit, what, path) -> bytes:
+    parts = []
+    held = 0
+    while True:
+        part = f.read(1 << 16)
+        check_range_reply(part, getattr(f, "size", None), path)
+        if not part:
+            return b"".join(parts)
+        held += len(part)
+        if held > limit:
+            raise FormatError(f"a {what} larger than {limit} bytes", path=path)
+        parts.append(part)
+
+
 def open_url(url, storage_options=None):
     """An fsspec URL as a seekable file object (fsspec is optional), its failures
     translated by :func:`network_errors`.  HTTP(S) replies are checked against the
