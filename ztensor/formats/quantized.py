@@ -160,20 +160,27 @@ class _Layout:
         return cls(t.shape[0], t.shape[1], bits, group_size, where)
 
     def shaped(self, role, arr):
+        """THE rule for a component's (or a GPTQ tensor's) shape: the layout's shape,
+        or flat (at most 1-D: a file stores components as a run of values) with the
+        layout's number of values.  Another shape of the same size is refused, never
+        reshaped: ``scales`` ``[N, G]`` (transposed) or ``qzeros``
+        ``[N*bits/32, G]`` read as ``[G, N]`` gave other weights without a word."""
         shapes = {
             "packed_weight": (_contract.stream_words(self.K, self.bits), self.N),
             "scales": (self.G, self.N),
             "zeros": (self.G, self.N),
             "g_idx": (self.K,),
+            "qzeros": (self.G, _contract.stream_words(self.N, self.bits)),
         }
         want = shapes.get(role)
         if want is None:
             return arr
-        if arr.size != math.prod(want):
+        if arr.size != math.prod(want) or (arr.ndim > 1 and arr.shape != want):
             raise FormatError(
-                f"{role} holds {arr.size} values, [N={self.N}, K={self.K}] with "
-                f"bits={self.bits}, group_size={self.group_size} needs "
-                f"{math.prod(want)}",
+                f"{role} holds {arr.size} values of shape {list(arr.shape)}, "
+                f"[N={self.N}, K={self.K}] with bits={self.bits}, "
+                f"group_size={self.group_size} needs {list(want)}"
+                + ("" if arr.ndim > 1 else f" ({math.prod(want)} values)"),
                 component=role,
                 **self.where,
             )
@@ -361,14 +368,12 @@ def _from_gptq(tensors, bits, group_size, checkpoint_format) -> _Inputs:
     scales, scale_type = _float_bytes(
         layout.shaped("scales", np.asarray(tensors["scales"])), "scales", {}
     )
-    qzeros = _int32_words(tensors["qzeros"], "qzeros", {})
-    row_words = _contract.stream_words(layout.N, bits)
-    if layout.N % layout.per or qzeros.size != layout.G * row_words:
+    if layout.N % layout.per:
         raise FormatError(
-            f"qzeros holds {qzeros.size} words, [N={layout.N}, K={layout.K}] "
-            f"needs {layout.G} x {row_words}",
+            f"N={layout.N} is not a multiple of {layout.per}: qzeros rows are whole int32 words",
             component="qzeros",
         )
+    qzeros = _int32_words(layout.shaped("qzeros", np.asarray(tensors["qzeros"])), "qzeros", {})
     g_idx = tensors.get("g_idx")
     g_idx = None if g_idx is None else layout.check_g_idx(g_idx)
     zero_type = kernels.ZERO_PACKED_V1 if checkpoint_format == "gptq" else kernels.ZERO_PACKED_V2
