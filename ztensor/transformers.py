@@ -107,6 +107,7 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             f"no {CONFIG_NAME} beside the weights: a transformers model is built from it",
             path=config_path,
         )
+    _refuse_hub_code(config_dict, config_path)
     config_class = _config_class(cls, config_dict, source)
     with _config_refusals(config_path, "transformers refuses the config"):
         config, model_kwargs = config_class.from_dict(
@@ -170,6 +171,54 @@ def _read_json(
     if not isinstance(value, dict):
         raise FormatError(f"a {what} is a JSON object, not {type(value).__name__}", path=where)
     return value
+
+
+# the config keys naming the code a layer runs: transformers takes a value such as
+# "org/repo", "org/repo@rev:fn" or "msa|org/repo" as a Hub kernel repository, downloads
+# it and imports it (through the `kernels` package, when installed)
+_IMPLEMENTATION_KEYS = frozenset(
+    (
+        "attn_implementation",
+        "_attn_implementation",
+        "experts_implementation",
+        "_experts_implementation",
+    )
+)
+# what a built-in implementation is called ("eager", "sdpa", "flash_attention_2",
+# "flex_attention", "grouped_mm"...): a name, nothing to fetch
+_LOCAL_IMPLEMENTATION = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
+    """THE rule that a ``config.json`` makes transformers fetch and run no code: an
+    attention or experts implementation it names (at its top or in a sub-config,
+    as text or as transformers' per-sub-config dict) is a built-in one's name.  A Hub
+    kernel (``kernels-community/flash-attn2``, ``msa|org/repo``, which transformers
+    loads from any repository) is a FormatError naming the file: the caller may
+    still ask for one with the ``attn_implementation`` keyword, their own choice."""
+    stack: List[Any] = [config_dict]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+            continue
+        if not isinstance(value, dict):
+            continue
+        for key, item in value.items():
+            if key in _IMPLEMENTATION_KEYS:
+                named = item.values() if isinstance(item, dict) else [item]
+                for text in named:
+                    if text is not None and not (
+                        isinstance(text, str) and _LOCAL_IMPLEMENTATION.fullmatch(text)
+                    ):
+                        shown = repr(text)[:120]
+                        raise FormatError(
+                            f"{key} {shown} is not a built-in implementation's name: "
+                            "transformers would fetch it from the Hub and run it (pass "
+                            "attn_implementation= yourself to choose a kernel)",
+                            path=config_path,
+                        )
+            stack.append(item)
 
 
 def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:

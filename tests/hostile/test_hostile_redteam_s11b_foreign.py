@@ -52,3 +52,41 @@ def test_quantized_object_with_transposed_scales_is_not_written(tmp_path):
     with pytest.raises(ztensor.FormatError, match="scales holds"):
         with ztensor.Writer(path) as w:
             w.write("w", bad)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"_attn_implementation": "kernels-community/flash-attn2"},
+        {"attn_implementation": "msa|someone/evil@main"},
+        {"experts_implementation": "org/repo:fn"},
+        {"text_config": {"_attn_implementation": {"": "eager", "vision": "org/evil"}}},
+    ],
+)
+def test_config_naming_a_hub_kernel_is_refused_before_anything_is_built(tmp_path, extra):
+    # transformers reads an attention/experts implementation "org/repo" (or
+    # "msa|org/repo", loaded from ANY repository) as a Hub kernel to download and import
+    # (when the `kernels` package is installed): a config.json must not make a load
+    # fetch and run code (transformers._refuse_hub_code)
+    transformers = pytest.importorskip("transformers")
+    import json
+
+    import ztensor.torch as zt
+    from ztensor.transformers import from_pretrained
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2,
+    )
+    model = transformers.LlamaForCausalLM(cfg)
+    zt.save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+                 str(tmp_path / "model.zt"))
+    (tmp_path / "config.json").write_text(json.dumps({**cfg.to_dict(), **extra}))
+    with pytest.raises(ztensor.FormatError, match="not a built-in implementation") as info:
+        from_pretrained(transformers.AutoModelForCausalLM, tmp_path)
+    assert "config.json" in str(info.value)
+    # a built-in implementation's name still loads
+    (tmp_path / "config.json").write_text(
+        json.dumps({**cfg.to_dict(), "_attn_implementation": "eager"}))
+    loaded = from_pretrained(transformers.AutoModelForCausalLM, tmp_path)
+    assert type(loaded).__name__ == "LlamaForCausalLM"
