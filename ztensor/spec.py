@@ -129,8 +129,10 @@ DEFAULT_LIMITS = Limits()
 
 
 def parse_version(text: object) -> tuple[int, int] | None:
-    """``"1.2.0"`` -> ``(1, 2)``; anything else -> ``None``."""
-    if not isinstance(text, str):
+    """``"1.2.0"`` -> ``(1, 2)``; anything else -> ``None``.  Only ASCII digits:
+    ``str.isdigit`` also takes ``"²"`` and ``"٢"``, which ``int`` then refuses or
+    reads as another version."""
+    if not isinstance(text, str) or not text.isascii():
         return None
     parts = text.split(".")
     if len(parts) < 2 or not all(p.isdigit() and len(p) <= 6 for p in parts):

@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from ztensor import _save, dtypes, sharded
+from ztensor import _save, dtypes, formats, sharded
 from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes
 from ztensor.container.writer import Writer
@@ -334,6 +334,7 @@ def _load_reader(
                 and arr.dtype.kind in "biufc"
                 and arr.dtype.isnative
                 and not dtypes.is_ml_dtype(arr.dtype)  # ml_dtypes' FP8 say kind 'f'
+                and not _may_be_typed(r, name, arr)
             ):
                 out[key] = torch.from_numpy(arr)  # writable: shared, not copied
                 continue
@@ -345,6 +346,23 @@ def _load_reader(
     if not on_cpu:
         staging.sync()  # every tensor complete, as after tensor.to(device)
     return out
+
+
+def _may_be_typed(reader, name, arr):
+    """Whether ``arr``, a batch read's owned array of ``name`` (read_numpy's values),
+    may be the wrong torch tensor for it: bf16 storage or a logical type torch holds
+    as its own dtype (float8, float4, e8m0) comes through numpy as its storage bits
+    (u8, u16: a type ml_dtypes lacks) or decoded to float (no ml_dtypes), so such
+    an object goes through object_to_torch (torch_bits_for), as ``copy=False`` and
+    ``read_torch`` do; ``load_file(copy=True)`` and ``load(bytes)`` gave
+    ``torch.uint8`` or ``float32`` for them.  The spec is asked only for arrays of
+    those dtypes: building one for every float32 tensor would slow the common load."""
+    kind = arr.dtype
+    if not (kind.kind == "u" and kind.itemsize <= 2) and not (
+        kind.kind == "f" and kind.itemsize <= 4 and dtypes.ml_dtypes_module() is None
+    ):
+        return False
+    return "data" in formats.types_of(reader.metadata(name))
 
 
 def _stored_bytes(reader, name):

@@ -242,11 +242,16 @@ def _torch_target(dst):
     dst = dst.detach()
     bits = torch_bridge.torch_bits_dtype(dst.dtype)  # bf16/float8: fill their bits
     on_cpu = torch_bridge.is_cpu(dst.device)
-    if on_cpu and dst.is_contiguous():
+    # a negative or conjugate view (x._neg_view(), x.conj()) shows its memory negated
+    # or conjugated: only copy_ fills it so that it shows the object's values (its
+    # memory filled directly would show them negated; .numpy() refused it outright)
+    plain = dst.is_contiguous() and not dst.is_neg() and not dst.is_conj()
+    if on_cpu and plain:
         view = dst.view(bits[0]) if bits else dst
         arr = view.numpy()
         return (arr.view(bits[1]) if bits else arr), lambda: None
-    # another device, or a strided CPU tensor: filled in host memory first
+    # another device, or a strided or negative/conjugate CPU view: filled in host
+    # memory first
     host = torch.empty(dst.shape, dtype=dst.dtype, device="cpu")
     view = host.view(bits[0]) if bits else host
     arr = view.numpy()
@@ -256,7 +261,7 @@ def _torch_target(dst):
 
     def finish():
         buffer = staging.for_device(dst.device)  # the one staging buffer (pinned for CUDA)
-        if dst.is_contiguous():
+        if plain:
             buffer.fill(arr, dst)
         else:
             dst.copy_(buffer.put(arr, dst.dtype, dst.shape))

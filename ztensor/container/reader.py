@@ -832,4 +832,6 @@ def open_bytes(data: Any, **kwargs: Any) -> Reader:
             os.unlink(path)  # the mapping keeps the bytes; nothing is left on disk
         reader.path = BYTES
         return reader
-    return Reader(data, **kwargs)
+    # the checked view, not ``data``: an object that is bytes-like and file-like too
+    # (an mmap.mmap, whose seek returns None) is read as the bytes it holds
+    return Reader(view, **kwargs)
