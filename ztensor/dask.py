@@ -38,7 +38,7 @@ import numpy as np
 from ztensor.container.reader import Reader
 from ztensor.errors import ClosedError, LimitError, UnsupportedError
 from ztensor.io import components, values
-from ztensor.io.source import is_url, network_errors, url_options
+from ztensor.io.source import is_url, network_errors, url_filesystem
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
 from ztensor.sharded import is_checkpoint, open_sharded
@@ -230,12 +230,10 @@ def _identity(source: str, storage_options=None):
     if not is_url(source):
         st = os.stat(source)
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    import fsspec
-
     # a URL gone or refused since the graph was made says so (404, refused), as a
     # read of it would: fsspec's bare FileNotFoundError named no status
     with network_errors(source):
-        fs, inner = fsspec.core.url_to_fs(source, **url_options(source, storage_options))
+        fs, inner = url_filesystem(source, storage_options)
         info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
     return (("size", str(info.get("size"))),) + marks if marks else None

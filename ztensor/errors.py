@@ -193,8 +193,10 @@ class SliceError(SafetensorError, IndexError):
 # a URL in a message: a scheme, then everything up to a space or a quote, less
 # the punctuation that ends a sentence or the ': ' after a path
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>:;,.)]")
-# what follows the scheme up to an '@' before the host ends: user and password
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
+# what follows the scheme up to the last '@' before the host ends: user and password
+# (a password holding an unescaped '@' is cut where the URL's parsers cut it, at the
+# last one: up to the first left the rest of the password shown)
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 # a query parameter's value (a presigned URL's signature, a token)
 _QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
 

@@ -48,7 +48,7 @@ from ztensor.io.source import (
     is_url,
     network_errors,
     read_small_file,
-    url_options,
+    url_filesystem,
 )
 from ztensor.safe import safe_open
 
@@ -649,10 +649,8 @@ class ShardedReader:
 
 def _size(path: str, storage_options: Any = None) -> int:
     if _is_url(path):
-        import fsspec
-
         with network_errors(path):
-            fs, inner = fsspec.core.url_to_fs(path, **url_options(path, storage_options))
+            fs, inner = url_filesystem(path, storage_options)
             return int(fs.size(inner))
     return os.path.getsize(path)
 

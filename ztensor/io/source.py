@@ -48,9 +48,11 @@ from ztensor.errors import (
 
 
 def is_url(path) -> bool:
-    """True for a string naming an fsspec URL (``https://``, ``s3://``...); a plain
-    path and ``file://`` are local."""
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+    """True for a string naming an fsspec URL (``https://``, ``s3://``...), and so
+    for ``file://`` too: it is refused as a URL (url_filesystem: give the path).
+    Taken as a plain path, ``file:///tmp/m.zt`` was the relative path
+    ``./file:/tmp/m.zt``, read and written in the current folder."""
+    return isinstance(path, str) and "://" in path
 
 
 class ShrinkCheckedFile(io.RawIOBase):
@@ -144,6 +146,24 @@ def open_local_input(path) -> io.BufferedReader:
         raise
 
 
+def refuse_unchecked_file(f, name) -> None:
+    """An UnsupportedError for a file object the caller opened through fsspec's HTTP(S)
+    filesystem (``fsspec.open("https://...")``): ztensor checks an HTTP(S) reply only
+    in the session it makes itself (url_options), so such a file's replies are read
+    as fsspec reads them: a 206 without end was read whole into memory (gigabytes
+    for a 4 KB tensor) and its first bytes taken as the tensor, and no request was
+    held to one version of the file.  Every other file object passes."""
+    protocols = getattr(getattr(f, "fs", None), "protocol", ())
+    protocols = {protocols} if isinstance(protocols, str) else set(protocols or ())
+    if protocols & {"http", "https"}:
+        raise UnsupportedError(
+            "an HTTP(S) file opened by fsspec outside ztensor is not read: its "
+            "replies would not be checked against the range asked for, nor held to "
+            "one version of the file. Give its URL (and storage_options) instead",
+            path=name,
+        )
+
+
 class Source:
     """Read-only bytes of one file or buffer.
 
@@ -219,6 +239,8 @@ class Source:
             raise TypeError("a file object source must be opened in binary mode")
         label = getattr(f, "path", None) or getattr(f, "name", None)
         self.name = os.fspath(label) if isinstance(label, (str, os.PathLike)) else "<file object>"
+        if self._url is None:
+            refuse_unchecked_file(f, self.name)
         self._file = f
         if getattr(f, "fs", None) is not None and self._url is None:
             self._url = self.name  # an fsspec file handed in: its failures are network ones
@@ -587,7 +609,7 @@ def read_small_file(path, limit, what, storage_options=None) -> bytes:
 
 
 def _read_bounded(f, limit, what, path) -> bytes:
-    parts = []
+    parts: "list[bytes]" = []
     held = 0
     while True:
         part = f.read(1 << 16)
@@ -605,20 +627,13 @@ def open_url(url, storage_options=None):
     translated by :func:`network_errors`.  HTTP(S) replies are checked against the
     range asked for (:class:`_CheckedResponse`) and time out after URL_TIMEOUT.
     ``storage_options``: the caller's fsspec options (credentials, endpoint)."""
-    try:
-        import fsspec
-    except ImportError:
-        raise UnsupportedError(
-            "reading URLs needs the 'fsspec' package (pip install fsspec)", path=url
-        ) from None
-    options = url_options(url, storage_options)
     with network_errors(url):
         # no read-ahead: each read is one range request for exactly the bytes asked
         # for (fsspec's default caches multi-megabyte blocks, far more than a manifest;
         # s3fs's 50 MiB).  Given to the file's open, not to fsspec.open, whose extra
         # keywords are options of the filesystem: s3fs took cache_type there and
         # ignored it, and read whole blocks
-        fs, inner = fsspec.core.url_to_fs(url, **options)
+        fs, inner = url_filesystem(url, storage_options)
         unversioned = bool((storage_options or {}).get(UNVERSIONED_OPTION))
         if _is_http(url):
             pinned = _pinned_version(fs, inner, url, unversioned)
@@ -641,6 +656,83 @@ def open_url(url, storage_options=None):
             path=url,
         )
     return f
+
+
+# fsspec protocols whose filesystem reads another one's files: a cache (the whole
+# file copied first, unchecked and unbounded), an archive, a folder view, references;
+# and the local file system, whose files are read by their path (open_local_input)
+_NOT_A_STORE = frozenset(
+    {
+        "blockcache",
+        "cached",
+        "filecache",
+        "simplecache",
+        "zip",
+        "tar",
+        "libarchive",
+        "reference",
+        "dir",
+        "file",
+        "local",
+    }
+)
+# an IPv6 literal host, whose "::" is no chain of URLs
+_IPV6_HOST = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#\[]*)\[[^\]/?#]*\]")
+
+
+def url_filesystem(url, storage_options=None):
+    """(fsspec filesystem, path inside it) for ``url``: the one place a URL becomes a
+    filesystem, for every read (open_url), write (upload), size (sharded) and
+    version (dask) of one.  ``storage_options`` are the caller's (url_options adds
+    the checked HTTP(S) replies).  An UnsupportedError naming the URL for:
+
+    * a chained URL (``simplecache::https://...``, ``zip://m.zt::s3://...``) or a
+      protocol whose filesystem reads another's files (a cache, an archive, a
+      folder view): its outer layer reads the inner URL's bytes whole and
+      unchecked, bypassing every rule of docs/remote.md (no version pin, so a server
+      naming none was read without the opt-in; no bound on a reply: a body without
+      end filled the cache's disk, or memory);
+    * a URL of the local file system (``local://``, ``file://`` inside a chain): a
+      local file is read by its path, through open_local_input (a FIFO opened
+      through fsspec waited for a writer for ever);
+    * a URL fsspec cannot open (an unknown protocol, ``HTTP://`` which fsspec's
+      table lacks, a filesystem missing an argument): a bare ValueError or
+      TypeError.
+
+    HTTP(S) filesystems are made by protocol, the URL itself the path: fsspec's
+    url_to_fs splits a URL at every ``::`` (its chains), so an IPv6 literal host
+    (``http://[::1]:8080/m.zt``) was asked for as ``http://[``."""
+    try:
+        import fsspec
+    except ImportError:
+        raise UnsupportedError(
+            "URLs need the 'fsspec' package (pip install fsspec, and s3fs or gcsfs "
+            "for s3:// or gs://)",
+            path=url,
+        ) from None
+    scheme = url.split("://", 1)[0].lower()
+    outside_host = _IPV6_HOST.sub(r"\1", url) if _is_http(url) else url
+    if scheme in ("file", "local") and "::" not in outside_host:
+        raise UnsupportedError(
+            f"a {scheme}:// URL is not read or written: give the local file's path",
+            path=url,
+        )
+    if "::" in outside_host or scheme in _NOT_A_STORE:
+        what = "a chained URL" if "::" in outside_host else f"a {scheme}:// URL"
+        raise UnsupportedError(
+            f"{what} is not read or written: its filesystem reads another one's "
+            "files whole and unchecked (no version pin, no bound on a reply). Give "
+            "the file's own URL, or a local file's path",
+            path=url,
+        )
+    options = url_options(url, storage_options)
+    try:
+        if _is_http(url):
+            return fsspec.filesystem(scheme, **options), url
+        return fsspec.core.url_to_fs(url, **options)
+    except (ImportError, ValueError, TypeError) as exc:
+        # no such protocol, its package missing, an argument it needs
+        raise UnsupportedError(f"fsspec cannot open this URL: {_said(exc)}", path=url) from None
 
 
 def _is_http(url):
@@ -1177,6 +1269,11 @@ def _network_error(url, exc):
                 "does not answer range requests",
                 path=url,
             )
+        if isinstance(item, ValueError):
+            # the URL refused before any request (a port out of range, a bad IPv6
+            # literal, a path s3fs cannot take): fsspec's HTTP info wraps it in a
+            # FileNotFoundError, said as "not found", a 404 no server sent
+            return NetworkError(f"not a URL that can be asked for: {_said(item)}", path=url)
     if isinstance(exc, FileNotFoundError):
         return NetworkNotFoundError("not found", path=url, errno=errno.ENOENT)
     if isinstance(exc, OSError) and not isinstance(exc, ZTensorError):

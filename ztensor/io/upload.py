@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 from ztensor.errors import UnsupportedError, WriteError, ZTensorError
 from ztensor.io.source import is_url as _is_url
-from ztensor.io.source import url_options
+from ztensor.io.source import url_filesystem
 
 # stores whose single upload becomes visible whole, only once complete
 _ATOMIC_PUT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -52,8 +52,8 @@ _NOT_WRITABLE = frozenset({"http", "https"})
 
 
 def is_url(path: Any) -> bool:
-    """True for a string naming an fsspec URL; a plain path and ``file://`` are local
-    (the rule of :func:`ztensor.io.source.is_url`)."""
+    """True for a string naming an fsspec URL (the rule of
+    :func:`ztensor.io.source.is_url`)."""
     return _is_url(path)
 
 
@@ -90,14 +90,6 @@ def check_storage_options(path: Any, storage_options: Any) -> Optional[dict]:
 
 def _filesystem(url: str, storage_options: Optional[dict]):
     """(filesystem, path inside it, protocol) for ``url``."""
-    try:
-        import fsspec
-    except ImportError:
-        raise UnsupportedError(
-            "writing URLs needs the 'fsspec' package (pip install "
-            "fsspec, and s3fs or gcsfs for s3:// or gs://)",
-            path=url,
-        ) from None
     protocol = url.split("://", 1)[0].lower()
     if protocol in _NOT_WRITABLE:
         raise UnsupportedError(
@@ -105,10 +97,8 @@ def _filesystem(url: str, storage_options: Optional[dict]):
             "object store (s3://, gs://, ...) or a local path",
             path=url,
         )
-    try:
-        fs, inner = fsspec.core.url_to_fs(url, **url_options(url, storage_options))
-    except (ImportError, ValueError) as exc:  # no such protocol, its package missing
-        raise UnsupportedError(f"cannot write to this URL: {exc}", path=url) from None
+    # no such protocol, a chain, a local file: source.url_filesystem's refusals
+    fs, inner = url_filesystem(url, storage_options)
     return fs, inner, protocol
 
 
