@@ -447,3 +447,15 @@ def test_a_config_replaced_while_read_is_refused(tmp_path, raw):  # noqa: F811
     with pytest.raises(ztensor.FormatError, match="changed on the server"):
         ztf.from_pretrained(transformers.GPT2LMHeadModel, server.url("/m/model.zt.index.json"),
                             storage_options={"ztensor_allow_unversioned": True})
+
+
+@pytest.mark.parametrize("dtype", ["complex32", "float8_e8m0fnu", "bits8"])
+def test_a_checkpoint_of_a_torch_dtype_zt_lacks_is_unsupported_not_code(tmp_path, dtype):
+    """A valid torch.save of complex32/float8_e8m0fnu/bits8 tensors was refused as if
+    its pickle ran code ('refusing to load torch.complex32 ... no code is run')."""
+    dt = getattr(torch, dtype)
+    t = torch.zeros(4, dtype=dt) if dtype == "complex32" else torch.zeros(4, dtype=torch.uint8).view(dt)
+    path = str(tmp_path / "d.pt")
+    torch.save({"a": t}, path)
+    with pytest.raises(ztensor.UnsupportedError, match=f"torch.{dtype} tensors"):
+        ztensor.Reader(path)

@@ -93,6 +93,15 @@ _DTYPES = {
 _KEY_TYPES = (str, int, float, bool, type(None), bytes)
 
 
+# torch dtypes a checkpoint may name that zTensor has no type for (quantized, sub-byte,
+# complex32, bit containers): a valid file refused as unsupported, not as code
+_OTHER_TORCH_DTYPES = frozenset(
+    ["complex32", "chalf", "float8_e8m0fnu", "float4_e2m1fn_x2", "quint8", "qint8", "qint32"]
+    + ["quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"]
+    + [f"{kind}{n}" for kind in ("int", "uint") for n in range(1, 8)]
+)
+
+
 class _DType:
     """What a storage class or dtype global unpickles to: a type marker, made afresh
     for each global the pickle names."""
@@ -465,6 +474,14 @@ class RestrictedUnpickler(_PythonUnpickler):  # the Python one: its dispatch is 
             return _Global(f"{module}.{name}", found)
         if module in ("torch", "torch.storage") and name in _DTYPES:
             return _DType(name)
+        if module in ("torch", "torch.storage") and (
+            name in _OTHER_TORCH_DTYPES or name.endswith("Storage")
+        ):
+            # a valid checkpoint of a dtype zTensor has no type for: said as such
+            raise UnsupportedError(
+                f"the checkpoint holds torch.{name[:100]} tensors, a dtype zTensor does "
+                "not store"
+            )
         raise FormatError(
             f"refusing to load {module[:100]}.{name[:100]} from a pickle: a "
             "checkpoint may hold tensors and plain containers only (no code "
