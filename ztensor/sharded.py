@@ -35,6 +35,7 @@ from ztensor import _save
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
 from ztensor.errors import (
+    ClosedError,
     FormatError,
     ObjectNotFoundError,
     WriteError,
@@ -293,6 +294,7 @@ class ShardedReader:
 
     def __init__(self, path: PathLike, storage_options: Optional[Dict[str, Any]] = None) -> None:
         self.path = os.fspath(path)
+        self._closed = False
         # fsspec's options for the index's URL, and for every shard beside it
         self._options = remote_write.check_storage_options(self.path, storage_options)
         index = find_index(self.path)
@@ -390,7 +392,9 @@ class ShardedReader:
         **reader_options: Any,
     ) -> Reader:
         """A new Reader of shard ``file``, checked to hold exactly the tensors the
-        index places there: the one place a shard is opened for reading."""
+        index places there: the one place a shard is opened for reading (none once
+        the checkpoint is closed: a ClosedError, as from a closed Reader)."""
+        self._require_open(name)
         try:
             reader = Reader(self._shard(file), storage_options=self._options, **reader_options)
         except IsADirectoryError:  # NotAFileError too: its advice is for a checkpoint
@@ -569,6 +573,7 @@ class ShardedReader:
                 raise exc
             errors.append(exc)
 
+        self._require_open()
         checked, done = 0, 0
         paths = {file: self._shard(file) for file in self.shards}
         sizes = {}
@@ -628,7 +633,12 @@ class ShardedReader:
                 progress(done, total)
         return {name: out[name] for name in self._map}
 
+    def _require_open(self, name: Optional[str] = None) -> None:
+        if self._closed:
+            raise ClosedError("this checkpoint is closed", path=self.path, obj=name)
+
     def close(self) -> None:
+        self._closed = True
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()

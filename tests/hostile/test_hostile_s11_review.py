@@ -459,3 +459,38 @@ def test_a_checkpoint_of_a_torch_dtype_zt_lacks_is_unsupported_not_code(tmp_path
     torch.save({"a": t}, path)
     with pytest.raises(ztensor.UnsupportedError, match=f"torch.{dtype} tensors"):
         ztensor.Reader(path)
+
+
+def test_a_closed_sharded_checkpoint_reads_nothing(tmp_path):
+    """read_numpy, read_into and verify reopened the shards after close() (leaking
+    them), where a closed Reader or safe_open raises ClosedError."""
+    tensors = {f"t{i}": np.full(1000, i, np.float32) for i in range(4)}
+    ztensor.save_sharded(tensors, str(tmp_path), max_shard_size=5000)
+    ckpt = ztensor.open_sharded(str(tmp_path))
+    assert np.array_equal(ckpt.read_numpy("t1"), tensors["t1"])
+    ckpt.close()
+    with pytest.raises(ztensor.ClosedError):
+        ckpt.read_numpy("t2")
+    with pytest.raises(ztensor.ClosedError):
+        ckpt.read_into("t0", np.empty(1000, np.float32))
+    with pytest.raises(ztensor.ClosedError):
+        ckpt.verify()
+
+
+def test_a_reader_over_an_mmap_object(tmp_path):
+    """mmap.mmap's seek returns None: the size was taken from it, a bare TypeError."""
+    import mmap
+    path = str(tmp_path / "m.zt")
+    with ztensor.Writer(path) as w:
+        w.add("a", np.arange(5.0))
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    with ztensor.Reader(m) as r:
+        assert np.array_equal(r.read_numpy("a"), np.arange(5.0))
+
+
+def test_the_unversioned_opt_in_is_a_bool():
+    """'false' (a string) read as true."""
+    from ztensor.io import source
+    with pytest.raises(TypeError, match="True or False"):
+        source.open_url("http://127.0.0.1:1/x.zt", {"ztensor_allow_unversioned": "false"})

@@ -245,7 +245,9 @@ class Source:
         if getattr(f, "fs", None) is not None and self._url is None:
             self._url = self.name  # an fsspec file handed in: its failures are network ones
         try:
-            self.size = f.seek(0, os.SEEK_END)
+            f.seek(0, os.SEEK_END)
+            # tell(), not seek's return: mmap.mmap's seek returns None
+            self.size = f.tell()
         except (ValueError, OSError) as exc:
             if self._url is None:
                 raise TypeError(f"a file object source must be seekable ({exc})") from None
@@ -634,7 +636,11 @@ def open_url(url, storage_options=None):
         # keywords are options of the filesystem: s3fs took cache_type there and
         # ignored it, and read whole blocks
         fs, inner = url_filesystem(url, storage_options)
-        unversioned = bool((storage_options or {}).get(UNVERSIONED_OPTION))
+        unversioned = (storage_options or {}).get(UNVERSIONED_OPTION, False)
+        if not isinstance(unversioned, bool):  # "false" would read as true
+            raise TypeError(
+                f"storage_options[{UNVERSIONED_OPTION!r}] is True or False, not {unversioned!r}"
+            )
         if _is_http(url):
             pinned = _pinned_version(fs, inner, url, unversioned)
         else:
