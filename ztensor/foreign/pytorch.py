@@ -479,8 +479,7 @@ class RestrictedUnpickler(_PythonUnpickler):  # the Python one: its dispatch is 
         ):
             # a valid checkpoint of a dtype zTensor has no type for: said as such
             raise UnsupportedError(
-                f"the checkpoint holds torch.{name[:100]} tensors, a dtype zTensor does "
-                "not store"
+                f"the checkpoint holds torch.{name[:100]} tensors, a dtype zTensor does not store"
             )
         raise FormatError(
             f"refusing to load {module[:100]}.{name[:100]} from a pickle: a "

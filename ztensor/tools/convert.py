@@ -214,26 +214,26 @@ def _plan_checkpoint(source, target, fmt="zt") -> _CheckpointPlan:
         folder, files = checkpoint.folder, checkpoint.shards
         listed = {name: checkpoint.file_of(name) for name in checkpoint.keys()}
         metadata = dict(checkpoint.attributes)
-    where = index or source
-    outputs = NameTable(where, "output shard")
-    tensors = NameTable(where, "tensor")
-    out_names = _shard_names(files, fmt)
-    shards, weight_map, attributes = [], {}, {}
-    for file in files:
-        out = out_names[file]
-        # macOS and Windows file systems ignore case (and APFS the Unicode normal
-        # form): two outputs differing only so would be one file there, the second
-        # shard overwriting the first under an index that names both
-        outputs.claim(out if fmt is None else _folded(out), file)
-        # the sharded reader's one shard opener: a missing shard is a FormatError
-        # naming the index, as open_sharded gives (a bare Reader let OSError out)
-        with checkpoint.open_shard(file, unlisted_ok=True) as reader:
-            names = reader.keys()
-            attributes[file] = dict(reader.attributes)
-        for name in names:
-            tensors.claim(name, file)
-            weight_map[name] = out
-        shards.append((file, out, names))
+        where = index or source
+        outputs = NameTable(where, "output shard")
+        tensors = NameTable(where, "tensor")
+        out_names = _shard_names(files, fmt)
+        shards, weight_map, attributes = [], {}, {}
+        for file in files:
+            out = out_names[file]
+            # macOS and Windows file systems ignore case (and APFS the Unicode normal
+            # form): two outputs differing only so would be one file there, the second
+            # shard overwriting the first under an index that names both
+            outputs.claim(out if fmt is None else _folded(out), file)
+            # the sharded reader's one shard opener: a missing shard is a FormatError
+            # naming the index, as open_sharded gives (a bare Reader let OSError out)
+            with checkpoint.open_shard(file, unlisted_ok=True) as reader:
+                names = reader.keys()
+                attributes[file] = dict(reader.attributes)
+            for name in names:
+                tensors.claim(name, file)
+                weight_map[name] = out
+            shards.append((file, out, names))
     for name, file in listed.items():
         if name not in tensors:
             raise FormatError(
