@@ -245,9 +245,9 @@ class Source:
         if getattr(f, "fs", None) is not None and self._url is None:
             self._url = self.name  # an fsspec file handed in: its failures are network ones
         try:
-            f.seek(0, os.SEEK_END)
-            # tell(), not seek's return: mmap.mmap's seek returns None
-            self.size = f.tell()
+            end = f.seek(0, os.SEEK_END)
+            # mmap.mmap's seek returns None: its tell() says where it is
+            self.size = end if isinstance(end, int) else f.tell()
         except (ValueError, OSError) as exc:
             if self._url is None:
                 raise TypeError(f"a file object source must be seekable ({exc})") from None
