@@ -190,32 +190,51 @@ class SliceError(SafetensorError, IndexError):
         return self.message
 
 
-# a URL in a message: a scheme, then everything up to a space or a quote, less
-# the punctuation that ends a sentence or the ': ' after a path
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>:;,.)]")
-# what follows the scheme up to the last '@' before the host ends: user and password
-# (a password holding an unescaped '@' is cut where the URL's parsers cut it, at the
-# last one: up to the first left the rest of the password shown)
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+# a URL in a message: a scheme, then everything up to a space; what may end it is
+# taken off and kept (_URL_END): a sentence's punctuation, the ': ' after a path, a
+# repr's closing quote.  A quote inside is the URL's own (a value holding one was
+# cut there, the rest shown)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+_URL_END = re.compile(r"['\"<>:;,.)\]]*$")
+# what follows a scheme up to the last '@' before the host ends, on the whole text
+# rather than inside a URL found first: a password may hold what ends a URL in
+# text (a space, a quote, '<': 'https://user:pa'ss@host' was shown whole).  A
+# password holding an unescaped '@' is cut where the URL's parsers cut it, at the
+# last one (up to the first left the rest of the password shown)
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\n]*@")
 # a query parameter's value (a presigned URL's signature, a token)
 _QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
+# a path parameter's value (';jsessionid=...')
+_PATH_PARAM_VALUE = re.compile(r"(;[^=;/?#]*=)[^;/?#]*")
 
 
 def without_secrets(text: str) -> str:
     """``text`` with what may be a credential taken out of every URL in it: the
     user and password before the host (``https://user:token@host`` becomes
-    ``https://***@host``) and each query parameter's value (a presigned URL's
-    ``X-Amz-Signature``, an Azure SAS ``sig``, a ``token``: ``?token=***``).  The one
-    rule for text shown to a person: every :class:`ZTensorError` message (a URL given
-    to ``Reader`` with credentials in it names itself in every error about it) and
-    the ``repr`` of handles on a URL."""
+    ``https://***@host``), each query or path parameter's value (a presigned URL's
+    ``X-Amz-Signature``, an Azure SAS ``sig``, a ``token``: ``?token=***``,
+    ``;jsessionid=***``) and the fragment (``#***``: never sent to a server, so
+    anything there is the caller's own, an OAuth ``access_token`` say).  The one
+    rule for text shown to a person: every :class:`ZTensorError` message (a URL
+    given to ``Reader`` with credentials in it names itself in every error about
+    it), the ``repr`` of handles on a URL (Reader, Writer, ShardedReader) and the
+    warnings naming them."""
+    if "://" not in text:
+        return text
 
     def scrub(match: "re.Match[str]") -> str:
-        url = _USERINFO.sub(r"\1***@", match[0])
-        head, mark, rest = url.partition("?")
-        return head + mark + _QUERY_VALUE.sub(r"\1***", "?" + rest)[1:] if mark else url
+        whole = match[0]
+        end = _URL_END.search(whole)
+        cut = end.start() if end is not None else len(whole)
+        url, tail = whole[:cut], whole[cut:]
+        url, hash_mark, fragment = url.partition("#")
+        head, mark, query = url.partition("?")
+        head = _PATH_PARAM_VALUE.sub(r"\1***", head)
+        if mark:
+            head += mark + _QUERY_VALUE.sub(r"\1***", "?" + query)[1:]
+        return head + (hash_mark + "***" if fragment else hash_mark) + tail
 
-    return _URL.sub(scrub, text) if "://" in text else text
+    return _URL.sub(scrub, _USERINFO.sub(r"\1***@", text))
 
 
 def _short(value) -> str:

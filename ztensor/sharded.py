@@ -20,10 +20,12 @@ Reader API over all shards, each shard opened on first use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import stat
+import threading
 import unicodedata
 import urllib.parse
 from collections import OrderedDict
@@ -301,6 +303,12 @@ class ShardedReader:
         # the shards open for metadata/read_numpy, the least recently used closed
         # past MAX_OPEN_SHARDS (ShardedReader._reader)
         self._readers: "OrderedDict[str, Reader]" = OrderedDict()
+        # threads may share a checkpoint as they share a Reader (docs/safety.md): the
+        # table above, the readers in use (id -> how many reads hold it) and those
+        # put out of it while in use (closed by their last read) change under one lock
+        self._lock = threading.Lock()
+        self._users: Dict[int, int] = {}
+        self._retired: Dict[int, Reader] = {}
         if index is None:
             single = self._single_file(self.path)
             self.folder = os.path.dirname(single)
@@ -367,21 +375,63 @@ class ShardedReader:
             )
         return os.path.join(path, candidates[0])
 
-    def _reader(self, name: str) -> Reader:
+    @contextlib.contextmanager
+    def _using(self, name: str) -> Iterator[Reader]:
+        """The open Reader of the shard holding ``name``, kept open while the block
+        runs: the one way every read reaches a shard.  A checkpoint of more shards
+        than the process may hold open files (ulimit -n, often 1024) is read with
+        MAX_OPEN_SHARDS open, the least recently used closed; one that a read in
+        another thread still uses is closed when that read ends (it was closed under
+        the read: a ClosedError for a valid checkpoint shared by threads).  Arrays
+        already read stay valid (Reader.close)."""
+        reader = self._acquire(name)
+        try:
+            yield reader
+        finally:
+            self._release(reader)
+
+    def _acquire(self, name: str) -> Reader:
         file = self._map.get(name) if isinstance(name, str) else None
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
-        readers = self._readers
-        if file in readers:
-            readers.move_to_end(file)
-            return readers[file]
-        # a checkpoint of more shards than the process may hold open files (ulimit
-        # -n, often 1024) is read with at most MAX_OPEN_SHARDS open: the least
-        # recently used is closed (arrays already read stay valid: Reader.close)
-        while len(readers) >= MAX_OPEN_SHARDS:
-            readers.popitem(last=False)[1].close()
-        readers[file] = self._open_checked(file, name)
-        return readers[file]
+        with self._lock:
+            self._require_open(name)
+            reader = self._readers.get(file)
+            if reader is not None:
+                self._readers.move_to_end(file)
+                self._users[id(reader)] = self._users.get(id(reader), 0) + 1
+                return reader
+        # opened outside the lock: a remote shard's open takes round trips, and
+        # reads of shards already open need not wait for it
+        opened = self._open_checked(file, name)
+        with self._lock:
+            closed = self._closed
+            reader = self._readers.get(file)
+            if not closed:
+                if reader is None:  # no other thread opened it meanwhile
+                    while len(self._readers) >= MAX_OPEN_SHARDS:
+                        old = self._readers.popitem(last=False)[1]
+                        if self._users.get(id(old)):
+                            self._retired[id(old)] = old
+                        else:
+                            old.close()
+                    reader = self._readers[file] = opened
+                self._users[id(reader)] = self._users.get(id(reader), 0) + 1
+        if closed or reader is not opened:
+            opened.close()
+        if closed or reader is None:  # closed while it opened
+            raise ClosedError("this checkpoint is closed", path=self.path, obj=name)
+        return reader
+
+    def _release(self, reader: Reader) -> None:
+        with self._lock:
+            left = self._users.pop(id(reader)) - 1
+            if left:
+                self._users[id(reader)] = left
+                return
+            retired = self._retired.pop(id(reader), None)
+        if retired is not None:
+            retired.close()
 
     def _open_checked(
         self,
@@ -514,35 +564,42 @@ class ShardedReader:
         return self.read_numpy(name)
 
     def metadata(self, name: str) -> Any:
-        return self._reader(name).metadata(name)
+        with self._using(name) as reader:
+            return reader.metadata(name)
 
     def reader_of(self, name: str) -> Reader:
         """The open :class:`ztensor.Reader` of the shard holding ``name`` (opened once,
         checked against the index, closed with this one): for reads that go through
-        a Reader's own paths (``ztensor stats`` streams a compressed tensor)."""
-        return self._reader(name)
+        a Reader's own paths (``ztensor stats`` streams a compressed tensor).  With
+        more than MAX_OPEN_SHARDS shards read meanwhile it may have been closed."""
+        with self._using(name) as reader:
+            return reader
 
     def read_numpy(self, name: Any, **kwargs: Any) -> Any:
         if isinstance(name, list):
             return {n: self.read_numpy(n, **kwargs) for n in name}
-        return self._reader(name).read_numpy(name, **kwargs)
+        with self._using(name) as reader:
+            return reader.read_numpy(name, **kwargs)
 
     def read(self, name: Any, **kwargs: Any) -> Any:
         if isinstance(name, list):
             return {n: self.read(n, **kwargs) for n in name}
-        return self._reader(name).read(name, **kwargs)
+        with self._using(name) as reader:
+            return reader.read(name, **kwargs)
 
     def read_torch(self, name: Any, **kwargs: Any) -> Any:
         if isinstance(name, list):
             return {n: self.read_torch(n, **kwargs) for n in name}
-        return self._reader(name).read_torch(name, **kwargs)
+        with self._using(name) as reader:
+            return reader.read_torch(name, **kwargs)
 
     def read_into(self, name: Any, dst: Any = None) -> None:
         if isinstance(name, dict):
             for n, d in name.items():
-                self._reader(n).read_into(n, d)
+                self.read_into(n, d)
             return
-        self._reader(name).read_into(name, dst)
+        with self._using(name) as reader:
+            reader.read_into(name, dst)
 
     def get_tensor(self, name: str) -> Any:
         return self.read_numpy(name)
@@ -550,7 +607,8 @@ class ShardedReader:
     def get_slice(self, name: str) -> Any:
         """safe_open's lazy slice of ``name``, over its shard (only the rows asked
         for are read)."""
-        self._reader(name)  # the name must be in its shard
+        with self._using(name):
+            pass  # the name must be in its shard
         return safe_open(
             self._shard(self._map[name]), framework="np", storage_options=self._options
         ).get_slice(name)
@@ -627,7 +685,9 @@ class ShardedReader:
         total, done = sum(_size(p, self._options) for p in paths.values()), 0
         for file, path in paths.items():
             names = self._placed.get(file, [])
-            out.update(self._reader(names[0]).read_numpy(names, copy=copy) if names else {})
+            if names:
+                with self._using(names[0]) as reader:
+                    out.update(reader.read_numpy(names, copy=copy))
             done += _size(path, self._options)
             if progress is not None:
                 progress(done, total)
@@ -638,10 +698,13 @@ class ShardedReader:
             raise ClosedError("this checkpoint is closed", path=self.path, obj=name)
 
     def close(self) -> None:
-        self._closed = True
-        for reader in self._readers.values():
+        with self._lock:
+            self._closed = True
+            readers = [*self._readers.values(), *self._retired.values()]
+            self._readers.clear()
+            self._retired.clear()
+        for reader in readers:  # a read racing close: "reader is closed", as a Reader's
             reader.close()
-        self._readers.clear()
 
     def __enter__(self) -> "ShardedReader":
         return self

@@ -30,6 +30,7 @@ from ztensor.errors import (
     UnsupportedError,
     WriteError,
     refuse_copy,
+    without_secrets,
 )
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 from ztensor.io import atomic, components
@@ -680,7 +681,10 @@ class Writer:
 
     def __repr__(self) -> str:
         state = "finished" if self._state == "closed" else self._state  # the reference's word
-        return f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
+        # a URL's credentials never shown (its ResourceWarning quotes this too)
+        return without_secrets(
+            f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
+        )
 
 
 class _BoolSink:
