@@ -103,8 +103,9 @@ def _convert_and_signal(tmp_path, signum, ignore=False):
     np.save(src, np.random.default_rng(0).standard_normal(8 << 20))  # 64 MB of f64
 
     def child():
-        if ignore:
-            signal.signal(signum, signal.SIG_IGN)  # as nohup leaves it
+        # the signal's disposition is set either way: a test run under nohup (CI
+        # started in the background) would otherwise hand the child an ignored SIGHUP
+        signal.signal(signum, signal.SIG_IGN if ignore else signal.SIG_DFL)
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "ztensor", "convert", str(src), str(tmp_path / "out.zt"),
