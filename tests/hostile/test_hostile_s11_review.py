@@ -494,3 +494,21 @@ def test_the_unversioned_opt_in_is_a_bool():
     from ztensor.io import source
     with pytest.raises(TypeError, match="True or False"):
         source.open_url("http://127.0.0.1:1/x.zt", {"ztensor_allow_unversioned": "false"})
+
+
+@pytest.mark.parametrize("url,options", [
+    ("async_wrapper://x.zt", "memory-fs"),
+    ("dask://x.zt", {"target_protocol": "memory"}),
+])
+def test_a_filesystem_over_another_is_refused_by_what_it_is(url, options):
+    """url_filesystem refused chains and caches by protocol name; a wrapper under
+    another registered name (async_wrapper, dask) read through its inner filesystem
+    unchecked.  The filesystem made is judged by what it is."""
+    fsspec = pytest.importorskip("fsspec")
+    from ztensor.io import source
+    if options == "memory-fs":
+        options = {"fs": fsspec.filesystem("memory")}
+    with pytest.raises(ztensor.UnsupportedError, match="another filesystem"):
+        source.url_filesystem(url, options)
+    fs, _ = source.url_filesystem("memory://x.zt")        # a store of its own: kept
+    assert type(fs).__name__ == "MemoryFileSystem"

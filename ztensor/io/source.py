@@ -735,10 +735,39 @@ def url_filesystem(url, storage_options=None):
     try:
         if _is_http(url):
             return fsspec.filesystem(scheme, **options), url
-        return fsspec.core.url_to_fs(url, **options)
+        fs, inner = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError, TypeError) as exc:
         # no such protocol, its package missing, an argument it needs
         raise UnsupportedError(f"fsspec cannot open this URL: {_said(exc)}", path=url) from None
+    _require_a_store(fs, url)
+    return fs, inner
+
+
+def _require_a_store(fs, url):
+    """The filesystem a URL made, judged by what it is rather than by its protocol's
+    name (a package can register any name): one of the local file system (fsspec's
+    LocalFileSystem or a subclass, ``asynclocal``...) or one reading through another
+    filesystem (it holds one: ``dask``, ``generic``, ``async_wrapper``, the caches)
+    is refused as the named ones are."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    # a wrapper holds its inner filesystem, or names the protocol it will make one of
+    wraps = hasattr(fs, "target_protocol") or any(
+        isinstance(getattr(fs, attr, None), _abstract_filesystem())
+        for attr in ("fs", "target", "sync_fs")
+    )
+    if isinstance(fs, LocalFileSystem) or wraps or "local" in type(fs).__name__.lower():
+        raise UnsupportedError(
+            f"this URL's filesystem ({type(fs).__name__}) reads local files or another "
+            "filesystem's, unchecked: give the file's own URL, or a local file's path",
+            path=url,
+        )
+
+
+def _abstract_filesystem():
+    from fsspec.spec import AbstractFileSystem
+
+    return AbstractFileSystem
 
 
 def _is_http(url):
