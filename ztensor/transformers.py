@@ -184,18 +184,24 @@ _IMPLEMENTATION_KEYS = frozenset(
         "_experts_implementation",
     )
 )
-# what a built-in implementation is called ("eager", "sdpa", "flash_attention_2",
-# "flex_attention", "grouped_mm"...): a name, nothing to fetch
-_LOCAL_IMPLEMENTATION = re.compile(r"[A-Za-z0-9_\-]+")
+# the implementations a file may choose: torch's own code, nothing to fetch.  Every
+# other name may download code: "flash_attention_2" without the flash_attn package
+# falls back to the Hub's kernels-community/flash-attn2 when `kernels` is installed,
+# "deepgemm"/"sonicmoe" load kernels, "org/repo" and "msa|org/repo" are Hub
+# repositories.  The caller chooses those with its own keyword, never the file.
+_FILE_MAY_CHOOSE = frozenset(
+    ("eager", "sdpa", "flex_attention", "paged|eager", "batched_mm", "grouped_mm")
+)
 
 
 def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
     """THE rule that a ``config.json`` makes transformers fetch and run no code: an
     attention or experts implementation it names (at its top or in a sub-config,
-    as text or as transformers' per-sub-config dict) is a built-in one's name.  A Hub
-    kernel (``kernels-community/flash-attn2``, ``msa|org/repo``, which transformers
-    loads from any repository) is a FormatError naming the file: the caller may
-    still ask for one with the ``attn_implementation`` keyword, their own choice."""
+    as text or as transformers' per-sub-config dict) is one of ``_FILE_MAY_CHOOSE``,
+    torch's own code.  Any other (a Hub kernel, ``msa|org/repo``, which transformers
+    loads from any repository; ``flash_attention_2``, which falls back to a Hub
+    kernel) is a FormatError naming the file: the caller may still ask for one with
+    the ``attn_implementation`` keyword, their own choice."""
     stack: List[Any] = [config_dict]
     while stack:
         value = stack.pop()
@@ -209,13 +215,13 @@ def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
                 named = item.values() if isinstance(item, dict) else [item]
                 for text in named:
                     if text is not None and not (
-                        isinstance(text, str) and _LOCAL_IMPLEMENTATION.fullmatch(text)
+                        isinstance(text, str) and text in _FILE_MAY_CHOOSE
                     ):
                         shown = repr(text)[:120]
                         raise FormatError(
-                            f"{key} {shown} is not a built-in implementation's name: "
-                            "transformers would fetch it from the Hub and run it (pass "
-                            "attn_implementation= yourself to choose a kernel)",
+                            f"{key} {shown} is not torch's own code: transformers may "
+                            "fetch it from the Hub and run it, and a file does not choose "
+                            "that (pass attn_implementation= yourself to use a kernel)",
                             path=config_path,
                         )
             stack.append(item)

@@ -61,6 +61,11 @@ def test_quantized_object_with_transposed_scales_is_not_written(tmp_path):
         {"attn_implementation": "msa|someone/evil@main"},
         {"experts_implementation": "org/repo:fn"},
         {"text_config": {"_attn_implementation": {"": "eager", "vision": "org/evil"}}},
+        # a built-in name that falls back to a Hub kernel (kernels installed, no
+        # flash_attn), and names that load kernels
+        {"_attn_implementation": "flash_attention_2"},
+        {"experts_implementation": "deepgemm"},
+        {"_attn_implementation": ["eager"]},
     ],
 )
 def test_config_naming_a_hub_kernel_is_refused_before_anything_is_built(tmp_path, extra):
@@ -82,7 +87,7 @@ def test_config_naming_a_hub_kernel_is_refused_before_anything_is_built(tmp_path
     zt.save_file({k: v.contiguous() for k, v in model.state_dict().items()},
                  str(tmp_path / "model.zt"))
     (tmp_path / "config.json").write_text(json.dumps({**cfg.to_dict(), **extra}))
-    with pytest.raises(ztensor.FormatError, match="not a built-in implementation") as info:
+    with pytest.raises(ztensor.FormatError, match="not torch's own code") as info:
         from_pretrained(transformers.AutoModelForCausalLM, tmp_path)
     assert "config.json" in str(info.value)
     # a built-in implementation's name still loads
