@@ -251,8 +251,10 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# an index is JSON text that lists names; no honest one comes near this
-MAX_INDEX_BYTES = 256 << 20
+# an index is JSON text that lists names; no honest one comes near this (100,000
+# tensors of 80-character names and their shards take about 10 MB).  Parsed, JSON takes
+# about 20 times its bytes in Python objects: the bound keeps that near a gigabyte
+MAX_INDEX_BYTES = 64 << 20
 # shards a ShardedReader holds open at once (each a file descriptor)
 MAX_OPEN_SHARDS = 64
 

@@ -512,3 +512,20 @@ def test_a_filesystem_over_another_is_refused_by_what_it_is(url, options):
         source.url_filesystem(url, options)
     fs, _ = source.url_filesystem("memory://x.zt")        # a store of its own: kept
     assert type(fs).__name__ == "MemoryFileSystem"
+
+
+def test_an_index_past_its_bound_is_refused_before_it_is_parsed(tmp_path):
+    """Parsed JSON takes about 20 times its bytes in Python objects (a 96 MB index
+    took 2 GB): the index is at most MAX_INDEX_BYTES, refused past it as it is read."""
+    from ztensor import sharded
+    with ztensor.Writer(str(tmp_path / "s.zt")) as w:
+        w.add("a", np.ones(2, np.float32))
+    head = b'{"metadata": {}, "weight_map": {"a": "s.zt"}}'
+    with open(tmp_path / "model.zt.index.json", "wb") as f:
+        f.write(head + b" " * (sharded.MAX_INDEX_BYTES + 1 - len(head)))
+    with pytest.raises(ztensor.FormatError, match=f"larger than {sharded.MAX_INDEX_BYTES}"):
+        ztensor.open_sharded(str(tmp_path))
+    with open(tmp_path / "model.zt.index.json", "r+b") as f:
+        f.truncate(sharded.MAX_INDEX_BYTES)
+    with ztensor.open_sharded(str(tmp_path)) as ckpt:
+        assert ckpt.keys() == ["a"]
