@@ -88,7 +88,8 @@ def read_component_chunks(source, comp, *, verify=False, limits, chunk_bytes, **
     :func:`require_readable`, the digest checked over the bytes it covers when
     ``verify`` (stored bytes first; decoded ones as they stream, a mismatch raised
     after the last piece), and for zstd exactly the declared size
-    (zstd_stream.zstd_chunks: a short or long stream is a FormatError).
+    (zstd_stream.zstd_chunks: a short or long stream is a FormatError), and a seek
+    table held to the rules of a whole read (seekable.frame_chunks).
 
     A zstd component is decoded a piece at a time, so memory stays at one piece
     whatever it decodes to; each piece is valid until the next is asked for.  It is
@@ -121,9 +122,7 @@ def read_component_chunks(source, comp, *, verify=False, limits, chunk_bytes, **
     )
     if verify:
         check_digest(comp, stored, "stored", **where)
-    for piece in zstd_stream.zstd_chunks(
-        stored, comp.uncompressed_length, limits, chunk_bytes, **where
-    ):
+    for piece in seekable.frame_chunks(stored, comp, limits, chunk_bytes, **where):
         if hasher is not None:
             hasher.update(piece)
         yield np.frombuffer(piece, dtype)

@@ -19,19 +19,23 @@ releases the GIL), in order.
 Reading trusts nothing in the table: it must lie inside the component, its sizes
 must add up to the component's stored length and to its ``uncompressed_length``,
 and its length is bounded by the bytes present (8 bytes per frame), so parsing is
-proportional to what the file holds.  Each decoded frame must yield exactly its
-declared size (zstd_stream.zstd_decode).  A table that does not add up is a
+proportional to what the file holds (numpy arrays, 32 bytes a frame).  Where a
+whole read decodes frame by frame (frames of 64 KiB or more on average:
+SeekTable.by_frame), each decoded frame must yield exactly its declared size
+(zstd_stream.zstd_decode); a table of many tiny or empty frames is decoded as one
+stream instead, so its work follows the bytes, not the frame count.  ``stats``
+streams under the same rules (:func:`frame_chunks`).  A table that does not add up is a
 FormatError naming the component; data written without one is decoded whole, once
 per safe_open handle.
 """
 
 from __future__ import annotations
 
-import bisect
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Tuple
 
+import numpy as np
 import zstandard
 
 from ztensor import kernels
@@ -44,6 +48,7 @@ SEEKABLE_MAGIC = 0x8F92EAB1  # the last 4 bytes of a seekable stream
 _FOOTER = 9  # frame count u32, descriptor u8, magic u32
 _ENTRY = 8  # compressed size u32, decompressed size u32
 _CHECKSUM_FLAG = 0x80  # entries carry a 4-byte checksum (others' writers)
+MIN_FRAME_BYTES = 64 << 10  # average decoded frame below which frames are not decoded one by one
 
 
 class FrameWriter:
@@ -112,20 +117,31 @@ def seek_table(sizes: List[Tuple[int, int]]) -> bytes:
 
 class SeekTable:
     """Frame offsets of one component: ``starts[i]`` is frame i's first decoded
-    byte, ``offsets[i]`` its first stored byte (relative to the component)."""
+    byte, ``offsets[i]`` its first stored byte (relative to the component).  Held
+    in numpy arrays (32 bytes a frame), not Python lists of ints (about 150 bytes
+    a frame: a 100 MB table of empty entries took gigabytes)."""
 
-    def __init__(self, sizes: List[Tuple[int, int]]) -> None:
-        self.sizes = sizes
-        self.offsets, self.starts = [0], [0]
-        for c, d in sizes:
-            self.offsets.append(self.offsets[-1] + c)
-            self.starts.append(self.starts[-1] + d)
+    def __init__(self, sizes) -> None:
+        self.sizes = np.asarray(sizes, np.int64).reshape(-1, 2)  # (compressed, decompressed)
+        self.offsets = np.zeros(len(self.sizes) + 1, np.int64)
+        self.starts = np.zeros(len(self.sizes) + 1, np.int64)
+        np.cumsum(self.sizes[:, 0], out=self.offsets[1:])  # at most 2**32 * 2**32: no overflow
+        np.cumsum(self.sizes[:, 1], out=self.starts[1:])
 
     def frames_for(self, lo: int, hi: int) -> Tuple[int, int]:
         """[first, last) frames holding decoded bytes [lo, hi) (hi > lo)."""
-        first = bisect.bisect_right(self.starts, lo) - 1
-        last = bisect.bisect_left(self.starts, hi)
+        first = int(np.searchsorted(self.starts, lo, "right")) - 1
+        last = int(np.searchsorted(self.starts, hi, "left"))
         return first, min(last, len(self.sizes))
+
+    def by_frame(self, size: int) -> bool:
+        """Whether a whole read decodes this table's frames one by one (in parallel,
+        each held to its declared size: :func:`decode_whole`, :func:`frame_chunks`).
+        Only where the frames average :data:`MIN_FRAME_BYTES` decoded or more: each
+        costs a decoder and a task (tens of microseconds), so a table of 200,000
+        empty or tiny frames (1.6 MB) took 6 s to read this way; such a stream is
+        decoded as one (its sums are checked all the same), in one C loop."""
+        return 1 < len(self.sizes) <= 1 + size // MIN_FRAME_BYTES
 
 
 def read_seek_table(source, comp, **where) -> Optional[SeekTable]:
@@ -176,12 +192,15 @@ def _parse(table, comp, where):
     head_magic, size = struct.unpack_from("<II", table)
     if head_magic != SKIPPABLE_MAGIC or size != len(table) - 8:
         raise FormatError("zstd seek table is not in a skippable frame of its size", **where)
-    found = SeekTable([struct.unpack_from("<II", table, 8 + i * entry) for i in range(count)])
+    # the entries straight from the bytes (u32 pairs, a checksum word skipped)
+    rows = np.frombuffer(table, "<u4", count * entry // 4, 8).reshape(count, entry // 4)
+    found = SeekTable(rows[:, :2])
     frames_end = comp.length - len(table)
-    if found.offsets[-1] != frames_end or found.starts[-1] != comp.uncompressed_length:
+    stored, decoded = int(found.offsets[-1]), int(found.starts[-1])
+    if stored != frames_end or decoded != comp.uncompressed_length:
         raise FormatError(
-            f"zstd seek table sums to {found.offsets[-1]} stored and "
-            f"{found.starts[-1]} decoded bytes; the component holds "
+            f"zstd seek table sums to {stored} stored and "
+            f"{decoded} decoded bytes; the component holds "
             f"{frames_end} and {comp.uncompressed_length}",
             **where,
         )
@@ -198,9 +217,9 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
     beyond that the stream decoder's grow-as-bytes-arrive rule applies instead."""
 
     table = parse_seek_table(stored, comp, **where)
-    if table is None or len(table.sizes) < 2:
-        return None
     size = comp.uncompressed_length
+    if table is None or not table.by_frame(size):
+        return None
     if out is None:
         if size > zstd_stream.first_allocation(len(stored)):
             return None
@@ -210,12 +229,14 @@ def decode_whole(stored, comp, limits, out=None, threads=None, **where):
     view = memoryview(stored).cast("B")
     target = memoryview(out).cast("B")
 
+    offsets, starts = table.offsets.tolist(), table.starts.tolist()
+
     def one(i):
         zstd_stream.zstd_decode(
-            view[table.offsets[i] : table.offsets[i + 1]],
-            table.sizes[i][1],
+            view[offsets[i] : offsets[i + 1]],
+            starts[i + 1] - starts[i],
             limits,
-            out=target[table.starts[i] : table.starts[i + 1]],
+            out=target[starts[i] : starts[i + 1]],
             **where,
         )
 
@@ -234,17 +255,58 @@ def decode_range(source, comp, table: SeekTable, lo: int, hi: int, limits, **whe
     that hold them are read and decoded.  Returns (buffer, offset of lo in it)."""
 
     first, last = table.frames_for(lo, hi)
+    begin, end = int(table.offsets[first]), int(table.offsets[last])
+    decoded_first = int(table.starts[first])
     stored = source.view(
-        comp.offset + table.offsets[first],
-        table.offsets[last] - table.offsets[first],
+        comp.offset + begin,
+        end - begin,
         "component",
         obj=where.get("obj"),
         component=where.get("component"),
     )
-    data = zstd_stream.zstd_decode(
-        stored, table.starts[last] - table.starts[first], limits, **where
-    )
-    return data, lo - table.starts[first]
+    data = zstd_stream.zstd_decode(stored, int(table.starts[last]) - decoded_first, limits, **where)
+    return data, lo - decoded_first
 
 
-__all__ = ["FrameWriter", "SeekTable", "read_seek_table", "decode_range", "FRAME_BYTES"]
+def frame_chunks(stored, comp, limits, chunk_bytes, **where):
+    """The decoded bytes of a zstd component in pieces of ``chunk_bytes`` (the last
+    may be shorter; each a view valid until the next is asked for), under the
+    rules of a whole read (:func:`decode_whole`): a seek table must add up, and
+    where its frames are decoded one by one (:meth:`SeekTable.by_frame`) each must
+    yield exactly its declared size.  Memory stays at two pieces.  The streaming
+    twin of :func:`decode_whole` (components.read_component_chunks: ``stats``),
+    so a file every read refuses has no statistics either."""
+    size = comp.uncompressed_length
+    table = parse_seek_table(stored, comp, **where)
+    if table is None or not table.by_frame(size):
+        yield from zstd_stream.zstd_chunks(stored, size, limits, chunk_bytes, **where)
+        return
+    view = memoryview(stored).cast("B")
+    buf = zstd_stream.alloc(max(1, min(chunk_bytes, size)), where)
+    fill = 0
+    offsets, starts = table.offsets.tolist(), table.starts.tolist()
+    for i in range(len(table.sizes)):
+        frame = view[offsets[i] : offsets[i + 1]]
+        for piece in zstd_stream.zstd_chunks(
+            frame, starts[i + 1] - starts[i], limits, chunk_bytes, **where
+        ):
+            at = 0
+            while at < len(piece):
+                take = min(len(buf) - fill, len(piece) - at)
+                buf[fill : fill + take] = piece[at : at + take]
+                fill, at = fill + take, at + take
+                if fill == len(buf):
+                    yield buf
+                    fill = 0
+    if fill:
+        yield buf[:fill]
+
+
+__all__ = [
+    "FrameWriter",
+    "SeekTable",
+    "read_seek_table",
+    "decode_range",
+    "frame_chunks",
+    "FRAME_BYTES",
+]

@@ -40,7 +40,13 @@ from ztensor.formats.quantized import dequantize
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
 from ztensor.tools.convert import convert
-from ztensor.tools.stats import DEFAULT_MAX_ELEMENTS, chunks, sparkline, tensor_stats
+from ztensor.tools.stats import (
+    DEFAULT_MAX_ELEMENTS,
+    MAX_BINS,
+    chunks,
+    sparkline,
+    tensor_stats,
+)
 
 
 def _printable(text) -> str:
@@ -786,8 +792,10 @@ def _positive(text):
         value = int(text)
     except ValueError:
         value = 0
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {text!r}")
+    if not 1 <= value <= MAX_BINS:  # stats.check_bins's rule, said as argparse says it
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {MAX_BINS}, got {text!r}"
+        )
     return value
 
 

@@ -51,6 +51,7 @@ from ztensor.sharded import ShardedReader
 
 _CHUNK = 1 << 20  # elements per pass step
 DEFAULT_MAX_ELEMENTS = 1 << 32  # distinct elements one tensor's statistics may walk
+MAX_BINS = 1000  # histogram bins (a figure of a distribution, not a copy of it)
 
 
 def tensor_stats(
@@ -67,6 +68,7 @@ def tensor_stats(
     elements (elements a stride-0 view repeats count once)."""
     if type(max_elements) is not int or max_elements < 1:
         raise ValueError(f"max_elements must be a positive integer, got {max_elements!r}")
+    check_bins(bins)
     count, repeat, passes, storage, ltype, of = _values(reader, name, max_elements)
     nan = posinf = neginf = zeros = finite = 0
     lo, hi = math.inf, -math.inf
@@ -130,6 +132,15 @@ def tensor_stats(
         edges=edges.tolist(),
     )
     return out
+
+
+def check_bins(bins) -> int:
+    """``bins`` if it is a whole number from 1 to :data:`MAX_BINS`, else ValueError
+    (0 or a negative count gave numpy's bare errors or an empty histogram, 10**12 a
+    7 TiB allocation).  The one home of the rule: ``ztensor stats --bins`` too."""
+    if type(bins) is not int or not 1 <= bins <= MAX_BINS:
+        raise ValueError(f"bins must be a whole number from 1 to {MAX_BINS}, got {bins!r}")
+    return bins
 
 
 def _too_many(size, limit, reader, name):
@@ -309,4 +320,12 @@ def sparkline(counts) -> str:
     return "".join(SPARK[0 if not c else 1 + (len(SPARK) - 2) * c // top] for c in counts)
 
 
-__all__ = ["tensor_stats", "sparkline", "distinct", "chunks", "DEFAULT_MAX_ELEMENTS"]
+__all__ = [
+    "tensor_stats",
+    "sparkline",
+    "distinct",
+    "chunks",
+    "check_bins",
+    "DEFAULT_MAX_ELEMENTS",
+    "MAX_BINS",
+]
