@@ -82,6 +82,7 @@ def test_property_no_printable_password_or_value_survives(user, password, value)
 def test_a_writer_to_a_url_shows_no_credentials(tmp_path):
     """repr(Writer) and the ResourceWarning of a Writer never closed quoted the
     URL as given."""
+    pytest.importorskip("fsspec")
     url = "memory://alice:SECRETQ9@bucket/m.zt?sig=SIGQ9"
     w = ztensor.Writer(url)
     w.add("a", np.zeros(3, np.float32))
