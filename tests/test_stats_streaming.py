@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ztensor
+from sanitizers import measured_env
 from v2files import build
 from ztensor.tools import stats
 from ztensor.tools.cli import main
@@ -63,17 +64,6 @@ def _peak_script(path):
     )
 
 
-def _measured_env():
-    """The environment for a child whose memory is measured: under AddressSanitizer
-    (the CI's sanitized run preloads it) freed memory is held in a 256 MB quarantine,
-    which would count as the library's; no quarantine there, nothing changed elsewhere."""
-    env = dict(os.environ)
-    if "asan" in env.get("LD_PRELOAD", ""):
-        extra = "quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
-        env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), extra]))
-    return env
-
-
 def test_stats_of_a_compressed_gigabyte_stay_within_a_chunk(zeros):
     packed, raw = zeros
     assert os.path.getsize(packed) < 100_000  # what the report measured: 1 GiB in KBs
@@ -82,7 +72,7 @@ def test_stats_of_a_compressed_gigabyte_stay_within_a_chunk(zeros):
         capture_output=True,
         text=True,
         timeout=120,
-        env=_measured_env(),
+        env=measured_env(),
     )
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout)
@@ -116,7 +106,7 @@ def test_the_command_on_the_compressed_gigabyte(zeros):
         capture_output=True,
         text=True,
         timeout=120,
-        env=_measured_env(),
+        env=measured_env(),
     )
     took = time.monotonic() - start
     assert run.returncode == 0, run.stderr

@@ -21,6 +21,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from sanitizers import measured_env
 
 torch = pytest.importorskip("torch")
 st_torch = pytest.importorskip("safetensors.torch")
@@ -166,6 +167,7 @@ def test_load_model_of_a_sharded_checkpoint_never_holds_the_model_twice(tmp_path
     shard = max(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
     model_bytes = 64 << 20
     out = subprocess.run([sys.executable, str(script), folder, "load"], check=True,
+                         env=measured_env(),
                          capture_output=True, text=True).stdout
     growth = int(out.split()[-1])
     # the model's own memory is already there: loading adds at most one shard's mapped
