@@ -53,7 +53,7 @@ def test_tags_beyond_plain_data_are_refused_at_once(raw, tag):
     start = time.monotonic()
     err = outcome(with_attributes(raw))
     assert isinstance(err, ztensor.FormatError) and f"CBOR tag {tag}" in str(err)
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < 30  # decoding the tag: 2**40 steps, or never
 
 
 def test_megabyte_of_arithmetic_tags_is_refused_in_linear_time():
@@ -63,7 +63,7 @@ def test_megabyte_of_arithmetic_tags_is_refused_in_linear_time():
     raw = b"\xa1\x61a\x99" + (250).to_bytes(2, "big") + item * 250
     start = time.monotonic()
     assert isinstance(outcome(with_attributes(raw)), ztensor.FormatError)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 60  # a decoder: seconds per kilobyte, ~1000 s
 
 
 def test_bignums_are_plain_data():
@@ -102,7 +102,7 @@ def test_many_objects_sharing_one_map_is_refused_before_decoding():
     start = time.monotonic()
     err = outcome(v1_file(None, bytes(56) + BLOB, raw=raw))
     assert isinstance(err, ztensor.FormatError) and "CBOR tag 28" in str(err)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 60  # decoding the shared map: 2e5 copies of it
 
 
 @settings(max_examples=200)

@@ -162,7 +162,7 @@ def test_pickle_sharing_cannot_blow_up_the_walk(tmp_path):
     start = time.monotonic()
     with ztensor.Reader(path) as r:   # each shared list is walked once
         assert r.keys() == [] and r.attributes == {"pickle.n": 1}
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 30  # the unshared walk: 2**60 steps, never ends
 
 
 def test_gguf_written_by_gguf(tmp_path):
