@@ -4,6 +4,7 @@ import pytest
 
 import ztensor
 from conftest import DATA
+from sanitizers import CAP_ADDRESS_SPACE
 
 CASES = sorted((DATA / "fuzz-regressions").glob("*.zt"))
 
@@ -46,14 +47,13 @@ def test_importer_regression_input(path, tmp_path):
         pass
 
 
-REPLAY = r"""
+REPLAY = CAP_ADDRESS_SPACE + r"""
 import io, json, resource, sys, time
 from pathlib import Path
 import ztensor
 from ztensor.tools import cli
 from ztensor.tools import convert_inputs as importers
-used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-resource.setrlimit(resource.RLIMIT_AS, (used + (512 << 20), used + (512 << 20)))
+cap_address_space(512 << 20)
 slow = []
 for path in map(Path, sys.argv[1:]):
     start = time.monotonic()

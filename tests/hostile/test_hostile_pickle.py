@@ -25,6 +25,7 @@ import pytest
 
 import ztensor
 from ztensor.foreign import open_foreign
+from sanitizers import CAP_ADDRESS_SPACE
 
 torch = pytest.importorskip("torch")
 
@@ -201,12 +202,11 @@ def test_a_stride_zero_expand_stays_a_view(tmp_path):
 
 
 # ------------------------------------------------------------------ child processes
-PRELUDE = textwrap.dedent("""
+PRELUDE = CAP_ADDRESS_SPACE + textwrap.dedent("""
     import resource, sys, zipfile, struct
     import ztensor
     def limit(extra):
-        used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-        resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+        cap_address_space(extra)
         try:
             probe = bytearray(2 * extra + (64 << 20))
         except MemoryError:

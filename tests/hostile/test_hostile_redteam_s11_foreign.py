@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import ztensor
+from sanitizers import CAP_ADDRESS_SPACE
 
 h5py = pytest.importorskip("h5py")
 
@@ -119,14 +120,12 @@ def test_hdf5_soft_and_external_links_still_not_followed(tmp_path):
 
 
 # ------------------------------------------------------------------ torch copies
-_OVERLAPPING_VIEW = r"""
+_OVERLAPPING_VIEW = CAP_ADDRESS_SPACE + r"""
 import sys, resource
 import ztensor, ztensor.torch as zt
-# an address-space cap 8 GiB above what the process already maps (imports done; under
-# AddressSanitizer that includes its shadow reservation, terabytes), so the 1 TiB copy
-# fails at once on any machine (a host that overcommits memory would start filling it)
-used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-resource.setrlimit(resource.RLIMIT_AS, (used + (8 << 30), used + (8 << 30)))
+# 8 GiB above what the process maps with its imports done, so the 1 TiB copy fails at
+# once on any machine (a host that overcommits memory would start filling it)
+cap_address_space(8 << 30)
 path = sys.argv[1]
 results = []
 def attempt(label, fn):
