@@ -16,7 +16,7 @@ from ztensor.errors import FormatError, LimitError
 _FIRST_EXTRA = 4 << 20  # bytes a first allocation may exceed the ratio guess by
 
 
-def zstd_decode(stored, size, limits, out=None, **where):
+def zstd_decode(stored, size, limits, out=None, dctx=None, **where):
     """Decode a zstd stream (one or more frames, skippable ones too) that must yield
     exactly ``size`` bytes (``size=None``, v1.1 files: whatever it yields, up to the
     per-component limit).
@@ -25,12 +25,15 @@ def zstd_decode(stored, size, limits, out=None, **where):
     not trusted, and the output buffer starts at a size the compressed bytes make
     plausible and doubles only as bytes actually arrive, never past ``size`` (nor
     past what zstd can expand the stored bytes to).  A lying stream therefore costs
-    at most twice what it really decodes to."""
+    at most twice what it really decodes to.  ``dctx``: a ZstdDecompressor to reuse
+    (one thread's: seekable.py decodes many small frames with one)."""
     cap = _output_cap(stored, size, limits, where)
     want = cap if size is None else size
     if out is not None and (size is None or len(out) != size):
         raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
-    reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
+    reader = (zstandard.ZstdDecompressor() if dctx is None else dctx).stream_reader(
+        stored, read_across_frames=True
+    )
     try:
         if out is None:  # else: the caller's buffer, of exactly the declared size
             out = alloc(min(want, first_allocation(len(stored))), where)
@@ -54,7 +57,7 @@ def zstd_decode(stored, size, limits, out=None, **where):
         reader.close()
 
 
-def zstd_chunks(stored, size, limits, chunk_bytes, **where):
+def zstd_chunks(stored, size, limits, chunk_bytes, dctx=None, **where):
     """The bytes :func:`zstd_decode` would return, yielded in order as uint8 arrays of
     ``chunk_bytes`` each (the last may be shorter), under the same rules: a declared
     ``size`` the stored bytes cannot produce is refused before anything is decoded,
@@ -65,13 +68,16 @@ def zstd_chunks(stored, size, limits, chunk_bytes, **where):
 
     Memory stays at one chunk whatever the stream decodes to: every chunk is a view
     of the same buffer, valid until the next is asked for (copy what must outlive
-    that).  A caller that needs whole elements passes a multiple of their size."""
+    that).  A caller that needs whole elements passes a multiple of their size;
+    ``dctx`` is as for :func:`zstd_decode`."""
     if type(chunk_bytes) is not int or chunk_bytes < 1:
         raise ValueError(f"zstd_chunks: chunk_bytes must be a positive int, got {chunk_bytes!r}")
     cap = _output_cap(stored, size, limits, where)
     want = cap if size is None else size
     buf = alloc(max(1, min(chunk_bytes, want)), where)
-    reader = zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True)
+    reader = (zstandard.ZstdDecompressor() if dctx is None else dctx).stream_reader(
+        stored, read_across_frames=True
+    )
     try:
         done = 0
         while done < want:

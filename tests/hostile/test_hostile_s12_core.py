@@ -1,0 +1,231 @@
+"""Hostile input, session 12, the core reader: seek tables (per-frame checksums, frames
+that lie about their sizes) and a fresh pass over the .zt reader.
+
+Files are made by the real writer (ztensor.Writer: zstd frames of 1 MiB with a seek
+table); where a test needs frames or a table laid out otherwise, the component's
+stored bytes are replaced with frames zstandard compresses and a table built as
+zstd's seekable format lays it out.  Each test names the promise of
+docs/threat-model.md it holds and the one function that keeps it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cbor2
+import numpy as np
+import pytest
+import zstandard
+
+import ztensor
+from ztensor.io import seekable
+from ztensor.safe import safe_open
+from ztensor.tools.stats import tensor_stats
+
+SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
+
+
+def table(entries, checksums=None):
+    """A seek table's skippable frame: (compressed, decoded) per frame, and with
+    ``checksums`` the descriptor's checksum flag and a u32 after each entry."""
+    body = b""
+    for i, (c, d) in enumerate(entries):
+        body += struct.pack("<II", c, d)
+        if checksums is not None:
+            body += struct.pack("<I", checksums[i])
+    flag = 0x80 if checksums is not None else 0
+    body += struct.pack("<IBI", len(entries), flag, SEEKABLE)
+    return struct.pack("<II", SKIPPABLE, len(body)) + body
+
+
+def relaid(src, dst, stored, name="x"):
+    """``src`` (a v1.2 file whose last-written object is ``name``) with that object's
+    data component's stored bytes replaced by ``stored``."""
+    raw = src.read_bytes()
+    size = struct.unpack("<Q", raw[-16:-8])[0]
+    manifest = cbor2.loads(raw[-16 - size : -16])
+    comp = manifest["objects"][name]["components"]["data"]
+    body = raw[: comp["offset"]] + stored
+    body += bytes(-len(body) % 64)
+    comp["length"] = len(stored)
+    m = cbor2.dumps(manifest)
+    dst.write_bytes(body + m + struct.pack("<Q", len(m)) + b"ZTEN1000")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """(path, values): one 2 MiB float32 tensor the Writer stores as two frames."""
+    path = tmp_path_factory.mktemp("s12") / "src.zt"
+    x = np.random.default_rng(12).standard_normal((512, 1024)).astype(np.float32)
+    with ztensor.Writer(str(path)) as w:
+        w.add("x", x, compress=True)
+    with ztensor.Reader(str(path)) as r:
+        stored = bytes(r.stored_bytes("x", "data"))
+    assert struct.unpack("<I", stored[-9:-5])[0] == 2  # two frames and a table
+    return path, x
+
+
+def frames_of(raw, step, checksum=False):
+    """``raw`` cut into zstd frames of ``step`` decoded bytes: (frames, entries)."""
+    cctx = zstandard.ZstdCompressor(level=1, write_checksum=checksum)
+    parts = [raw[i : i + step] for i in range(0, len(raw), step)]
+    frames = [cctx.compress(p) for p in parts]
+    return frames, [(len(f), len(p)) for f, p in zip(frames, parts)]
+
+
+def every_read_refuses(path, exc=ztensor.FormatError, rows=(0, 512)):
+    """Whole read, read_into, stats, a slice over ``rows`` and dask chunks all
+    refuse the file, each naming it and the object."""
+    errors = []
+    with ztensor.Reader(str(path)) as r:
+        with pytest.raises(exc) as err:
+            r.read_numpy("x")
+        errors.append(err.value)
+        with pytest.raises(exc) as err:
+            r.read_into("x", np.empty((512, 1024), np.float32))
+        errors.append(err.value)
+        with pytest.raises(exc) as err:
+            tensor_stats(r, "x")
+        errors.append(err.value)
+    with safe_open(str(path), "np") as f:
+        with pytest.raises(exc) as err:
+            f.get_slice("x")[rows[0] : rows[1]]
+        errors.append(err.value)
+    for e in errors:
+        assert e.path == str(path) and e.obj == "x", e
+
+
+# ---- a seek table whose frames lie about their sizes is refused on every path
+# (Bounded/Clean: seekable.decode_frames, used by decode_whole, decode_range and
+# frame_chunks)
+
+
+def test_tiny_frames_that_lie_about_their_sizes_are_refused_by_every_read(written, tmp_path):
+    """512 real frames of 4 KiB, the first two entries' decoded sizes shifted by 4
+    bytes (the sums still add up).  A whole read decoded such a table (frames under
+    64 KiB on average) as one stream and returned the values, stats streamed them,
+    while a slice of the first frame refused: one file, two answers."""
+    src, x = written
+    frames, entries = frames_of(x.tobytes(), 4096)
+    (c0, d0), (c1, d1) = entries[:2]
+    lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
+    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
+    every_read_refuses(path, rows=(0, 1))
+    # the same frames with an honest table read on every path
+    good = relaid(src, tmp_path / "good.zt", b"".join(frames) + table(entries))
+    with ztensor.Reader(str(good)) as r:
+        np.testing.assert_array_equal(r.read_numpy("x"), x)
+        assert tensor_stats(r, "x")["count"] == x.size
+    with safe_open(str(good), "np") as f:
+        np.testing.assert_array_equal(f.get_slice("x")[3:7], x[3:7])
+
+
+def test_a_slice_across_two_lying_frames_is_refused_not_shifted(written, tmp_path):
+    """The Writer's two frames, their decoded sizes shifted by 4 bytes: a slice whose
+    rows span both frames decoded them as one stream, checked only the total, and
+    returned the rows 4 bytes off (wrong values, silently)."""
+    src, x = written
+    with ztensor.Reader(str(src)) as r:
+        stored = bytes(r.stored_bytes("x", "data"))
+    count = 2
+    at = len(stored) - (8 + 8 * count + 9) + 8
+    (c0, d0), (c1, d1) = [struct.unpack_from("<II", stored, at + 8 * i) for i in range(2)]
+    frames = stored[: c0 + c1]
+    path = relaid(src, tmp_path / "shift.zt", frames + table([(c0, d0 - 4), (c1, d1 + 4)]))
+    with safe_open(str(path), "np") as f:
+        with pytest.raises(ztensor.FormatError) as err:
+            f.get_slice("x")[250:260]  # rows 250..259 straddle the 1 MiB boundary
+    assert err.value.path == str(path) and err.value.obj == "x"
+
+
+def test_dask_chunks_refuse_a_lying_table(written, tmp_path):
+    pytest.importorskip("dask")
+    import ztensor.dask
+
+    src, x = written
+    frames, entries = frames_of(x.tobytes(), 4096)
+    (c0, d0), (c1, d1) = entries[:2]
+    lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
+    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
+    arr = ztensor.dask.from_zt(str(path), "x", rows=64)
+    with pytest.raises(ztensor.FormatError) as err:
+        arr[:64].compute(scheduler="synchronous")
+    assert err.value.obj == "x"
+    np.testing.assert_array_equal(arr[64:128].compute(scheduler="synchronous"), x[64:128])
+
+
+def test_a_frame_stored_in_zero_bytes_cannot_declare_decoded_bytes(written, tmp_path):
+    """An entry of 0 stored bytes that declares 4 decoded ones, the next frame's
+    declaration 4 less: refused, not skipped."""
+    src, x = written
+    frames, entries = frames_of(x.tobytes(), 4096)
+    (c0, d0) = entries[0]
+    lying = [(0, 4), (c0, d0 - 4)] + entries[1:]
+    path = relaid(src, tmp_path / "zero.zt", b"".join(frames) + table(lying))
+    every_read_refuses(path, rows=(0, 1))
+
+
+# ---- per-frame checksums in a seek table are checked (the checksum flag)
+# (Clean: seekable._FrameDecoder.check, under seekable.decode_frames)
+
+
+def test_frame_checksum_is_xxh64s_low_word():
+    """xxHash's published XXH64 values (seed 0): "" -> ef46db3751d8e999,
+    "abc" -> 44bc2cf5ad770999; the seek table stores the low 32 bits."""
+    assert seekable.frame_checksum(b"") == 0x51D8E999
+    assert seekable.frame_checksum(b"abc") == 0xAD770999
+    # and what zstd itself ends a checksummed frame with
+    data = np.arange(300_000, dtype=np.float32).tobytes()
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(data)
+    assert seekable.frame_checksum(data) == struct.unpack("<I", frame[-4:])[0]
+
+
+def checksummed(x, step=256 << 10):
+    """Frames without zstd's own content checksum, and a table that carries the
+    XXH64 low words, as zstd's seekable format writers with the checksum flag do."""
+    raw = x.tobytes()
+    frames, entries = frames_of(raw, step)
+    sums = [seekable.frame_checksum(raw[i : i + step]) for i in range(0, len(raw), step)]
+    return frames, entries, sums
+
+
+def test_a_table_with_checksums_reads_when_they_match(written, tmp_path):
+    src, x = written
+    frames, entries, sums = checksummed(x)
+    path = relaid(src, tmp_path / "sums.zt", b"".join(frames) + table(entries, sums))
+    with ztensor.Reader(str(path)) as r:
+        np.testing.assert_array_equal(r.read_numpy("x"), x)
+        out = np.empty_like(x)
+        r.read_into("x", out)
+        np.testing.assert_array_equal(out, x)
+        assert tensor_stats(r, "x")["count"] == x.size
+    with safe_open(str(path), "np") as f:
+        np.testing.assert_array_equal(f.get_slice("x")[100:300], x[100:300])
+
+
+def test_a_frame_whose_bytes_differ_from_its_checksum_is_refused(written, tmp_path):
+    """Frame 2 replaced by a frame of other values of the same size (a splice, or
+    corruption that still decodes): the table's checksum for it no longer matches.
+    It was parsed and never checked: every read returned the other values."""
+    src, x = written
+    frames, entries, sums = checksummed(x)
+    other = x.copy()
+    other[200:210] += 1.0  # inside frame 3 (rows 192..255)
+    swapped = zstandard.ZstdCompressor(level=1).compress(other.tobytes()[3 * (256 << 10) : 4 * (256 << 10)])
+    frames[3] = swapped
+    entries[3] = (len(swapped), 256 << 10)
+    path = relaid(src, tmp_path / "splice.zt", b"".join(frames) + table(entries, sums))
+    every_read_refuses(path, exc=ztensor.ChecksumError, rows=(200, 201))
+    with safe_open(str(path), "np") as f:  # frames the slice does not touch still read
+        np.testing.assert_array_equal(f.get_slice("x")[0:100], x[0:100])
+
+
+def test_tiny_checksummed_frames_are_checked_too(written, tmp_path):
+    """Frames of 1 KiB (under the size where frames are decoded in threads): the
+    sequential path checks the same checksums."""
+    src, x = written
+    frames, entries, sums = checksummed(x, step=1024)
+    sums[7] ^= 1
+    path = relaid(src, tmp_path / "tinysum.zt", b"".join(frames) + table(entries, sums))
+    every_read_refuses(path, exc=ztensor.ChecksumError, rows=(1, 2))  # frame 7: row 1
