@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import atexit
 import collections
+import hmac
 import os
+import secrets
 import threading
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import numpy as np
 
 from ztensor.container.reader import Reader
-from ztensor.errors import ClosedError, LimitError, UnsupportedError
+from ztensor.errors import ClosedError, LimitError, UnsupportedError, url_without_secrets
 from ztensor.io import components, values
 from ztensor.io.source import is_url, network_errors, url_filesystem
 from ztensor.io.upload import check_storage_options
@@ -93,20 +95,21 @@ def from_zt(
         meta = f.reader.metadata(name)
         dtype = _dtype_of(meta)
         _require_readable(f.reader, meta)
+    # the file and its credentials travel in the graph as one object that shows
+    # neither (_Target): printed, tokenized into key names or drawn, a graph holds no
+    # URL secret or storage option
+    target = _Target(source, options)
     if not shape:
-        return da.from_delayed(
-            _delayed_scalar(source, name, dtype, options, version), shape=(), dtype=dtype
-        )
+        return da.from_delayed(_delayed_scalar(target, name, dtype, version), shape=(), dtype=dtype)
     chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
     return da.map_blocks(
         _read_rows,
         dtype=dtype,
         chunks=chunks,
-        source=source,
+        target=target,
         tensor=name,
         meta=np.empty((0,) * len(shape), dtype),
-        storage_options=options,
         version=version,
     )
 
@@ -203,6 +206,41 @@ def _shard_of(source: str, name: str, storage_options=None) -> str:
     with open_sharded(source, storage_options=storage_options) as s:
         s.metadata(name)  # ObjectNotFoundError, or the index names a shard without it
         return s.shard_path(s.file_of(name))
+
+
+# ------------------------------------------------------------------ the graph's file
+# the key of _Target's tokens: a process's own, so a key name computed from a
+# secret (a URL's signature, a storage option) cannot be tested against guesses
+# elsewhere
+_TOKEN_KEY = secrets.token_bytes(32)
+
+
+class _Target:
+    """The file a graph reads, and the ``storage_options`` that open it, as they
+    travel in the graph: pickled whole to the workers (which need both), shown by
+    nobody.  Its ``repr`` (in a task's repr, ``dask.visualize``, a dashboard) names
+    the URL without its secrets and no option; its dask token, from which
+    ``map_blocks`` names every key, is a keyed hash that changes with the options
+    (another endpoint's file is another array) but tells nothing of them outside the
+    process that made it.  The pickled graph (what distributed sends its scheduler
+    and workers) still holds the credentials: docs/remote.md says what that means."""
+
+    __slots__ = ("source", "storage_options")
+
+    def __init__(self, source: str, storage_options=None) -> None:
+        self.source = source
+        self.storage_options = storage_options
+
+    def __reduce__(self):
+        return (_Target, (self.source, self.storage_options))
+
+    def __repr__(self) -> str:
+        hidden = "" if not self.storage_options else ", storage_options=***"
+        return f"<ztensor.dask file {url_without_secrets(self.source)!r}{hidden}>"
+
+    def __dask_tokenize__(self):
+        text = repr((self.source, sorted((self.storage_options or {}).items(), key=repr)))
+        return hmac.new(_TOKEN_KEY, text.encode("utf-8", "surrogatepass"), "sha256").hexdigest()
 
 
 # ------------------------------------------------------------------ workers' handles
@@ -351,24 +389,28 @@ def _read(source, tensor, shape, dtype, select, storage_options=None, version=No
         _HANDLES.release(key)
 
 
-def _read_rows(block_info=None, *, source, tensor, storage_options=None, version=None):
+def _read_rows(block_info=None, *, target, tensor, version=None):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
     return _read(
-        source,
+        target.source,
         tensor,
         info["shape"],
         np.dtype(info["dtype"]),
         lambda piece: piece[r0:r1],
-        storage_options,
+        target.storage_options,
         version,
     )
 
 
-def _delayed_scalar(source, name, dtype, storage_options=None, version=None):
+def _delayed_scalar(target, name, dtype, version=None):
     import dask
 
-    return dask.delayed(_read)(source, name, (), dtype, _whole, storage_options, version)
+    return dask.delayed(_read_target)(target, name, dtype, version)
+
+
+def _read_target(target, name, dtype, version):
+    return _read(target.source, name, (), dtype, _whole, target.storage_options, version)
 
 
 def _whole(piece):

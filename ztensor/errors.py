@@ -70,7 +70,8 @@ class ZTensorError(Exception):
         if text:
             text += ": "
         prefix = f"{self.path}: " if self.path is not None else ""
-        return without_secrets(f"{prefix}{text}{self.message}")
+        # the path is one URL whole: its secrets go however many spaces it holds
+        return without_secrets(f"{prefix}{text}{self.message}", self.path)
 
     def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
         return self._render()
@@ -93,6 +94,16 @@ class ZTensorError(Exception):
         if self.path is not None and os.fspath(self.path) == internal:
             self.path = shown
         self.message = self.message.replace(internal, shown)
+        self.args = (self._render(),)
+
+    def rename(self, shown: str, note: str = "") -> None:
+        """Name the file ``shown`` in place of the one this error names, ``note``
+        (if any) added to its message, and render it again.  For an error raised
+        about a spelling of a URL the caller never gave (aiohttp's, a redirect's
+        target): ``source.network_errors`` names the caller's URL."""
+        self.path = shown
+        if note:
+            self.message = f"{self.message} ({note})"
         self.args = (self._render(),)
 
 
@@ -202,37 +213,74 @@ _URL_END = re.compile(r"['\"<>:;,.)\]]*$")
 # password holding an unescaped '@' is cut where the URL's parsers cut it, at the
 # last one (up to the first left the rest of the password shown)
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\n]*@")
-# a query parameter's value (a presigned URL's signature, a token)
-_QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
+# the same at the start of a text known to be one URL whole (a line break too)
+_WHOLE_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+# a query item: a name and its value (a presigned URL's signature, a token), or a
+# bare item, which may be a token itself ('?AbC123')
+_QUERY_ITEM = re.compile(r"([?&])([^=&#]*)(=?)([^&#]*)")
 # a path parameter's value (';jsessionid=...')
 _PATH_PARAM_VALUE = re.compile(r"(;[^=;/?#]*=)[^;/?#]*")
 
 
-def without_secrets(text: str) -> str:
+def _query_item(match: "re.Match[str]") -> str:
+    mark, name, equals, _ = match.groups()
+    if equals:
+        return f"{mark}{name}=***"
+    return f"{mark}***" if name else mark
+
+
+def _scrub(url: str) -> str:
+    """``url`` (one URL, its userinfo already taken out) with its path parameters'
+    and query items' values and its fragment shown as ``***``."""
+    url, hash_mark, fragment = url.partition("#")
+    head, mark, query = url.partition("?")
+    head = _PATH_PARAM_VALUE.sub(r"\1***", head)
+    if mark:
+        head += _QUERY_ITEM.sub(_query_item, "?" + query)
+    return head + (hash_mark + "***" if fragment else hash_mark)
+
+
+def url_without_secrets(url: str) -> str:
+    """``url``, a text known to be one URL from its first character to its last (the
+    path an error names, a handle's path), with what may be a credential taken out
+    by the rules of :func:`without_secrets`, whatever it holds: spaces, quotes and
+    line breaks, which end a URL found in running text, are its own here (a URL
+    given with a raw space in its query showed the query items after the space).
+    Any other text is returned unchanged."""
+    if not isinstance(url, str) or "://" not in url:
+        return url
+    return _scrub(_WHOLE_USERINFO.sub(r"\1***@", url, count=1))
+
+
+def without_secrets(text: str, *urls: Any) -> str:
     """``text`` with what may be a credential taken out of every URL in it: the
     user and password before the host (``https://user:token@host`` becomes
     ``https://***@host``), each query or path parameter's value (a presigned URL's
     ``X-Amz-Signature``, an Azure SAS ``sig``, a ``token``: ``?token=***``,
-    ``;jsessionid=***``) and the fragment (``#***``: never sent to a server, so
-    anything there is the caller's own, an OAuth ``access_token`` say).  The one
-    rule for text shown to a person: every :class:`ZTensorError` message (a URL
-    given to ``Reader`` with credentials in it names itself in every error about
-    it), the ``repr`` of handles on a URL (Reader, Writer, ShardedReader) and the
-    warnings naming them."""
+    ``;jsessionid=***``; a bare query item, ``?***``) and the fragment (``#***``:
+    never sent to a server, so anything there is the caller's own, an OAuth
+    ``access_token`` say).  The one rule for text shown to a person: every
+    :class:`ZTensorError` message (a URL given to ``Reader`` with credentials in it
+    names itself in every error about it), the ``repr`` of handles on a URL
+    (Reader, Writer, ShardedReader) and the warnings naming them.
+
+    ``urls``: URLs the text is known to hold whole (an error's path, a handle's),
+    as they are or as their ``repr``: each is scrubbed as one URL
+    (:func:`url_without_secrets`) before the text is searched for others.  In
+    running text a URL ends at the first space (a query value holding a raw space
+    showed the items after it), and nothing can tell where it ends otherwise."""
     if "://" not in text:
         return text
+    for url in urls:
+        if isinstance(url, str) and "://" in url:
+            shown = url_without_secrets(url)
+            text = text.replace(repr(url), repr(shown)).replace(url, shown)
 
     def scrub(match: "re.Match[str]") -> str:
         whole = match[0]
         end = _URL_END.search(whole)
         cut = end.start() if end is not None else len(whole)
-        url, tail = whole[:cut], whole[cut:]
-        url, hash_mark, fragment = url.partition("#")
-        head, mark, query = url.partition("?")
-        head = _PATH_PARAM_VALUE.sub(r"\1***", head)
-        if mark:
-            head += mark + _QUERY_VALUE.sub(r"\1***", "?" + query)[1:]
-        return head + (hash_mark + "***" if fragment else hash_mark) + tail
+        return _scrub(whole[:cut]) + whole[cut:]
 
     return _URL.sub(scrub, _USERINFO.sub(r"\1***@", text))
 

@@ -718,7 +718,8 @@ class ShardedReader:
     def __repr__(self) -> str:
         return without_secrets(
             f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, "
-            f"{len(self)} tensor(s)]>"
+            f"{len(self)} tensor(s)]>",
+            self.path,
         )
 
 

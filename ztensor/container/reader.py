@@ -774,7 +774,9 @@ class Reader:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self)} tensor(s)"
         kind = f"zt v{self.version}" if self._foreign is None else self.format
-        return without_secrets(f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>")
+        return without_secrets(
+            f"<ztensor.Reader {os.fspath(self.path)!r} [{kind}, {state}]>", os.fspath(self.path)
+        )
 
 
 def _clean_foreign_bools(obj, t):

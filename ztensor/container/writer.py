@@ -683,7 +683,8 @@ class Writer:
         state = "finished" if self._state == "closed" else self._state  # the reference's word
         # a URL's credentials never shown (its ResourceWarning quotes this too)
         return without_secrets(
-            f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>"
+            f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>",
+            self.path,
         )
 
 

@@ -147,12 +147,23 @@ def open_local_input(path) -> io.BufferedReader:
 
 
 def refuse_unchecked_file(f, name) -> None:
-    """An UnsupportedError for a file object the caller opened through fsspec's HTTP(S)
-    filesystem (``fsspec.open("https://...")``): ztensor checks an HTTP(S) reply only
-    in the session it makes itself (url_options), so such a file's replies are read
-    as fsspec reads them: a 206 without end was read whole into memory (gigabytes
-    for a 4 KB tensor) and its first bytes taken as the tensor, and no request was
-    held to one version of the file.  Every other file object passes."""
+    """An UnsupportedError for an fsspec file object the caller opened outside ztensor
+    whose reads ztensor cannot hold to what it promises of a URL's:
+
+    * one of fsspec's HTTP(S) filesystem (``fsspec.open("https://...")``): ztensor
+      checks an HTTP(S) reply only in the session it makes itself (url_options), so
+      such a file's replies are read as fsspec reads them: a 206 without end was read
+      whole into memory (gigabytes for a 4 KB tensor) and its first bytes taken as
+      the tensor, and no request was held to one version of the file;
+    * one whose store records a version that its reads do not carry (gcsfs's
+      generation, adlfs's ETag, an s3fs file opened with ``size=``): an object
+      replaced between two reads was read as one object's manifest over the other's
+      bytes.  The rule is :func:`open_url`'s for a URL (:func:`_version_held`); a
+      file object has no ``storage_options`` to opt in with, so the caller gives
+      the URL with ``storage_options={"ztensor_allow_unversioned": True}``.
+
+    Every other file object passes (a local file, ``io.BytesIO``, an s3fs file that
+    sends its ETag, a store recording no version: ``memory://``)."""
     protocols = getattr(getattr(f, "fs", None), "protocol", ())
     protocols = {protocols} if isinstance(protocols, str) else set(protocols or ())
     if protocols & {"http", "https"}:
@@ -160,6 +171,14 @@ def refuse_unchecked_file(f, name) -> None:
             "an HTTP(S) file opened by fsspec outside ztensor is not read: its "
             "replies would not be checked against the range asked for, nor held to "
             "one version of the file. Give its URL (and storage_options) instead",
+            path=name,
+        )
+    if getattr(f, "fs", None) is not None and not _version_held(f, None):
+        raise UnsupportedError(
+            f"a file of {type(f.fs).__name__} opened outside ztensor is not read: its "
+            "reads cannot be held to the version opened, and an object replaced while "
+            "read would mix two objects' bytes. Give its URL instead, with "
+            f"storage_options={{{UNVERSIONED_OPTION!r}: True}} to read it anyway",
             path=name,
         )
 
@@ -649,7 +668,7 @@ def open_url(url, storage_options=None):
             f = fs.open(inner, "rb", cache_type="none", **pinned)
         except TypeError:  # a filesystem whose files take no cache_type
             f = fs.open(inner, "rb")
-    if not unversioned and not _pin_travels(f, url):
+    if not unversioned and not _version_held(f, url):
         # a store that names a version ztensor cannot hold its reads to (gcsfs's
         # generation, adlfs's ETag: neither their files nor cat_ranges send one by
         # default), so a replacement while open would go unseen: as for an HTTP(S)
@@ -891,7 +910,7 @@ def _pin_travels(f, url):
     details = getattr(f, "details", None)
     if not isinstance(details, dict):
         return True
-    if not any(details.get(k) for k in ("ETag", "etag", "VersionId", "generation")):
+    if not any(details.get(k) for k in _VERSION_KEYS):
         return True
     extra = getattr(getattr(f, "fs", None), "s3_additional_kwargs", None)
     return (
@@ -899,6 +918,41 @@ def _pin_travels(f, url):
         and extra.get("IfMatch") is not None
         and extra.get("IfMatch") == details.get("ETag")
     )
+
+
+def _reads_held(f):
+    """Whether the open fsspec file ``f``'s own reads are held to the version it was
+    opened on: it records none (``memory://``: nothing to hold), or it is an s3fs
+    file that sends its ETag with every read (``IfMatch``, which s3fs sets unless
+    the file was opened with ``size=``) or compares it with each reply
+    (``local_expiry_check``), or one opened at a version id.  gcsfs's and adlfs's
+    files record a version their reads do not send (docs/remote.md)."""
+    details = getattr(f, "details", None)
+    if not isinstance(details, dict):
+        return True
+    if not any(details.get(k) for k in _VERSION_KEYS):
+        return True
+    etag = details.get("ETag")
+    read_kw = getattr(f, "read_kw", None)
+    if etag and isinstance(read_kw, dict) and read_kw.get("IfMatch") == etag:
+        return True
+    if etag and getattr(getattr(f, "fs", None), "local_expiry_check", False) is True:
+        return True
+    return bool(getattr(f, "version_id", None))
+
+
+def _version_held(f, url):
+    """Whether every read ztensor makes of the open fsspec file ``f`` is held to the
+    version it was opened on: requests made by path carry it (:func:`_pin_travels`:
+    reads in parallel), or the file's own reads do (:func:`_reads_held`: reads one
+    after another, through the file).  The one rule refusing a store that cannot be
+    pinned, for a URL (:func:`open_url`, unless the caller opts in) and for a file
+    object the caller opened (:func:`refuse_unchecked_file`)."""
+    return _pin_travels(f, url) or _reads_held(f)
+
+
+# what an fsspec file's details name a version by (s3fs, gcsfs, adlfs)
+_VERSION_KEYS = ("ETag", "etag", "VersionId", "generation")
 
 
 class _RangeBody(bytes):
@@ -1208,19 +1262,44 @@ def _range_reply_size(url, status, headers, asked):
 def network_errors(url):
     """Turn what fsspec and aiohttp raise while reading ``url`` into a
     :class:`NetworkError` that says what went wrong; ``url`` None: no change.
-    ZTensorErrors pass unchanged."""
+    ZTensorErrors pass, naming ``url`` as the caller gave it (:func:`_name_as_given`)."""
     if url is None:
         yield
         return
     try:
         yield
-    except ZTensorError:
+    except ZTensorError as exc:
+        _name_as_given(exc, url)
         raise
     except Exception as exc:
         translated = _network_error(url, exc)
         if translated is None:
             raise
+        _name_as_given(translated, url)
         raise translated from exc
+
+
+def _name_as_given(exc, url):
+    """Make ``exc``, an error met while reading ``url``, name ``url`` as the caller
+    gave it.  The checked replies (:class:`_CheckedResponse`) know only the URL
+    aiohttp asked for: the caller's respelled (``?q=a b`` as ``?q=a+b``, ``"`` as
+    ``%22``), so ``err.path`` was a string the caller never gave, or after a redirect
+    another host's URL, which is then said in the message."""
+    named = exc.path
+    if named is None or named == url or not is_url(named):
+        return
+    note = "" if _same_url(named, url) else f"answered by {named}"
+    exc.rename(url, note)
+
+
+def _same_url(one, other):
+    """Whether two spellings of a URL name the same resource (aiohttp's is yarl's)."""
+    try:
+        import yarl
+
+        return yarl.URL(one) == yarl.URL(other)
+    except (ImportError, ValueError, TypeError):
+        return one == other
 
 
 def _network_error(url, exc):

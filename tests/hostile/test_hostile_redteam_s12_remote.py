@@ -1,0 +1,294 @@
+"""Red team, session 12, remote reads: URLs over HTTP (servers on loopback,
+tests/http_servers.py), ``memory://``, S3 through moto, and dask graphs over them.
+Each test names the one function keeping its rule.
+
+* A URL given with a raw space (or a line break) in its query, path or password
+  was shown in part: in running text a URL ends at its first space, so the query
+  items after it (``&sig=SECRET``) were printed as they were, in every error and
+  in the handles' reprs.  An error's path, and a handle's, is now scrubbed as one
+  URL whole (errors.url_without_secrets, applied by errors.without_secrets to the
+  URLs a text is known to hold).  A bare query item (``?TOKEN``) is hidden too.
+* Errors raised by the checked replies named aiohttp's spelling of the URL (``a+b``
+  for ``a b``, ``%22`` for ``"``): ``err.path`` was a string the caller never gave.
+  They now name the caller's URL, and a redirect's target in their message
+  (source.network_errors, source._name_as_given).
+* A dask graph carried its ``storage_options`` (and the URL's signature) where
+  anyone printing it saw them (a task's args and kwargs), and its key names were a
+  plain hash of them.  They now travel inside one object that shows neither and
+  tokenizes to a keyed hash (dask._Target); the graph still computes on worker
+  processes, the credentials reaching them.
+* An fsspec file object the caller opened from a store whose reads do not carry
+  the version it records (gcsfs's generation, adlfs's ETag, an s3fs file opened
+  with ``size=``) was read unpinned, with no opt-in asked: the rule refusing such a
+  store for a URL now refuses the file object too (source._version_held, used by
+  source.open_url and source.refuse_unchecked_file).
+"""
+import json
+import pickle
+
+import numpy as np
+import pytest
+from http_servers import RawServer, raw, serving  # noqa: F401  (raw: a fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_hostile_redteam_dist import two_versions
+
+import ztensor
+import ztensor.numpy
+from ztensor.errors import url_without_secrets, without_secrets
+
+try:  # moto's S3 server on loopback, as tests/test_object_store.py starts it
+    from test_object_store import bucket, moto_server  # noqa: F401  (fixtures)
+except ImportError:  # pragma: no cover
+    pass
+
+SECRET = "S3CRETq9"
+ALLOW = {"ztensor_allow_unversioned": True}
+
+
+def _routes(files):
+    """A RawServer reply serving ``files`` (request path -> bytes) honestly."""
+    replies = {path: serving(data) for path, data in files.items()}
+
+    def reply(method, asked, headers):
+        path = headers[":path"].split("?")[0]
+        if path not in replies:
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        return replies[path](method, asked, headers)
+    return reply
+
+
+def _lying_after_open(data):
+    """An honest server until the first tensor read, which gets a Content-Range
+    naming other bytes."""
+    honest = serving(data)
+    lying = serving(data, content_range=lambda a, b, n: b"bytes 5-6/%d" % n)
+
+    def reply(method, asked, headers):
+        if method == "GET" and asked is not None and asked[1] - asked[0] > 1000:
+            return lying(method, asked, headers)
+        return honest(method, asked, headers)
+    return reply
+
+
+# ------------------------------------------------------------------ 1a. URLs shown whole
+@pytest.mark.parametrize("query", [
+    f"token=ab cd&sig={SECRET}",              # a raw space in a value
+    f"sig=ab\ncd&x={SECRET}",                 # a line break
+    f"a b=1&sig={SECRET}",                    # a space in a name
+    f"{SECRET}",                              # a bare item: a token itself
+    f"sig={SECRET} tail",                     # a space inside the secret
+])
+def test_a_url_with_a_raw_space_shows_no_secret(raw, tmp_path, query):
+    """The query items after a raw space were printed as given: a URL in running
+    text ends at its first space.  The error's path is one URL whole, and is
+    scrubbed as one (errors.url_without_secrets through ZTensorError._render)."""
+    one, _, _ = two_versions(tmp_path)
+    server = raw(_lying_after_open(one))
+    url = server.url(f"/m.zt?{query}")
+    with pytest.raises(ztensor.FormatError, match="Content-Range") as err:
+        with ztensor.Reader(url) as r:
+            r.read_numpy("x", copy=True)
+    text = str(err.value)
+    assert SECRET not in text and "tail" not in text, text
+    assert text.startswith(server.url("/m.zt?")), text
+    # the path the caller gave, not aiohttp's spelling of it (source._name_as_given)
+    assert err.value.path == url
+
+
+def test_a_refused_connection_names_the_whole_url_without_secrets():
+    url = f"http://alice:pa ss\nword@127.0.0.1:1/a dir/m.zt;sid={SECRET} x?q=a b&sig={SECRET}#f g"
+    with pytest.raises(ztensor.ZTensorError) as err:
+        ztensor.Reader(url)
+    text = str(err.value)
+    assert SECRET not in text and "word" not in text and "pa ss" not in text, text
+    assert text.startswith("http://***@127.0.0.1:1/a dir/m.zt;sid=***?q=***&sig=***#***: "), text
+
+
+def test_reprs_show_no_secret_after_a_space(raw, tmp_path):
+    """Reader's and Writer's repr quote the path: the heuristic found the URL up
+    to its space, and showed the rest (Reader.__repr__, Writer.__repr__ and
+    ShardedReader.__repr__ pass their path to errors.without_secrets)."""
+    one, _, _ = two_versions(tmp_path)
+    server = raw(_routes({"/m.zt": one}))
+    with ztensor.Reader(server.url(f"/m.zt?v=a b&sig={SECRET}")) as r:
+        assert SECRET not in repr(r) and "/m.zt?v=***&sig=***" in repr(r), repr(r)
+    w = ztensor.Writer(f"memory://s12/m.zt?v=a b&sig={SECRET}")
+    try:
+        assert SECRET not in repr(w), repr(w)
+    finally:
+        w.abort()
+
+
+_VALUE = st.text(st.characters(min_codepoint=1, max_codepoint=0x10FFFF,
+                               exclude_characters="&#", exclude_categories=("Cs",)),
+                 max_size=30).map(lambda text: "Q9" + text)
+# a bare query item (no '='): a token itself
+_BARE = _VALUE.map(lambda text: text.replace("=", ""))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_VALUE, other=_BARE, scheme=st.sampled_from(["http", "https", "s3", "gs"]))
+def test_property_any_query_value_is_hidden_from_an_errors_path(value, other, scheme):
+    """Any query value (spaces, quotes, line breaks, any script) in the URL an error
+    names is absent from its message, and the rest of the URL is shown whole."""
+    url = f"{scheme}://host.example:8080/d ir/m.zt?sig={value}&{other}"
+    for err in (ztensor.NetworkError("HTTP 404", path=url),
+                ztensor.FormatError(f"cannot read {url}", path=url, obj="w")):
+        text = str(err)
+        assert value not in text and other not in text, text
+        assert text.startswith(f"{scheme}://host.example:8080/d ir/m.zt?sig=***&***: "), text
+    assert url_without_secrets(url) == f"{scheme}://host.example:8080/d ir/m.zt?sig=***&***"
+    assert value not in without_secrets(f"<x {url!r}>", url)
+
+
+def test_a_redirects_target_is_said_and_the_given_url_named(raw, tmp_path):
+    """A lie from the host a redirect leads to: the error names the caller's URL
+    as its path and says which URL answered (source._name_as_given)."""
+    one, _, _ = two_versions(tmp_path)
+    target = raw(_lying_after_open(one))
+
+    def redirect(method, asked, headers):
+        return (b"HTTP/1.1 302 Found\r\nLocation: " + target.url("/b.zt?sig=" + SECRET).encode()
+                + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    front = raw(redirect)
+    url = front.url("/m.zt")
+    with pytest.raises(ztensor.FormatError, match="Content-Range") as err:
+        with ztensor.Reader(url) as r:
+            r.read_numpy("x", copy=True)
+    assert err.value.path == url
+    text = str(err.value)
+    assert f"answered by {target.url('/b.zt?sig=***')}" in text and SECRET not in text, text
+
+
+# ------------------------------------------------------------------ 1b. dask graphs
+def _graph_text(array):
+    """What anyone printing a dask graph sees: every task's args and kwargs, and
+    the keys."""
+    graph = dict(array.__dask_graph__())
+    parts = []
+    for key, task in graph.items():
+        parts.append(repr(key))
+        for attr in ("args", "kwargs"):
+            parts.append(repr(getattr(task, attr, task)))
+        for dep in getattr(task, "dependencies", ()):
+            parts.append(repr(dep))
+    return "\n".join(parts)
+
+
+def _authorized(data, seen):
+    """An honest server that answers 403 to a request without the bearer token."""
+    honest = serving(data)
+
+    def reply(method, asked, headers):
+        seen.append(headers.get("authorization"))
+        if headers.get("authorization") != f"Bearer {SECRET}":
+            return b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        return honest(method, asked, headers)
+    return reply
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_a_dask_graph_shows_no_credentials(raw, tmp_path, scalar):
+    """storage_options (a bearer token) and a URL's signature were in every task's
+    kwargs, and the key names were a plain hash of them (dask._Target)."""
+    pytest.importorskip("dask")
+    import dask
+    import ztensor.dask as zdask
+
+    path = tmp_path / "m.zt"
+    x = np.arange(60, dtype=np.float32).reshape(6, 10)
+    ztensor.numpy.save_file({"x": x, "s": np.array(3.5, np.float32)}, str(path))
+    seen = []
+    server = raw(_authorized(path.read_bytes(), seen))
+    url = server.url(f"/m.zt?sig={SECRET}")
+    opts = {"client_kwargs": {"headers": {"Authorization": f"Bearer {SECRET}"}}}
+    arr = zdask.from_zt(url, "s" if scalar else "x", rows=2, storage_options=opts)
+    assert SECRET not in _graph_text(arr)
+    assert SECRET not in arr.name and SECRET not in repr(arr)
+    # another token is another array (another endpoint's file is another file)
+    other = zdask.from_zt(url, "s" if scalar else "x", rows=2,
+                          storage_options={**opts, "ztensor_allow_unversioned": True})
+    assert other.name != arr.name
+    # the graph still carries what the workers need: it computes after a pickle
+    arr = pickle.loads(pickle.dumps(arr))
+    got = dask.compute(arr, scheduler="sync")[0]
+    np.testing.assert_array_equal(got, np.float32(3.5) if scalar else x)
+    assert seen and set(seen) == {f"Bearer {SECRET}"}
+
+
+def test_a_dask_graph_with_credentials_computes_on_worker_processes(raw, tmp_path):
+    """The credentials reach workers in other processes (the pickled graph holds
+    them: docs/remote.md), while no printed part of the graph does."""
+    distributed = pytest.importorskip("distributed")
+    import ztensor.dask as zdask
+
+    path = tmp_path / "m.zt"
+    x = np.arange(400, dtype=np.float32).reshape(40, 10)
+    ztensor.numpy.save_file({"x": x}, str(path))
+    seen = []
+    server = raw(_authorized(path.read_bytes(), seen))
+    opts = {"client_kwargs": {"headers": {"Authorization": f"Bearer {SECRET}"}}}
+    arr = zdask.from_zt(server.url(), "x", rows=10, storage_options=opts)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        total = client.compute(arr.astype(np.float64).sum()).result()
+    assert total == float(x.astype(np.float64).sum())
+    assert set(seen) == {f"Bearer {SECRET}"}
+
+
+# ------------------------------------------------------------------ 1c. unpinnable file objects
+def _generations_fs():
+    """A memory filesystem whose files record a generation, as gcsfs's do, that
+    their reads do not send."""
+    fsspec = pytest.importorskip("fsspec")
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Generations(MemoryFileSystem):
+        protocol = ("s12gen",)
+
+        def _open(self, path, mode="rb", **kwargs):
+            f = super()._open(path, mode, **kwargs)
+            f.details = {"name": path, "size": len(self.cat_file(path)), "generation": 7}
+            return f
+    fsspec.register_implementation("s12gen", Generations, clobber=True)
+    return fsspec.filesystem("s12gen")
+
+
+def test_a_callers_file_of_an_unpinnable_store_is_refused(tmp_path):
+    """The URL was refused unless opted in; the same store's file object handed to
+    Reader was read, unpinned, with no opt-in asked (source.refuse_unchecked_file
+    by source._version_held, the rule source.open_url uses)."""
+    fs = _generations_fs()
+    data, _, x = two_versions(tmp_path)
+    fs.pipe("s12gen://s12/m.zt", data)  # (a memory store keeps the URL as its key)
+    with fs.open("s12gen://s12/m.zt", "rb") as f:
+        with pytest.raises(ztensor.UnsupportedError, match="cannot be held") as err:
+            ztensor.Reader(f)
+    assert "ztensor_allow_unversioned" in str(err.value)
+    with pytest.raises(ztensor.UnsupportedError, match="cannot be held"):
+        ztensor.Reader("s12gen://s12/m.zt")
+    with ztensor.Reader("s12gen://s12/m.zt", storage_options=ALLOW) as r:
+        np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)
+
+
+def test_a_callers_s3_file_is_read_only_when_its_reads_are_pinned(bucket, tmp_path):
+    """An s3fs file sends IfMatch its ETag with every read, unless opened with
+    ``size=``: then it reads whatever object is there now, and is refused as the
+    unpinnable stores are.  A pinned one still reads, and a replacement while it is
+    open is "changed on the server"."""
+    import fsspec
+
+    name, opts, client = bucket
+    one, two, x = two_versions(tmp_path)
+    client.put_object(Bucket=name, Key="m.zt", Body=one)
+    fs = fsspec.filesystem("s3", **opts)
+    with fs.open(f"{name}/m.zt", "rb", size=len(one), cache_type="none") as f:
+        with pytest.raises(ztensor.UnsupportedError, match="cannot be held"):
+            ztensor.Reader(f)
+    with fs.open(f"{name}/m.zt", "rb", cache_type="none") as f, ztensor.Reader(f) as r:
+        np.testing.assert_array_equal(r.read_numpy("x", copy=True), x)
+        client.put_object(Bucket=name, Key="m.zt", Body=two)
+        with pytest.raises(ztensor.FormatError, match="changed on the server"):
+            r.read_numpy("y", copy=True)
