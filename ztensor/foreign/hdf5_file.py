@@ -5,7 +5,10 @@ asked for; their shape and dtype come from the file's metadata.  Datasets of a t
 zTensor has no dtype for (strings, compounds, references, long doubles) and empty
 ones (a null dataspace, ``h5py.Empty``) are listed,
 by HDF5 path, in the ``hdf5_skipped_datasets`` attribute.  The file's scalar
-attributes that are plain values become attributes (``hdf5.<name>``).
+attributes that are plain values (text, bytes, an integer, a float, a bool) become
+attributes (``hdf5.<name>``); the names of the others (arrays, compounds, references,
+complex numbers, long doubles, ones h5py cannot read) are listed in the
+``hdf5_skipped_attributes`` attribute.
 
 Containment: a model file's tensors come from its own bytes.  HDF5 can point
 elsewhere, and by default every such dataset is refused (FormatError naming it):
@@ -59,6 +62,7 @@ SMALL = 1 << 20
 # where the file's own attributes are, so no attribute of the file can take its place)
 SKIPPED = "hdf5_skipped_datasets"
 SKIPPED_LINKS = "hdf5_skipped_links"  # soft and external links, not followed
+SKIPPED_ATTRIBUTES = "hdf5_skipped_attributes"  # the file's attributes that are not plain
 
 
 def open_file(
@@ -98,7 +102,10 @@ def open_file(
 
     try:
         entries, skipped, links = _entries(h5py, handle, name, limits, unsafe_allow_external)
-        attributes = {f"hdf5.{k}": v for k, v in _plain_attrs(handle, name)}
+        kept, skipped_attributes = _plain_attrs(handle, name)
+        attributes = {f"hdf5.{k}": v for k, v in kept}
+        if skipped_attributes:  # said, not dropped without a word
+            attributes[SKIPPED_ATTRIBUTES] = skipped_attributes
         if skipped:  # said, not dropped without a word (as ONNX's skipped initializers)
             attributes[SKIPPED] = skipped
         if links:
@@ -276,35 +283,57 @@ def _load(path, key, dataset):
 
 
 def _plain_attrs(handle, path):
-    """(name, value) of the file's scalar attributes that are plain values.  Only
-    scalars are read: an array attribute is not an attribute of ours, and its
-    declared shape is not read into memory."""
+    """([(name, value)] of the file's scalar attributes that are plain values, [names
+    of the others]).  Only scalars are read: an array attribute is not an attribute
+    of ours, and its declared shape is not read into memory."""
     attrs = handle.attrs
     try:
         keys = list(attrs.keys())
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise FormatError(f"cannot read the file's attributes: {exc}", path=path) from None
+    kept, skipped = [], []
     for key in keys:
         try:
-            if attrs.get_id(key).shape != ():
-                continue
-            value = _plain(attrs[key])
+            value = _plain(attrs[key]) if attrs.get_id(key).shape == () else None
         except (OSError, ValueError, RuntimeError, KeyError, TypeError):
-            continue  # an attribute h5py cannot read (an odd type) is not one of ours
-        if value is not None:
-            yield key, value
+            value = None  # an attribute h5py cannot read (an odd type) is not one of ours
+        if value is None:
+            skipped.append(key)
+        else:
+            kept.append((key, value))
+    return kept, skipped
+
+
+# the Python types of the values an attribute is kept as: what every writer holds
+# (ztensor.attributes), never a type of h5py's or numpy's
+_PLAIN_TYPES = (str, bytes, bool, int, float)
 
 
 def _plain(value):
+    """``value`` as a plain Python value, or None when it is not one.  A numpy scalar
+    becomes its Python value; a compound's ``item()`` is a tuple (of h5py object
+    references, say), a complex or long double stays what no attribute holds: None.
+    A byte string that is text becomes text; other bytes stay bytes (replacing them
+    with U+FFFD would change the value without a word), and so does a UTF-8 string
+    holding bytes that are not UTF-8."""
+    if isinstance(value, np.generic):
+        value = value.item()  # np.bytes_ -> bytes, np.float64 -> float, np.void -> tuple
+    if isinstance(value, str) and not value.isascii():
+        # h5py decodes a UTF-8 string's invalid bytes as lone surrogates
+        # (surrogateescape), which no attribute holds: its bytes, as for a byte string
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                return None
     if isinstance(value, bytes):
-        # a byte string that is text becomes text; other bytes stay bytes (replacing
-        # them with U+FFFD would change the value without a word)
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             return bytes(value)  # plain bytes, not numpy's bytes_ subclass
-    if isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
+    for kind in _PLAIN_TYPES:
+        if isinstance(value, kind):
+            return kind(value)  # np.str_ -> str: the plain type, not a subclass
     return None

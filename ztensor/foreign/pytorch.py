@@ -13,7 +13,9 @@ objects it may touch (see :func:`_dispatch`):
 
 * a global (GLOBAL, STACK_GLOBAL) is answered from an allowlist alone
   (``torch._utils._rebuild_tensor_v2``/``_v3``, ``_rebuild_parameter``, the storage
-  classes and dtypes, ``collections.OrderedDict``), each by a fresh object made for
+  classes and dtypes, ``collections.OrderedDict``, and ``_codecs.encode``, which
+  protocol 2 writes a non-empty bytes value with, taking only the arguments it is
+  written with, as torch.load's ``weights_only`` does), each by a fresh object made for
   this load: a :class:`_Global` wrapping a function of this module, or a
   :class:`_DType` marker.  torch's own code is never imported or called; any other
   global (``os.system``, a model class) is a FormatError naming it;
@@ -275,8 +277,22 @@ class _Load:
             raise FormatError("collections.OrderedDict called with arguments")
         return _StateDict()
 
+    @staticmethod
+    def encode(text, encoding):
+        """``_codecs.encode``, as pickle protocol 2 (``torch.save``'s) writes a
+        non-empty ``bytes`` value: ``encode(<its bytes as latin-1 text>, "latin1")``,
+        and no other call.  torch.load's ``weights_only`` reads it too (not ``b""``,
+        written as a call of ``bytes``, which both refuse)."""
+        if type(text) is not str or encoding != "latin1" or any(ord(c) > 255 for c in text):
+            raise FormatError(
+                f"_codecs.encode called with {_kind(text)}, {_show(encoding)}: only "
+                "a bytes value's (latin-1 text, 'latin1') is read"
+            )
+        return text.encode("latin1")
+
     def globals(self):
         return {
+            ("_codecs", "encode"): self.encode,
             ("collections", "OrderedDict"): self.ordered_dict,
             ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor_v2,
             ("torch._utils", "_rebuild_tensor_v3"): self.rebuild_tensor_v3,

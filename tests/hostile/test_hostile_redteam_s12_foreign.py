@@ -1,0 +1,253 @@
+"""Red-team round s12 on the foreign-format readers: what still broke, held to the fix.
+
+* HDF5 file attributes: a compound, reference, complex or long double scalar, or a
+  UTF-8 string holding bytes that are not UTF-8, was handed out as a value no
+  attribute holds (a tuple holding an h5py ``Reference``, ``np.longdouble``, a str
+  with lone surrogates), so ``Reader.attributes`` leaked h5py objects and a valid
+  file could not be converted at all.  Now such attributes are listed by name in
+  ``hdf5_skipped_attributes`` and the invalid UTF-8 is kept as its bytes
+  (``hdf5_file._plain``).  A structure-aware property test writes files of every
+  attribute type h5py writes and holds the reader to that.
+* PyTorch: ``torch.save`` (pickle protocol 2) writes a ``bytes`` value as
+  ``_codecs.encode(text, "latin1")``; torch.load's
+  ``weights_only`` reads it, ztensor refused the whole checkpoint as code.  Now that
+  one call shape is read (``pytorch._Load.encode``), any other still refused.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor.attributes import check_map
+from ztensor.errors import FormatError
+
+h5py = pytest.importorskip("h5py")
+
+
+# ---------------------------------------------------------------- HDF5 attributes
+
+
+def _h5_with_attrs(path, setter):
+    with h5py.File(path, "w") as f:
+        f["w"] = np.arange(3, dtype=np.float32)
+        setter(f)
+
+
+def _odd_attrs(f):
+    compound = np.dtype([("x", "f4"), ("r", h5py.ref_dtype), ("s", h5py.string_dtype())])
+    value = np.zeros((), compound)
+    value["r"] = f.ref
+    value["s"] = "hi"
+    f.attrs.create("compound", value, dtype=compound)
+    f.attrs["complex"] = np.complex64(1 + 2j)
+    f.attrs["longdouble"] = np.longdouble(1.5)
+    f.attrs["epoch"] = np.int64(3)
+    f.attrs["lr"] = np.float64(0.5)
+    f.attrs["name"] = "model"
+
+
+def test_hdf5_attributes_that_are_not_plain_are_listed_not_handed_out(tmp_path):
+    path = tmp_path / "odd.h5"
+    _h5_with_attrs(path, _odd_attrs)
+    with ztensor.Reader(path) as r:
+        attributes = r.attributes
+    check_map(attributes, "attributes")  # plain values only: no h5py object, no tuple
+    assert attributes["hdf5.epoch"] == 3 and type(attributes["hdf5.epoch"]) is int
+    assert attributes["hdf5.lr"] == 0.5 and type(attributes["hdf5.lr"]) is float
+    assert attributes["hdf5.name"] == "model"
+    assert sorted(attributes["hdf5_skipped_attributes"]) == ["complex", "compound", "longdouble"]
+    for key in ("compound", "complex", "longdouble"):
+        assert f"hdf5.{key}" not in attributes
+
+
+def test_hdf5_file_with_a_compound_attribute_converts(tmp_path):
+    src, out = tmp_path / "odd.h5", tmp_path / "odd.zt"
+    _h5_with_attrs(src, _odd_attrs)
+    assert ztensor.convert(src, out) == 1  # was: "Reference values cannot be stored"
+    with ztensor.Reader(out) as r:
+        np.testing.assert_array_equal(r.read_numpy("w"), np.arange(3, dtype=np.float32))
+        assert r.attributes["hdf5.epoch"] == 3
+
+
+def test_hdf5_utf8_attribute_holding_invalid_bytes_stays_bytes(tmp_path):
+    src, out = tmp_path / "bad.h5", tmp_path / "bad.zt"
+
+    def setter(f):
+        f.attrs.create("note", b"\xff\xfeab", dtype=h5py.string_dtype("utf-8"))
+
+    _h5_with_attrs(src, setter)
+    with h5py.File(src) as f:  # h5py gives lone surrogates for the invalid bytes
+        assert f.attrs["note"] == "\udcff\udcfeab"
+    with ztensor.Reader(src) as r:
+        assert r.attributes["hdf5.note"] == b"\xff\xfeab"
+    ztensor.convert(src, out)  # was: "a string that is not valid Unicode"
+    with ztensor.Reader(out) as r:
+        assert r.attributes["hdf5.note"] == b"\xff\xfeab"
+
+
+# a structure-aware property test: files h5py writes, with file attributes of every
+# type h5py writes, scalar and not; every attribute is either kept as a plain value
+# equal to what h5py reads, or listed, and the file converts
+_hyp = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_INT_TYPES = ["<i1", "<u1", ">i2", "<u2", ">i4", "<u4", "<i8", ">u8"]
+_FLOAT_TYPES = ["<f2", ">f4", "<f8"]
+
+
+def _attr_value():
+    ints = st.sampled_from(_INT_TYPES).flatmap(
+        lambda t: st.integers(np.iinfo(t).min, np.iinfo(t).max).map(
+            lambda v, t=t: ("int", np.array(v, t))
+        )
+    )
+    floats = st.sampled_from(_FLOAT_TYPES).flatmap(
+        lambda t: st.floats(width=8 * np.dtype(t).itemsize, allow_nan=False).map(
+            lambda v, t=t: ("float", np.array(v, t))
+        )
+    )
+    text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12).map(
+        lambda v: ("str", v)
+    )
+    raw = st.binary(max_size=12).filter(lambda b: b"\x00" not in b).map(lambda v: ("utf8-bytes", v))
+    fixed = st.binary(min_size=1, max_size=8).map(lambda v: ("fixed", np.bytes_(v)))
+    others = st.sampled_from(["bool", "complex", "longdouble", "compound", "ref", "array"])
+    return st.one_of(ints, floats, text, raw, fixed, others.map(lambda k: (k, None)))
+
+
+def _write(f, key, kind, value):
+    if kind == "bool":
+        f.attrs[key] = np.bool_(True)
+    elif kind == "complex":
+        f.attrs[key] = np.complex128(1 - 1j)
+    elif kind == "longdouble":
+        f.attrs[key] = np.longdouble(2.5)
+    elif kind == "compound":
+        dt = np.dtype([("a", "<i4"), ("b", "<f8")])
+        f.attrs.create(key, np.zeros((), dt), dtype=dt)
+    elif kind == "ref":
+        f.attrs.create(key, f.ref, dtype=h5py.ref_dtype)
+    elif kind == "array":
+        f.attrs[key] = np.arange(4)
+    elif kind == "utf8-bytes":
+        f.attrs.create(key, value, dtype=h5py.string_dtype("utf-8"))
+    else:
+        f.attrs[key] = value
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), _attr_value(), max_size=6))
+def test_hdf5_attributes_property(tmp_path, attrs):
+    src, out = tmp_path / "p.h5", tmp_path / "p.zt"
+    with h5py.File(src, "w") as f:
+        f["w"] = np.arange(2, dtype=np.float32)
+        for key, (kind, value) in attrs.items():
+            _write(f, key, kind, value)
+    with ztensor.Reader(src) as r:
+        got = r.attributes
+    check_map(got, "attributes")  # every kept value is a value a .zt file holds
+    skipped = set(got.get("hdf5_skipped_attributes", ()))
+    kept = {k[len("hdf5.") :] for k in got if k.startswith("hdf5.")}
+    assert kept | skipped == set(attrs) and not kept & skipped  # none dropped unsaid
+    for key, (kind, value) in attrs.items():
+        if kind in ("int", "float"):
+            assert got[f"hdf5.{key}"] == value.item()
+        elif kind == "bool":
+            assert got[f"hdf5.{key}"] is True
+        elif kind == "str":
+            assert got[f"hdf5.{key}"] == value
+        elif kind == "utf8-bytes":  # text when it is UTF-8, else its bytes
+            try:
+                want = value.decode("utf-8")
+            except UnicodeDecodeError:
+                want = value
+            assert got[f"hdf5.{key}"] in (want, value)
+        elif kind in ("complex", "longdouble", "compound", "ref", "array"):
+            assert key in skipped
+    out.unlink(missing_ok=True)
+    ztensor.convert(src, out)
+    with ztensor.Reader(out) as r:
+        assert {k: v for k, v in r.attributes.items() if k.startswith("hdf5")} == got
+
+
+# ---------------------------------------------------------------- PyTorch bytes
+
+
+def test_torch_checkpoint_holding_bytes_reads_as_torch_load_does(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "b.pt"
+    state = {"w": torch.arange(4, dtype=torch.float32), "blob": b"\xff\x00a", "k": b"x"}
+    torch.save(state, path)
+    assert torch.load(path, weights_only=True)["blob"] == b"\xff\x00a"
+    with ztensor.Reader(path) as r:  # was: "refusing to load _codecs.encode"
+        assert list(r.keys()) == ["w"]
+        np.testing.assert_array_equal(r.read_numpy("w"), np.arange(4, dtype=np.float32))
+        assert r.attributes["pickle.omitted_attributes"] == 2  # the bytes, counted
+
+
+class _Call:
+    """Pickles as a call of ``func`` with ``args`` (REDUCE)."""
+
+    def __init__(self, func, args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def _checkpoint_with(tmp_path, value):
+    """A torch.save checkpoint whose data.pkl is replaced by one holding ``value``
+    beside a real tensor."""
+    torch = pytest.importorskip("torch")
+    import codecs
+    import zipfile
+
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.ones(2)}, good)
+    with zipfile.ZipFile(good) as z:
+        members = {i.filename: z.read(i.filename) for i in z.infolist()}
+    pkl = next(n for n in members if n.endswith("/data.pkl"))
+    buf = io.BytesIO()
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            return None
+
+    P(buf, protocol=2).dump({"x": value})
+    members[pkl] = buf.getvalue()
+    bad = tmp_path / "bad.pt"
+    with zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    assert codecs  # the module named by the calls below
+    return bad
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("abc", "rot13"), ("abc", "utf-8"), ("\u0394", "latin1"), (b"abc", "latin1"), ("abc",)],
+)
+def test_torch_codecs_encode_other_than_protocol_2_bytes_is_refused(tmp_path, args):
+    import codecs
+
+    bad = _checkpoint_with(tmp_path, _Call(codecs.encode, args))
+    with pytest.raises(FormatError, match="_codecs.encode|arguments"):
+        ztensor.Reader(bad)
+
+
+def test_torch_bytes_global_stays_refused(tmp_path):
+    # b"" is pickled as bytes(): torch.load's weights_only refuses that global, and
+    # so does ztensor (bytes(10**9) would be a gigabyte from a few bytes)
+    bad = _checkpoint_with(tmp_path, _Call(bytes, (10**9,)))
+    with pytest.raises(FormatError, match="refusing to load __builtin__.bytes"):
+        ztensor.Reader(bad)
