@@ -66,7 +66,9 @@ def from_zt(
     (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
     span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
     the whole of the other axes.  ``storage_options``: fsspec's options for a URL's
-    filesystem (credentials, endpoint); they travel in the graph to the workers.
+    filesystem (credentials, endpoint); they travel in the graph to the workers,
+    shown by no repr of it and in no key name (:class:`_Target`; its pickled form
+    holds them: docs/remote.md).
 
     The array reads the file as it was when the array was made: a chunk computed
     after the file changed raises ClosedError (make a new array).  Over a URL the
