@@ -6,8 +6,10 @@
   with lone surrogates), so ``Reader.attributes`` leaked h5py objects and a valid
   file could not be converted at all.  Now such attributes are listed by name in
   ``hdf5_skipped_attributes`` and the invalid UTF-8 is kept as its bytes
-  (``hdf5_file._plain``).  A structure-aware property test writes files of every
-  attribute type h5py writes and holds the reader to that.
+  (``hdf5_file._plain``); an attribute named in bytes that are not UTF-8 is listed
+  too (its repr was a name another attribute could have: one was lost).  A
+  structure-aware property test writes files of every attribute type h5py writes
+  and holds the reader to that.
 * PyTorch: ``torch.save`` (pickle protocol 2) writes a ``bytes`` value as
   ``_codecs.encode(text, "latin1")``; torch.load's
   ``weights_only`` reads it, ztensor refused the whole checkpoint as code.  Now that
@@ -88,6 +90,21 @@ def test_hdf5_utf8_attribute_holding_invalid_bytes_stays_bytes(tmp_path):
     ztensor.convert(src, out)  # was: "a string that is not valid Unicode"
     with ztensor.Reader(out) as r:
         assert r.attributes["hdf5.note"] == b"\xff\xfeab"
+
+
+def test_hdf5_attribute_named_in_bytes_that_are_not_utf8_is_listed_not_lost(tmp_path):
+    """h5py gives such a name as bytes; its repr was the attribute's name, so an
+    attribute named by that repr's text took its place: one value dropped unsaid."""
+    path = tmp_path / "names.h5"
+
+    def setter(f):
+        f.attrs[b"k\xfe"] = 1
+        f.attrs["b'k\\xfe'"] = 2
+
+    _h5_with_attrs(path, setter)
+    with ztensor.Reader(path) as r:
+        assert r.attributes["hdf5.b'k\\xfe'"] == 2
+        assert r.attributes["hdf5_skipped_attributes"] == ["k\\xfe"]
 
 
 # a structure-aware property test: files h5py writes, with file attributes of every

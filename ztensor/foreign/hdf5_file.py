@@ -285,7 +285,8 @@ def _load(path, key, dataset):
 def _plain_attrs(handle, path):
     """([(name, value)] of the file's scalar attributes that are plain values, [names
     of the others]).  Only scalars are read: an array attribute is not an attribute
-    of ours, and its declared shape is not read into memory."""
+    of ours, and its declared shape is not read into memory.  An attribute whose name
+    is not UTF-8 is one of the others (listed with its bytes escaped)."""
     attrs = handle.attrs
     try:
         keys = list(attrs.keys())
@@ -293,6 +294,12 @@ def _plain_attrs(handle, path):
         raise FormatError(f"cannot read the file's attributes: {exc}", path=path) from None
     kept, skipped = [], []
     for key in keys:
+        if type(key) is not str:
+            # h5py gives a name that is not UTF-8 as bytes: no attribute is named so
+            # (its repr, "hdf5.b'k\\xfe'", could be another attribute's name, and one
+            # of the two was dropped without a word), so it is listed, as text
+            skipped.append(bytes(key).decode("utf-8", "backslashreplace"))
+            continue
         try:
             value = _plain(attrs[key]) if attrs.get_id(key).shape == () else None
         except (OSError, ValueError, RuntimeError, KeyError, TypeError):
