@@ -217,7 +217,7 @@ def save_file(
         filename, attributes=_save.str_metadata(metadata), storage_options=storage_options
     ) as w:
         for name, t in _save.canonical_order(tensors):  # one order: same tensors, same bytes
-            arr, type_name = to_numpy_for_writing(t, name)
+            arr, type_name = to_numpy_for_writing(t, name, w.path)
             w.write(
                 name,
                 Tensor(

@@ -19,6 +19,7 @@ from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer, require_writable_version
 from ztensor.errors import FormatError, ObjectNotFoundError
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
+from ztensor.io import atomic
 from ztensor.tensor import Tensor
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -42,6 +43,7 @@ def remove_tensors(
     for name in drop:
         if not isinstance(name, str):
             raise TypeError(f"names to remove are strings, not {type(name).__name__}: {name!r}")
+    version = atomic.identity(path)  # before the read: see Writer.rewrite
     with Reader(path) as old:
         _require_zt(old)
         missing = [n for n in drop if n not in old]
@@ -51,8 +53,12 @@ def remove_tensors(
             )
         # the file edited in place: renamed over only if no one changed it meanwhile
         same = os.path.exists(output) and os.path.samefile(output, path)
-        make = Writer.rewrite if same else Writer
-        with make(output, attributes=dict(old.attributes)) as new:
+        new = (
+            Writer.rewrite(output, version, attributes=dict(old.attributes))
+            if same
+            else Writer(output, attributes=dict(old.attributes))
+        )
+        with new:
             for name in old.keys():
                 if name not in drop:
                     new.copy_from(old, name)
@@ -65,6 +71,7 @@ def replace_tensor(
     torch tensor of the same shape and element type), keeping every other object
     as stored and the object's attributes.  ``compress``/``checksum`` default to
     what the object had."""
+    version = atomic.identity(path)  # before the read: see Writer.rewrite
     with Reader(path) as old:
         _require_zt(old)
         meta = old.metadata(name)
@@ -75,7 +82,7 @@ def replace_tensor(
                 obj=name,
             )
         comp = meta.components["data"]
-        arr = _as_array(data, name)
+        arr = _as_array(data, name, old.path)
         current = old.read_numpy(name) if comp.type is None else None
         if tuple(arr.shape) != tuple(meta.shape) or (
             current is not None and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
@@ -88,7 +95,7 @@ def replace_tensor(
             compress = comp.encoding == "zstd"
         if checksum is None and comp.digest is not None:
             checksum = comp.digest.split(":", 1)[0]
-        with Writer.rewrite(path, attributes=dict(old.attributes)) as new:
+        with Writer.rewrite(path, version, attributes=dict(old.attributes)) as new:
             for other in old.keys():
                 if other != name:
                     new.copy_from(old, other)
@@ -119,8 +126,8 @@ def _require_zt(reader):
     require_writable_version(reader)
 
 
-def _as_array(data, name):
+def _as_array(data, name, path):
     if type(data).__module__.startswith("torch"):
-        arr, _ = to_numpy_for_writing(data, name)
+        arr, _ = to_numpy_for_writing(data, name, path)
         return arr
     return np.asarray(data)

@@ -75,7 +75,7 @@ class TensorStream:
         """The chunk's elements as a numpy array of the stream's dtype (any strides,
         not copied), or its bytes (raw little-endian elements) as uint8."""
         if hasattr(chunk, "detach") and hasattr(chunk, "numpy"):  # a torch tensor
-            chunk, _ = to_numpy_for_writing(chunk, self.name)
+            chunk, _ = to_numpy_for_writing(chunk, self.name, self._writer.path)
         if isinstance(chunk, np.ndarray):
             if chunk.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
                 raise FormatError(

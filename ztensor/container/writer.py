@@ -110,7 +110,7 @@ class Writer:
         attributes: Optional[Dict[str, Any]] = None,
         fsync: bool = False,
         storage_options: Optional[Dict[str, Any]] = None,
-        _rewrite: bool = False,
+        _replaces: Any = None,
     ) -> None:
         self.path = os.fspath(path)
         # a URL: built locally, uploaded at close (None for a local path)
@@ -124,13 +124,13 @@ class Writer:
         # name -> ObjectSpec, or (shape, storage, offset, length) for a plain raw array
         self._objects: Dict[str, Any] = {}
         self._target = atomic.final_target(self.path)
-        # for an edit (rewrite): the version of the file it is built from, taken
-        # now, with the old file already open (an object store holds no such version)
-        self._replaces: Any = (
-            atomic.identity(self._target) if _rewrite and self._upload is None else None
-        )
+        # for an edit (rewrite): the version of the file it is built from, taken by
+        # the caller before it opened that file (an object store holds no version)
+        self._replaces: Any = _replaces if self._upload is None else None
         self._fd, self._tmp = (
-            atomic.create_temp(self._target) if self._upload is None else self._upload.create_temp()
+            atomic.create_temp(self._target, label=self.path)
+            if self._upload is None
+            else self._upload.create_temp()
         )
         self._state = "open"
         self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
@@ -251,7 +251,7 @@ class Writer:
     ) -> None:
         """Write a dense object from a ``torch.Tensor`` (any device, any layout; bf16,
         the float8 types and complex keep their torch dtype on the way back)."""
-        arr, type_name = to_numpy_for_writing(tensor, name)
+        arr, type_name = to_numpy_for_writing(tensor, name, self.path)
         arr, types = (arr, {"data": type_name}) if type_name else (arr, {})
         self._write_object(
             name, "dense", arr.shape, {"data": arr}, types, attributes, compress, checksum
@@ -391,11 +391,12 @@ class Writer:
         then the old file is untouched, and a crash at any point leaves the old
         file or the complete new one, never a mix (docs/editing.md).  Costs one copy
         of the file's bytes, in exchange for that guarantee."""
+        version = atomic.identity(path)  # before the read: see rewrite
         with Reader(path, storage_options=kwargs.get("storage_options")) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
             require_writable_version(old)
-            writer = cls.rewrite(path, attributes=dict(old.attributes), **kwargs)
+            writer = cls.rewrite(path, version, attributes=dict(old.attributes), **kwargs)
             try:
                 for name in old.keys():
                     writer.copy_from(old, name)
@@ -405,14 +406,17 @@ class Writer:
         return writer
 
     @classmethod
-    def rewrite(cls, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> "Writer":
+    def rewrite(cls, path: Union[str, "os.PathLike[str]"], version: Any, **kwargs: Any) -> "Writer":
         """A Writer that replaces the file at ``path`` with a new version built from
-        it (the edits: :meth:`append`, ``replace_tensor``, ``remove_tensors``).  Call
-        it once the old file is open for reading: :meth:`close` renames the new file
-        over the old one only while that is still the version it was built from; a
-        file another process replaced or rewrote meanwhile is a WriteError, nothing
-        written, the other process's change kept (atomic.require_unchanged)."""
-        return cls(path, _rewrite=True, **kwargs)
+        it (the edits: :meth:`append`, ``replace_tensor``, ``remove_tensors``).
+        ``version`` is ``atomic.identity(path)`` taken BEFORE the old file was opened
+        for reading: :meth:`close` renames the new file over the old one only while
+        that is still the version it was built from; a file another process replaced
+        or rewrote meanwhile is a WriteError, nothing written, the other process's
+        change kept (atomic.require_unchanged).  Taken after the open, a replacement
+        landing between the open and this call was the version compared against,
+        and the edit built from the older file dropped it without a word."""
+        return cls(path, _replaces=version, **kwargs)
 
     def write(
         self,
@@ -590,7 +594,8 @@ class Writer:
             return
         self._require_open()
         with gc_paused():  # ~5 containers per object, none of them cyclic
-            manifest = encode_manifest(self._objects, self._attributes)
+            manifest = self._guard(encode_manifest, self._objects, self._attributes)
+        self._guard(self._check_readable, manifest)
         self._guard(self._blobs.write, manifest)
         self._guard(self._blobs.write, encode_footer(len(manifest)))
         self._guard(self._blobs.flush)
@@ -615,6 +620,26 @@ class Writer:
         self._size = self._blobs.pos
         self._blobs.close()
         self._state = "closed"
+
+    def _check_readable(self, manifest) -> None:
+        """LimitError naming the file unless a reader with the default limits takes
+        this many objects and a manifest this size (at most the spec's 1 GiB): the
+        per-object checks (manifest.Checker) cannot see either, and a file written
+        past them was one every default Reader refused."""
+        limits = spec.DEFAULT_LIMITS
+        most = min(limits.max_manifest_size, spec.SPEC_MAX_MANIFEST)
+        if len(manifest) > most:
+            raise LimitError(
+                f"the manifest (names, shapes, attributes) would be {len(manifest)} "
+                f"bytes, above the {most} a reader takes: nothing was written",
+                path=self.path,
+            )
+        if len(self._objects) > limits.max_objects:
+            raise LimitError(
+                f"{len(self._objects)} objects, above the {limits.max_objects} a reader "
+                "takes: nothing was written",
+                path=self.path,
+            )
 
     def finish(self) -> int:
         """:meth:`close`, returning the file's size in bytes (the reference

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,15 +45,21 @@ def _bit_types():
     return bits, from_spec
 
 
-def to_numpy_for_writing(t: torch.Tensor, name: str):
-    """(numpy array, spec type or None) holding exactly the tensor's elements."""
+def to_numpy_for_writing(t: torch.Tensor, name: str, path: Any = None):
+    """(numpy array, spec type or None) holding exactly the tensor's elements.  A
+    tensor that cannot be stored is an UnsupportedError naming ``path`` (the file
+    being written) and the object."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.is_nested or t.layout != torch.strided:
         layout = "nested" if t.is_nested else str(t.layout).replace("torch.", "")
-        raise UnsupportedError(f"a {layout} tensor is not stored: make it dense first", obj=name)
+        raise UnsupportedError(
+            f"a {layout} tensor is not stored: make it dense first", path=path, obj=name
+        )
     if t.device.type == "meta":
-        raise UnsupportedError("a tensor on the meta device holds no data to store", obj=name)
+        raise UnsupportedError(
+            "a tensor on the meta device holds no data to store", path=path, obj=name
+        )
     # a conjugate or negative view (x.conj(), x.imag of one) shows values its
     # memory does not hold: resolved, the elements stored are the ones it shows.
     # Strides are kept (numpy holds any torch strides), so a CPU tensor is not copied
@@ -68,7 +74,9 @@ def to_numpy_for_writing(t: torch.Tensor, name: str):
     try:
         return t.numpy(), None
     except TypeError:
-        raise UnsupportedError(f"torch dtype {t.dtype} cannot be stored", obj=name) from None
+        raise UnsupportedError(
+            f"torch dtype {t.dtype} cannot be stored", path=path, obj=name
+        ) from None
 
 
 def is_cpu(device) -> bool:

@@ -9,6 +9,7 @@ checkpoint writers and converter (``*.index.json``: :func:`write_json_atomically
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -24,12 +25,22 @@ def final_target(path):
     or nothing: a rename over a FIFO, socket or device (``/dev/null``, which root
     may rename over) would replace it with a regular file, and over a directory it
     fails only once the whole file is written, so either is a WriteError naming
-    ``path`` before a byte is written.  The one check for every file this package
-    writes (the Writer, the exporters, indexes, a checkpoint's copied files)."""
+    ``path`` before a byte is written.  So is a name no file can have: empty, with
+    a NUL (``os`` raised a bare ValueError), or ending in a separator (a folder's
+    name: the rename failed only once the whole file was written).  The one check
+    for every file this package writes (the Writer, the exporters, indexes, a
+    checkpoint's copied files)."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"a path to write is a str or os.PathLike[str], not {type(text).__name__}")
+    if not text or "\0" in text or text.endswith((os.sep, os.altsep or os.sep)):
+        raise WriteError("is not a file name: a file cannot be written there", path=path)
     target = os.path.realpath(path) if os.path.islink(path) else path
     try:
         mode = os.stat(target).st_mode
-    except (OSError, ValueError):
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the rename would replace the link itself
+            raise WriteError("is a loop of symbolic links", path=path, errno=exc.errno) from None
         return target  # nothing there yet, or no way to look: creating it will say
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, socket or device"
@@ -62,12 +73,14 @@ def require_unchanged(path, expected, label) -> None:
         )
 
 
-def create_temp(path, mode=None):
+def create_temp(path, mode=None, label=None):
     """A new hidden file beside ``path``, as ``(fd, temporary path)``.  When ``path``
     exists, the new file gets its permission bits (re-saving a 0600 file keeps it
     0600); otherwise ``mode`` (the bits of a file removed before it was replaced),
     else the umask's.  The name fits the folder's name limit however long
-    ``path``'s is."""
+    ``path``'s is.  A failure is a WriteError naming ``label`` (the caller's path,
+    when ``path`` is the target of its link), else ``path``."""
+    label = path if label is None else label
     folder, base = os.path.split(os.path.abspath(path))
     flags = (
         os.O_WRONLY
@@ -96,7 +109,7 @@ def create_temp(path, mode=None):
             continue
         except OSError as exc:
             raise WriteError(
-                f"cannot create a file in {folder!r}: {exc.strerror}", path=path, errno=exc.errno
+                f"cannot create a file in {folder!r}: {exc.strerror}", path=label, errno=exc.errno
             ) from exc
         if mode is not None:
             try:
@@ -104,7 +117,7 @@ def create_temp(path, mode=None):
             except (OSError, AttributeError):
                 pass  # a filesystem without modes: the umask's are what it has
         return fd, tmp
-    raise WriteError("cannot find a free temporary name", path=path)
+    raise WriteError("cannot find a free temporary name", path=label)
 
 
 def replace_atomically(
@@ -117,7 +130,7 @@ def replace_atomically(
     removed and ``path`` is untouched; an OSError becomes a WriteError naming
     ``path``."""
     target = final_target(path)
-    fd, tmp = create_temp(target, mode)
+    fd, tmp = create_temp(target, mode, label=path)
     try:
         if by_name:
             os.close(fd)

@@ -112,6 +112,27 @@ class Upload:
         self.url = url
         self.fs, self.key, protocol = _filesystem(url, storage_options)
         self.atomic = protocol in _ATOMIC_PUT
+        if not self.key.strip("/"):  # memory:// or s3://bucket/: no object's name
+            raise WriteError("names no object to write (a store or bucket root)", path=url)
+        self._refuse_folder()
+
+    def _refuse_folder(self) -> None:
+        """WriteError when the key is a folder of a store with folders (memory://,
+        sftp): its ``mv`` of the temporary key onto a folder moved the file INTO the
+        folder, under its hidden temporary name, and the write was reported done
+        (local paths: atomic.final_target's rule).  Object stores have prefixes, not
+        folders: a key may share its name with one, and they are not asked."""
+        if self.atomic:
+            return
+        try:
+            folder = self.fs.isdir(self.key)
+        except Exception:
+            return  # the store will not say: its upload will
+        if folder:
+            raise WriteError(
+                "is a directory, not a file: a file written here would go inside it",
+                path=self.url,
+            )
 
     @classmethod
     def for_path(cls, path: str, storage_options: Any = None) -> Optional["Upload"]:
@@ -149,6 +170,7 @@ class Upload:
                 )
                 try:
                     self._put(local, temp)
+                    self._refuse_folder()  # made one since the Writer began
                     self.fs.mv(temp, self.key)
                 except BaseException:
                     self._discard(temp)
