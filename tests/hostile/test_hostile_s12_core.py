@@ -229,3 +229,40 @@ def test_tiny_checksummed_frames_are_checked_too(written, tmp_path):
     sums[7] ^= 1
     path = relaid(src, tmp_path / "tinysum.zt", b"".join(frames) + table(entries, sums))
     every_read_refuses(path, exc=ztensor.ChecksumError, rows=(1, 2))  # frame 7: row 1
+
+
+# ---- dequantizing a file's object names the file and object when it refuses
+# (Clean: quantized.dequantize_read, used by stats and `ztensor dequantize`)
+
+
+@pytest.fixture
+def other_convention(tmp_path):
+    """A quantized_group object in a convention ztensor does not dequantize (codes
+    packed along axis 1): a valid object the Writer writes and read() returns."""
+    w = np.random.default_rng(3).standard_normal((64, 256)).astype(np.float32)
+    q = ztensor.quantize(w, bits=4, group_size=128)
+    other = ztensor.Tensor(
+        dict(q.components), shape=q.shape, format=q.format,
+        attributes={**q.attributes, "pack_axis": 1},
+    )
+    path = tmp_path / "other.zt"
+    with ztensor.Writer(str(path)) as out:
+        out.write("layer.weight", other)
+    return path
+
+
+def test_stats_of_a_quantized_object_it_cannot_dequantize_names_it(other_convention):
+    """The UnsupportedError named neither the file nor the object."""
+    with ztensor.Reader(str(other_convention)) as r:
+        assert r.read("layer.weight").attributes["pack_axis"] == 1
+        with pytest.raises(ztensor.UnsupportedError, match="pack_axis") as err:
+            tensor_stats(r, "layer.weight")
+    assert err.value.path == str(other_convention) and err.value.obj == "layer.weight"
+
+
+def test_cli_dequantize_refusal_names_the_file_and_object(other_convention, tmp_path, capsys):
+    from ztensor.tools import cli
+
+    assert cli.main(["dequantize", str(other_convention), str(tmp_path / "o.zt")]) != 0
+    err = capsys.readouterr().err
+    assert str(other_convention) in err and "layer.weight" in err and "pack_axis" in err

@@ -29,7 +29,7 @@ import numpy as np
 from ztensor import kernels
 from ztensor._native import contract as _contract
 from ztensor.attributes import show
-from ztensor.errors import FormatError, UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError, ZTensorError
 from ztensor.formats import gguf_blocks
 from ztensor.tensor import Tensor
 
@@ -325,6 +325,17 @@ def dequantize(
                 )
             )
     return out
+
+
+def dequantize_read(obj: Any, path: Any, name: str, **kwargs: Any) -> np.ndarray:
+    """:func:`dequantize` for an object read from ``path`` under ``name`` (``stats``,
+    ``ztensor dequantize``): a Tensor knows no file, so a refusal (a convention it
+    does not implement, sizes that do not fit) is given the file and object here."""
+    try:
+        return dequantize(obj, **kwargs)
+    except ZTensorError as exc:
+        exc.locate(path, name)
+        raise
 
 
 def _from_tensor(t, where=None) -> _Inputs:

@@ -36,7 +36,7 @@ from ztensor._version import __version__
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
 from ztensor.errors import LimitError, ZTensorError, without_secrets
-from ztensor.formats.quantized import dequantize
+from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
 from ztensor.tools.convert import convert
@@ -552,7 +552,7 @@ def cmd_dequantize(args, out):
         for name in reader.keys():
             obj = reader.read(name)
             if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and _decodable(obj)):
-                weight = dequantize(obj, dtype=dtype)
+                weight = dequantize_read(obj, args.input, name, dtype=dtype)
                 types = {"data": "bf16"} if weight.dtype == np.uint16 else None
                 obj = Tensor({"data": weight}, attributes=obj.attributes, types=types)
                 converted += 1

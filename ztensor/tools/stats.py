@@ -243,7 +243,7 @@ def _values(reader, name, max_elements):
     if meta.format in ("quantized_group", "gguf_blocks"):
         if math.prod(meta.shape) > max_elements:  # before the dense output is made
             raise _too_many(math.prod(meta.shape), max_elements, reader, name)
-        dense = quantized.dequantize(reader.read(name), dtype=np.float32)
+        dense = quantized.dequantize_read(reader.read(name), reader.path, name, dtype=np.float32)
         return (*_in_memory(dense, reader, name, max_elements), "f32", None, "dequantized")
     raise UnsupportedError(f"no statistics for format {meta.format!r}", path=reader.path, obj=name)
 
