@@ -268,3 +268,119 @@ def test_torch_bytes_global_stays_refused(tmp_path):
     bad = _checkpoint_with(tmp_path, _Call(bytes, (10**9,)))
     with pytest.raises(FormatError, match="refusing to load __builtin__.bytes"):
         ztensor.Reader(bad)
+
+
+# ---------------------------------------------------------------- ONNX external data
+
+
+def _onnx_external(folder, location, *, extra=()):
+    """A model (made with onnx's helper) whose one initializer ``w`` (4 float32) keeps
+    its bytes in ``location``, as onnx.save(save_as_external_data=True) writes it."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16"), *extra):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    model = helper.make_model(helper.make_graph([], "g", [], [], initializer=[tensor]))
+    path = folder / "m.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _onnx_loader_of_old(monkeypatch):
+    """onnx's external-data loader as onnx 1.14 and 1.15 had it (pyproject allows
+    onnx>=1.14): the location joined to the model's folder and opened as given."""
+    import os
+
+    import onnx.external_data_helper as helper
+
+    def naive(tensor, base_dir):
+        info = {e.key: e.value for e in tensor.external_data}
+        with open(os.path.join(base_dir, info["location"]), "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            return f.read(int(info["length"])) if "length" in info else f.read()
+
+    monkeypatch.setattr(helper, "_read_external_data_bytes", naive)
+
+
+SECRET = np.array([7.0, 7.0, 7.0, 7.0], np.float32)
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink", "linked folder"])
+def test_onnx_external_data_outside_the_folder_is_refused_whatever_onnx_does(
+    tmp_path, monkeypatch, how
+):
+    """The rule lived in onnx's loader, whose checks came with onnx 1.16 and later;
+    with the older onnx pyproject allows, ``../secret`` was read as the tensor."""
+    (tmp_path / "secret.bin").write_bytes(SECRET.tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    location = {
+        "dotdot": "../secret.bin",
+        "absolute": str(tmp_path / "secret.bin"),
+        "symlink": "link.bin",
+        "linked folder": "up/secret.bin",
+    }[how]
+    if how == "symlink":
+        (folder / "link.bin").symlink_to(tmp_path / "secret.bin")
+    if how == "linked folder":
+        (folder / "up").symlink_to(tmp_path)
+    path = _onnx_external(folder, location)
+    _onnx_loader_of_old(monkeypatch)
+    with pytest.raises(FormatError, match="outside the model's folder|not a file name inside"):
+        with ztensor.Reader(path) as r:
+            r.read_numpy("w")
+
+
+def test_onnx_external_data_beside_the_model_reads(tmp_path, monkeypatch):
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "v.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    path = _onnx_external(tmp_path, "w.bin")
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("w"), np.arange(4, dtype=np.float32))
+    path = _onnx_external(tmp_path, "sub/v.bin")
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("w"), np.ones(4, np.float32))
+
+
+def test_onnx_external_data_key_given_twice_is_refused(tmp_path):
+    """onnx keeps the last ``location``, another reader the first: two values."""
+    (tmp_path / "a.bin").write_bytes(np.zeros(4, np.float32).tobytes())
+    (tmp_path / "b.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    path = _onnx_external(tmp_path, "a.bin", extra=[("location", "b.bin")])
+    with pytest.raises(FormatError, match="given twice"):
+        ztensor.Reader(path)
+
+
+def test_onnx_model_saved_with_external_data_by_onnx_reads(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    a = np.arange(3000, dtype=np.float32).reshape(30, 100)
+    b = np.arange(2000, dtype=np.float16)
+    k = np.arange(5000, dtype=np.float32)
+    node = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(k, "kv"))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [],
+        initializer=[numpy_helper.from_array(a, "a"), numpy_helper.from_array(b, "b")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        helper.make_model(graph),
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.onnx_data",
+        size_threshold=0,
+    )
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("a"), a)
+        np.testing.assert_array_equal(r.read_numpy("b"), b)
+        np.testing.assert_array_equal(r.read_numpy("k"), k)

@@ -2,8 +2,10 @@
 every ``Constant`` node of the main graph, by its output's name (a graph may hold
 weights there instead of in initializers).
 onnx parses the whole protobuf (it has no index to read from); tensors with
-their data in external files are refused unless the files sit beside the model, as
-onnx resolves them (each is read when its tensor is, after the checks below).
+their data in external files are refused unless the files sit in the model's folder
+(no ``..``, no absolute path, no symbolic link: :func:`_external_bytes`, which reads
+them itself, so the rule does not depend on onnx's version); each is read when its
+tensor is, after the checks below.
 Two initializers or constants under one name are an error naming both (protobuf keeps
 both; which one a runtime uses is its own choice).  Initializers of a type zTensor
 has no dtype for (strings; the packed 4- and 2-bit types INT4, UINT4, FLOAT4E2M1, INT2,
@@ -39,7 +41,7 @@ import os
 import numpy as np
 
 from ztensor import dtypes
-from ztensor.errors import FormatError, LimitError
+from ztensor.errors import FormatError, LimitError, ZTensorError
 from ztensor.foreign.base import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import open_local_input
@@ -75,9 +77,18 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     def read(tensor, key, what):
         """The tensor's values once checked (``_check_initializer``), or None for
         one zTensor has no dtype for (strings)."""
-        _check_initializer(onnx, tensor, name, limits, key)
+        declared = _check_initializer(onnx, tensor, name, limits, key)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            # its bytes read here, under ztensor's rules, never by onnx's loader
+            # (whose checks depend on its version: 1.14 joined any path given)
+            inline = onnx.TensorProto()
+            inline.CopyFrom(tensor)
+            inline.ClearField("external_data")
+            inline.data_location = onnx.TensorProto.DEFAULT
+            inline.raw_data = _external_bytes(tensor, base_dir, name, key, declared)
+            tensor = inline
         try:
-            arr = np.asarray(numpy_helper.to_array(tensor, base_dir=base_dir))
+            arr = np.asarray(numpy_helper.to_array(tensor))
         except Exception as exc:  # a malformed tensor: onnx's own error
             raise FormatError(
                 f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}",
@@ -234,6 +245,100 @@ def _nested(onnx, model) -> tuple:
     return found, constants
 
 
+# the keys of a tensor's external_data entries that say where its bytes are
+# (onnx.external_data_helper.ExternalDataInfo reads these and ignores others)
+_EXTERNAL_KEYS = ("location", "offset", "length", "checksum", "basepath")
+
+
+def _external_bytes(tensor, base_dir, path, key, declared) -> bytes:
+    """The bytes of a tensor kept in an external file (``data_location=EXTERNAL``),
+    read under ztensor's own rules whatever onnx's version (before 1.16 onnx's loader
+    joined any location to the model's folder: ``../secret``, ``/etc/passwd``):
+
+    * the location is a relative path inside the model's folder: no ``..`` part, not
+      absolute, no NUL, not a symbolic link, and resolving (through any linked folder)
+      to a place inside the folder (onnx's current loader refuses the same);
+    * the file opened is the one checked (:func:`open_local_input`: a regular file,
+      never a FIFO or device, opened without blocking);
+    * ``offset`` and ``length`` are decimal digits, each key given once (onnx keeps
+      the last of a repeated key), and the range lies inside the file;
+    * no more than ``declared``, the tensor's size (``_check_initializer`` held it to
+      the limits), is read, so a model's tensor cannot take a whole data file."""
+    where = {"path": path, "obj": key}
+    info = {}
+    for entry in tensor.external_data:
+        if entry.key in info:
+            raise FormatError(
+                f"external data key {entry.key[:40]!r} given twice: readers differ "
+                "on which one counts",
+                **where,
+            )
+        info[entry.key] = entry.value
+    location = info.get("location", "")
+    parts = location.replace("\\", "/").split("/")
+    if (
+        not location
+        or "\0" in location
+        or os.path.isabs(location)
+        or os.path.splitdrive(location)[0]
+        or ".." in parts
+    ):
+        raise FormatError(
+            f"external data location {location[:200]!r} is not a file name inside "
+            "the model's folder",
+            **where,
+        )
+    full = os.path.join(base_dir, location)
+    root = os.path.realpath(base_dir)
+    if os.path.islink(full) or os.path.commonpath([root, os.path.realpath(full)]) != root:
+        raise FormatError(
+            f"external data location {location[:200]!r} is a symbolic link or leads "
+            "outside the model's folder",
+            **where,
+        )
+    numbers = {}
+    for name in ("offset", "length"):
+        text = info.get(name)
+        if text is not None and not (text.isascii() and text.isdigit()):
+            raise FormatError(f"external data {name} {text[:40]!r} is not a number", **where)
+        numbers[name] = None if text is None else int(text)
+    try:
+        f = open_local_input(full)
+    except ZTensorError as exc:  # a FIFO, a device, a folder: said for the model
+        raise FormatError(f"external data {location[:200]!r}: {exc.message}", **where) from None
+    except OSError as exc:
+        raise FormatError(
+            f"cannot read external data {location[:200]!r}: {exc.strerror or exc}", **where
+        ) from None
+    with f:
+        stat, linked = os.fstat(f.fileno()), os.lstat(full)
+        if (stat.st_dev, stat.st_ino) != (linked.st_dev, linked.st_ino):
+            raise FormatError(f"external data file {location[:200]!r} changed", **where)
+        offset = numbers["offset"] or 0
+        length = stat.st_size - offset if numbers["length"] is None else numbers["length"]
+        if offset > stat.st_size or length > stat.st_size - offset:
+            raise FormatError(
+                f"external data [{offset}, +{length}) runs past the end of "
+                f"{location[:200]!r} ({stat.st_size} bytes)",
+                **where,
+            )
+        if length > declared:
+            raise FormatError(
+                f"external data of {length} bytes in {location[:200]!r} for a tensor of {declared}",
+                **where,
+            )
+        try:
+            f.seek(offset)
+            data = f.read(length)
+        except OSError as exc:
+            raise FormatError(
+                f"cannot read external data {location[:200]!r}: {exc.strerror or exc}", **where
+            ) from None
+    if len(data) != length:
+        raise FormatError(f"external data {location[:200]!r} shrank while read", **where)
+    return data
+
+
 # where a TensorProto may keep its values; onnx's to_array reads raw_data (or external
 # data) if present and else the type's own field, ignoring every other
 _TYPED_FIELDS = (
@@ -264,9 +369,10 @@ _FIELD_RANGES = {
 }
 
 
-def _check_initializer(onnx, init, path, limits, key) -> None:
+def _check_initializer(onnx, init, path, limits, key) -> int:
     """An initializer's (or a Constant node's tensor's, named ``key``) dims, size and
-    where its values lie, before any is read (see the module doc)."""
+    where its values lie, before any is read (see the module doc); returns its size
+    in bytes as numpy holds it."""
     try:
         type_name = onnx.TensorProto.DataType.Name(init.data_type)
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
@@ -320,3 +426,4 @@ def _check_initializer(onnx, init, path, limits, key) -> None:
                 path=path,
                 obj=key,
             )
+    return nbytes
