@@ -9,10 +9,12 @@ name only ever holds a complete file.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import os
+import threading
 import warnings
-from typing import Any, Dict, Literal, Optional, Union
+from typing import Any, Callable, Dict, Literal, Optional, TypeVar, Union, cast
 
 import numpy as np
 
@@ -69,6 +71,25 @@ def _plain_storage():
 _PLAIN_STORAGE = _plain_storage()
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_at_a_time(method: _Method) -> _Method:
+    """Run a Writer method holding the writer's lock.  The C BlobWriter releases
+    the GIL while it writes and keeps its buffer and position unguarded: two threads
+    writing through one Writer (or one aborting while another wrote) corrupted the
+    process's memory (a segmentation fault), or gave one object the offset of
+    another's bytes.  Every call that writes, and abort, goes through here (_guard
+    too, which a TensorStream's writes take), so they run one at a time."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(_Method, run)
+
+
 class Writer:
     """Write a zTensor v1.2 file.
 
@@ -112,6 +133,7 @@ class Writer:
         storage_options: Optional[Dict[str, Any]] = None,
         _replaces: Any = None,
     ) -> None:
+        self._lock = threading.RLock()  # _one_at_a_time
         self.path = os.fspath(path)
         # a URL: built locally, uploaded at close (None for a local path)
         self._upload = remote_write.Upload.for_path(self.path, storage_options)
@@ -137,6 +159,7 @@ class Writer:
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
+    @_one_at_a_time
     def write_numpy(
         self,
         name: str,
@@ -240,6 +263,7 @@ class Writer:
         """The reference implementation's name for :meth:`write_numpy`."""
         self.write_numpy(name, array, compress=compress, checksum=checksum)
 
+    @_one_at_a_time
     def write_torch(
         self,
         name: str,
@@ -257,6 +281,7 @@ class Writer:
             name, "dense", arr.shape, {"data": arr}, types, attributes, compress, checksum
         )
 
+    @_one_at_a_time
     def stream(
         self,
         name: str,
@@ -322,6 +347,7 @@ class Writer:
             self, name, shape, dtype, sink, finish, guard=self._guard, abandon=self._abandon
         )
 
+    @_one_at_a_time
     def copy_from(self, reader: Any, name: str, *, as_name: Optional[str] = None) -> None:
         """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)
         into this file as it is stored: components byte for byte, with their
@@ -418,6 +444,7 @@ class Writer:
         and the edit built from the older file dropped it without a word."""
         return cls(path, _replaces=version, **kwargs)
 
+    @_one_at_a_time
     def write(
         self,
         name: str,
@@ -588,6 +615,7 @@ class Writer:
             )
 
     # ------------------------------------------------------------ finishing
+    @_one_at_a_time
     def close(self) -> None:
         """Write the manifest and footer and move the file to its final name."""
         if self._state == "closed":
@@ -647,6 +675,7 @@ class Writer:
         self.close()
         return self._size
 
+    @_one_at_a_time
     def abort(self) -> None:
         """Drop everything written so far; the final name is left untouched."""
         if self._state == "closed":
@@ -661,6 +690,7 @@ class Writer:
         except FileNotFoundError:
             pass
 
+    @_one_at_a_time
     def _guard(self, fn, *args, **kwargs):
         """Run a step that writes bytes; after a failure the file is abandoned."""
         try:
