@@ -111,7 +111,7 @@ def test_hdf5_attribute_named_in_bytes_that_are_not_utf8_is_listed_not_lost(tmp_
 # type h5py writes, scalar and not; every attribute is either kept as a plain value
 # equal to what h5py reads, or listed, and the file converts
 _hyp = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _INT_TYPES = ["<i1", "<u1", ">i2", "<u2", ">i4", "<u4", "<i8", ">u8"]
@@ -384,3 +384,66 @@ def test_onnx_model_saved_with_external_data_by_onnx_reads(tmp_path):
         np.testing.assert_array_equal(r.read_numpy("a"), a)
         np.testing.assert_array_equal(r.read_numpy("b"), b)
         np.testing.assert_array_equal(r.read_numpy("k"), k)
+
+
+# the folder holds w.bin, sub/v.bin, ln.bin (a link to ../secret.bin) and up (a link
+# to the folder above, where secret.bin is)
+_SEGMENTS = st.sampled_from(["..", "secret.bin", "up", "ln.bin", "w.bin", "sub", "v.bin", ".", ""])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    parts=st.lists(_SEGMENTS, min_size=1, max_size=4),
+    absolute=st.booleans(),
+    sep=st.sampled_from(["/", "\\"]),
+    offset=st.one_of(st.none(), st.integers(0, 40)),
+    length=st.one_of(st.none(), st.sampled_from([0, 8, 16, 32, 64])),
+)
+@example(parts=["..", "secret.bin"], absolute=False, sep="/", offset=None, length=None)
+@example(parts=["ln.bin"], absolute=False, sep="/", offset=0, length=16)
+@example(parts=["up", "secret.bin"], absolute=False, sep="/", offset=None, length=16)
+@example(parts=["..", "secret.bin"], absolute=True, sep="/", offset=None, length=None)
+@example(parts=["sub", "..", "..", "secret.bin"], absolute=False, sep="/", offset=0, length=None)
+def test_onnx_external_data_property(tmp_path, monkeypatch, parts, absolute, sep, offset, length):
+    """Any location, offset and length: the tensor is bytes of a file inside the
+    model's folder, or a FormatError; never the secret beside it (onnx's old loader,
+    which follows any path, in place of the installed one)."""
+    root = tmp_path / "case"
+    if not root.exists():
+        root.mkdir()
+        (root / "secret.bin").write_bytes(SECRET.tobytes())
+        folder = root / "model"
+        (folder / "sub").mkdir(parents=True)
+        (folder / "w.bin").write_bytes(np.arange(8, dtype=np.float32).tobytes())
+        (folder / "sub" / "v.bin").write_bytes(np.arange(8, 16, dtype=np.float32).tobytes())
+        (folder / "ln.bin").symlink_to(root / "secret.bin")
+        (folder / "up").symlink_to(root)
+    folder = root / "model"
+    location = sep.join(parts)
+    if absolute:
+        location = str(folder) + "/" + location
+    extra = [("offset", str(offset))] if offset is not None else []
+    extra += [("length", str(length))] if length is not None else []
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in [("location", location), *extra]:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    path = folder / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=[tensor])), path)
+    _onnx_loader_of_old(monkeypatch)
+    inside = (folder / "w.bin").read_bytes() + (folder / "sub" / "v.bin").read_bytes()
+    try:
+        with ztensor.Reader(path) as r:
+            got = r.read_numpy("w")
+    except FormatError:
+        return
+    assert not np.array_equal(got, SECRET)
+    assert got.tobytes() in inside  # 16 bytes of a file in the folder
