@@ -35,7 +35,7 @@ from test_hostile_redteam_dist import two_versions
 
 import ztensor
 import ztensor.numpy
-from ztensor.errors import url_without_secrets, without_secrets
+from ztensor.errors import NetworkError, NetworkTimeoutError, url_without_secrets, without_secrets
 
 try:  # moto's S3 server on loopback, as tests/test_object_store.py starts it
     from test_object_store import bucket, moto_server  # noqa: F401  (fixtures)
@@ -292,3 +292,184 @@ def test_a_callers_s3_file_is_read_only_when_its_reads_are_pinned(bucket, tmp_pa
         client.put_object(Bucket=name, Key="m.zt", Body=two)
         with pytest.raises(ztensor.FormatError, match="changed on the server"):
             r.read_numpy("y", copy=True)
+
+
+def test_a_dask_graph_over_s3_shows_no_key_or_secret(bucket, tmp_path):
+    """The object-store case: s3fs's ``key`` and ``secret`` in storage_options
+    (moto takes any) reach the read and appear nowhere in the printed graph."""
+    pytest.importorskip("dask")
+    import dask
+    import ztensor.dask as zdask
+
+    name, opts, client = bucket
+    x = np.arange(60, dtype=np.float32).reshape(6, 10)
+    path = tmp_path / "m.zt"
+    ztensor.numpy.save_file({"x": x}, str(path))
+    client.put_object(Bucket=name, Key="m.zt", Body=path.read_bytes())
+    opts = {**opts, "key": "AKIAS12TESTKEY", "secret": SECRET}
+    arr = zdask.from_zt(f"s3://{name}/m.zt", "x", rows=3, storage_options=opts)
+    text = _graph_text(arr)
+    assert SECRET not in text and "AKIAS12TESTKEY" not in text
+    assert f"s3://{name}/m.zt" in text  # the file is still named
+    np.testing.assert_array_equal(dask.compute(arr, scheduler="sync")[0], x)
+
+
+# ------------------------------------------------------------------ 2. red team: replies
+def _on_tensor_read(data, answer):
+    """An honest server but for the range requests of a tensor's bytes (more than
+    1000 bytes: the open's reads are smaller), which get ``answer(asked)``."""
+    honest = serving(data)
+
+    def reply(method, asked, headers):
+        if method == "GET" and asked is not None and asked[1] - asked[0] > 1000:
+            return answer(asked)
+        return honest(method, asked, headers)
+    return reply
+
+
+def test_a_416_inside_the_file_opened_says_so(raw, tmp_path):
+    """A 416 to a range inside the size the server gave at the open: fsspec reads a
+    416 as the end of the file (b""), so it was "the source ends at byte 64", a
+    size no reply gave (source._reply_limit).  One tensor's read and the parallel
+    reads of many say the same."""
+    one, _, _ = two_versions(tmp_path)
+    opened = []
+    honest = serving(one)
+
+    def reply(method, asked, headers):
+        if opened and method == "GET":
+            return (b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */4\r\n"
+                    b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+        return honest(method, asked, headers)
+    server = raw(reply)
+    with ztensor.Reader(server.url()) as r:
+        opened.append(1)
+        with pytest.raises(ztensor.FormatError, match="answered 416") as err:
+            r.read_numpy("x", copy=True)
+        assert "ends at byte" not in str(err.value)
+        with pytest.raises(ztensor.FormatError, match="answered 416"):
+            r.read_numpy(["x", "y"], copy=True)
+
+
+def test_a_per_read_timeout_is_not_called_the_deadline(raw, tmp_path, monkeypatch):
+    """A 206 whose chunked body never ends (no last chunk, then silence): fsspec
+    wraps aiohttp's per-read timeout in its own TimeoutError, which was said as the
+    whole-request deadline ("did not complete within 600 s" after 1 s)
+    (source._network_error)."""
+    import time
+
+    from ztensor.io import source as src
+
+    one, _, x = two_versions(tmp_path)
+    stop = []
+
+    def endless(asked):
+        body = one[asked[0]:asked[1] + 1]
+        yield (b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\nETag: \"v1\"\r\n"
+               b"Content-Range: bytes %d-%d/%d\r\nTransfer-Encoding: chunked\r\n\r\n"
+               % (asked[0], asked[1], len(one)))
+        yield b"%x\r\n" % len(body) + body + b"\r\n"
+        for _ in range(100):  # no last chunk: silence until the test ends
+            if stop:
+                return
+            time.sleep(0.1)
+    monkeypatch.setattr(src, "URL_TIMEOUT", 1.0)
+    server = raw(_on_tensor_read(one, endless))
+    try:
+        with ztensor.Reader(server.url()) as r:
+            with pytest.raises(NetworkTimeoutError) as err:
+                r.read_numpy("x", copy=True)
+    finally:
+        stop.append(1)
+    assert "no answer within 1 s" in str(err.value) and "URL_DEADLINE" not in str(err.value)
+
+
+def _gzip_range(data):
+    import gzip
+
+    def answer(asked):
+        body = gzip.compress(data[asked[0]:asked[1] + 1])
+        return (b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\nETag: \"v1\"\r\n"
+                b"Content-Range: bytes %d-%d/%d\r\nContent-Encoding: gzip\r\n"
+                b"Content-Length: %d\r\n\r\n" % (asked[0], asked[1], len(data), len(body)) + body)
+    return answer
+
+
+def _chunked_without_end(data):
+    def answer(asked):
+        yield (b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\nETag: \"v1\"\r\n"
+               b"Content-Range: bytes %d-%d/%d\r\nTransfer-Encoding: chunked\r\n\r\n"
+               % (asked[0], asked[1], len(data)))
+        for _ in range(1 << 16):  # 256 MiB if it were all read
+            yield b"1000\r\n" + b"\0" * 4096 + b"\r\n"
+    return answer
+
+
+def _etag_changes(data):
+    return lambda asked: serving(data, etag=b'"v2"')("GET", asked, {})
+
+
+def _redirect_to(location):
+    return lambda asked: (b"HTTP/1.1 302 Found\r\nLocation: " + location +
+                          b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def _headers(count, size):
+    def answer(asked):
+        return (b"HTTP/1.1 206 Partial Content\r\nConnection: close\r\n" +
+                b"".join(b"X-H%d: %s\r\n" % (i, b"a" * size) for i in range(count)) + b"\r\n")
+    return answer
+
+
+@pytest.mark.parametrize("how,error,words", [
+    ("gzip", ztensor.FormatError, "Content-Encoding"),
+    ("chunked without end", ztensor.FormatError, "more than the"),
+    ("etag changes", ztensor.FormatError, "changed on the server"),
+    ("redirect to file://", NetworkError, "file:///etc/passwd"),
+    ("many headers", NetworkError, "not HTTP"),
+    ("a huge header", NetworkError, "not HTTP"),
+])
+def test_hostile_tensor_replies_held(raw, tmp_path, how, error, words):
+    """What held in this round (each by the rule its earlier round made): a
+    compressed range (source._range_reply_size), a chunked 206 that never ends
+    (_CheckedResponse._bounded_body), another ETag mid-read (source._check_version),
+    a redirect to a file:// URL (aiohttp refuses it; said by source._network_error),
+    a reply of 20,000 headers or one header of 1 MiB (aiohttp's parser)."""
+    one, _, _ = two_versions(tmp_path)
+    answer = {"gzip": _gzip_range(one), "chunked without end": _chunked_without_end(one),
+              "etag changes": _etag_changes(one),
+              "redirect to file://": _redirect_to(b"file:///etc/passwd"),
+              "many headers": _headers(20000, 100), "a huge header": _headers(1, 1 << 20)}[how]
+    server = raw(_on_tensor_read(one, answer))
+    with ztensor.Reader(server.url()) as r:
+        with pytest.raises(error, match=words) as err:
+            r.read_numpy("x", copy=True)
+    assert err.value.path == server.url()
+
+
+@pytest.mark.parametrize("shard", ["http://127.0.0.1:{port}/m.zt", "//127.0.0.1:{port}/m.zt",
+                                   "../m.zt", "..%2fm.zt", "%2e%2e", "．．", "a\\..\\m.zt",
+                                   "m.zt／x", "C:m.zt"])
+def test_a_remote_index_names_no_shard_elsewhere(raw, tmp_path, shard):
+    """A remote index naming a shard on another host, or above its folder, spelled
+    any way: refused before that host or path is asked for (sharded.check_shard_name);
+    held."""
+    one, _, _ = two_versions(tmp_path)
+    elsewhere = []
+
+    def other_host(method, asked, headers):
+        elsewhere.append(headers[":path"])
+        return serving(one)(method, asked, headers)
+    other = raw(other_host)
+    port = other.url().split(":")[2].split("/")[0]
+    index = json.dumps({"weight_map": {"x": shard.format(port=port)}}).encode()
+    seen = []
+
+    def home(method, asked, headers):
+        seen.append(headers[":path"])
+        return _routes({"/ck/m.zt.index.json": index, "/m.zt": one})(method, asked, headers)
+    server = raw(home)
+    with pytest.raises(ztensor.FormatError, match="not a file beside the index"):
+        with ztensor.open_sharded(server.url("/ck/m.zt.index.json")) as s:
+            s.read_numpy("x")
+    assert not elsewhere and all(p.startswith("/ck/") for p in seen), (elsewhere, seen)

@@ -1139,13 +1139,24 @@ def _reply_limit(url, status, sent, headers):
     show it is not what was asked: another version than the one pinned
     (:func:`_check_version`), or not the range asked for (:func:`_range_reply_size`).
     :class:`_CheckedResponse` asks it of every reply, before any of its body is read."""
+    asked = _asked_range(sent.get("Range"))
+    if status == 416 and asked is not None:
+        # fsspec reads a 416 as the end of the file (b""), so a server refusing a
+        # range inside the size it gave was "the source ends at byte N": the
+        # range asked for lies inside the file opened (Source._check), and the
+        # server says it does not
+        raise FormatError(
+            f"asked for bytes {asked[0]}-{asked[1]}, the server answered 416 (Range Not "
+            f"Satisfiable, Content-Range {headers.get('Content-Range', '')[:60]!r}): the "
+            "file is shorter than when it was opened, or the server refuses the range",
+            path=url,
+        )
     if status >= 400:  # never used: fsspec raises for the status after
         return _ERROR_BODY, None
     if status < 200 or status >= 300:
         return _not_the_file(url, status, headers)
     if 200 <= status < 300:
         _check_version(url, sent, headers)
-        asked = _asked_range(sent.get("Range"))
         if asked is not None:
             return _range_reply_size(url, status, headers, asked)
     return None
@@ -1334,8 +1345,12 @@ def _network_error(url, exc):
             return NetworkTimeoutError(
                 f"timed out (no answer within {URL_TIMEOUT:g} s)", path=url, errno=errno.ETIMEDOUT
             )
-        if isinstance(item, (asyncio.TimeoutError, TimeoutError)):
-            # aiohttp's total: the whole-request deadline
+        if isinstance(item, (asyncio.TimeoutError, TimeoutError)) and not (
+            aiohttp is not None and any(isinstance(i, aiohttp.ServerTimeoutError) for i in seen)
+        ):
+            # aiohttp's total: the whole-request deadline.  fsspec says a per-read
+            # timeout as its own FSTimeoutError (a TimeoutError) caused by aiohttp's:
+            # that one is said by the ServerTimeoutError further down the chain
             return NetworkTimeoutError(
                 f"timed out (a request did not complete within {URL_DEADLINE:g} s, "
                 "ztensor.io.source.URL_DEADLINE)",
