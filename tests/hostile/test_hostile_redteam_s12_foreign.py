@@ -447,3 +447,23 @@ def test_onnx_external_data_property(tmp_path, monkeypatch, parts, absolute, sep
         return
     assert not np.array_equal(got, SECRET)
     assert got.tobytes() in inside  # 16 bytes of a file in the folder
+
+
+@pytest.mark.parametrize("record", [b"big\n", b" big", b"BIG", b"little\x00", b""])
+def test_torch_byteorder_record_is_exactly_a_word_torch_takes(tmp_path, record):
+    """torch.load refuses a byteorder record other than b"little" or b"big"; ztensor
+    stripped it, so " big" swapped every storage: values torch never gives."""
+    torch = pytest.importorskip("torch")
+    import zipfile
+
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, good)
+    bad = tmp_path / "bad.pt"
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            zout.writestr(info.filename, record if info.filename.endswith("/byteorder") else data)
+    with pytest.raises(Exception, match="endianness"):
+        torch.load(bad, weights_only=True)
+    with pytest.raises(FormatError, match="byteorder"):
+        ztensor.Reader(bad)

@@ -540,9 +540,14 @@ def _open(name, archive, limits) -> ForeignFile:
     if prefix + "byteorder" in members:
         if members[prefix + "byteorder"].size > 16:
             raise FormatError("the byteorder member is not 'little' or 'big'", path=name)
-        order = bytes(archive.read(prefix + "byteorder")).decode("ascii", "replace").strip()
-        if order not in ("little", "big"):
-            raise FormatError(f"byteorder {order[:20]!r}", path=name)
+        # exactly the word: torch.load refuses any other bytes (" big\n" too), so
+        # reading one as big-endian would give values torch never gives
+        record = bytes(archive.read(prefix + "byteorder"))
+        if record not in (b"little", b"big"):
+            raise FormatError(
+                f"the byteorder member holds {record[:20]!r}, not b'little' or b'big'", path=name
+            )
+        order = record.decode("ascii")
     if members[pkl].size > MAX_PICKLE:
         raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}", path=name)
     raw = bytes(archive.read(pkl, obj=None))
