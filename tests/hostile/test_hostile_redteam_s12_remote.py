@@ -473,3 +473,24 @@ def test_a_remote_index_names_no_shard_elsewhere(raw, tmp_path, shard):
         with ztensor.open_sharded(server.url("/ck/m.zt.index.json")) as s:
             s.read_numpy("x")
     assert not elsewhere and all(p.startswith("/ck/") for p in seen), (elsewhere, seen)
+
+
+@pytest.mark.parametrize("command", [["info"], ["info", "--json"], ["verify"],
+                                     ["verify", "--json"], ["diff", "--json"]])
+def test_the_command_prints_a_url_with_a_space_without_secrets(raw, tmp_path, command):
+    """``ztensor info`` and ``verify`` print the file they were given, and the JSON
+    outputs carry it: the text heuristic cut the URL at its space and printed the
+    rest (``?v=*** b&sig=SECRET``) (cli: each path through
+    errors.url_without_secrets)."""
+    import subprocess
+    import sys
+
+    one, _, _ = two_versions(tmp_path)
+    server = raw(_routes({"/m.zt": one}))
+    url = server.url(f"/m.zt?v=a b&sig={SECRET}")
+    args = [url, url] if command[0] == "diff" else [url]
+    done = subprocess.run([sys.executable, "-m", "ztensor", *command, *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    assert "/m.zt?v=***&sig=***" in done.stdout, done.stdout

@@ -35,7 +35,7 @@ from ztensor._native.contract import GGML_BLOCKS
 from ztensor._version import __version__
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor.errors import LimitError, ZTensorError, without_secrets
+from ztensor.errors import LimitError, ZTensorError, url_without_secrets, without_secrets
 from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
@@ -160,7 +160,7 @@ def cmd_info(reader, args, out):
             decoded += comp.decoded_length or 0
             digests += comp.digest is not None
     info = {
-        "file": reader.path,
+        "file": url_without_secrets(reader.path),  # one URL whole: a space is its own
         "version": getattr(reader, "version", None),
         "format": reader.format,
         "objects": len(reader),
@@ -291,7 +291,7 @@ def cmd_verify(args, out):
     if args.json:
         _dump_json(
             {
-                "file": path,
+                "file": url_without_secrets(path),
                 "version": version,
                 "objects": objects,
                 "digests_checked": digests,
@@ -305,8 +305,8 @@ def cmd_verify(args, out):
             out.write(f"FAILED {_printable(line)}\n")
         status = "OK" if not lines else f"FAILED ({len(lines)} problems)"
         out.write(
-            f"{_printable(args.file)}: {objects} objects{where}, {digests} digests checked: "
-            f"{status}\n"
+            f"{_printable(url_without_secrets(args.file))}: {objects} objects{where}, "
+            f"{digests} digests checked: {status}\n"
         )
     return 0 if not lines else 1
 
@@ -586,7 +586,15 @@ def cmd_diff(args, out):
                 },
             )
     if args.json:
-        _dump_json({"a": args.a, "b": args.b, "identical": not changes, "changes": changes}, out)
+        _dump_json(
+            {
+                "a": url_without_secrets(args.a),
+                "b": url_without_secrets(args.b),
+                "identical": not changes,
+                "changes": changes,
+            },
+            out,
+        )
     else:
         for c in changes:
             mark = {"removed": "-", "added": "+", "changed": "~"}[c["change"]]
@@ -686,6 +694,8 @@ def _plain(value):
 
 
 def _report(args, out, summary):
+    # its paths are the caller's, each one URL whole (a space in a query is its own)
+    summary = {k: url_without_secrets(v) if isinstance(v, str) else v for k, v in summary.items()}
     if args.json:
         _dump_json(summary, out)
     elif not args.quiet:
