@@ -404,6 +404,33 @@ def test_more_objects_than_a_reader_takes_are_refused_at_close(tmp_path, monkeyp
     assert _names(path) == ["t0", "t1"]
 
 
+@pytest.mark.parametrize("how", ["write_numpy", "stream"])
+def test_a_compressed_component_past_the_readers_limits_is_refused_at_add(
+    tmp_path, monkeypatch, how
+):
+    # the reader holds a zstd component's decoded size to max_component_size (1 TiB by
+    # default) and the file's sum to max_total_decompressed; the writer checked a
+    # compressed component as a raw one, and wrote what no default Reader opens
+    path = str(tmp_path / "x.zt")
+    limits = spec.Limits(max_component_size=1000, max_total_decompressed=2000)
+    monkeypatch.setattr(spec, "DEFAULT_LIMITS", limits)
+    with Writer(path) as w:
+        with pytest.raises(LimitError, match="per-component limit") as info:
+            if how == "stream":
+                w.stream("big", (200,), np.float64, compress=True)
+            else:
+                w.write_numpy("big", np.ones(200), compress=True)
+        assert (info.value.path, info.value.obj) == (path, "big")
+        w.write_numpy("raw", np.ones(200))  # raw: the reader has no such limit
+        w.write_numpy("z0", np.ones(100), compress=True)
+        w.write_numpy("z1", np.ones(100), compress=True)
+        with pytest.raises(LimitError, match="per-file limit"):
+            w.write_numpy("z2", np.ones(100), compress=True)
+    with Reader(path) as r:  # the default Reader, with the same limits
+        assert sorted(r.keys()) == ["raw", "z0", "z1"]
+        r.verify()
+
+
 # ---------------------------------------------------------------- torch inputs
 
 

@@ -324,7 +324,9 @@ class Writer:
                 else 0
             )
 
-        self._check_as_reader(name, "dense", shape, attributes, [("data", _Sized, storage, ltype)])
+        self._check_as_reader(
+            name, "dense", shape, attributes, [("data", _Sized, storage, ltype)], level
+        )
         shape = tuple(int(d) for d in shape)
         sink = self._guard(
             components.ComponentSink,
@@ -496,7 +498,7 @@ class Writer:
             (role,) + self._prepare(name, role, arr, types.get(role))
             for role, arr in arrays.items()
         ]
-        self._check_as_reader(name, fmt, shape, attributes, prepared)
+        self._check_as_reader(name, fmt, shape, attributes, prepared, level)
         # the format's own write-side rules (formats/<format>.py): sparse indices
         # become u64 and are validated, dense data must match the shape, ...
         prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path, obj=name)
@@ -524,10 +526,12 @@ class Writer:
             )
         self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
 
-    def _check_as_reader(self, name, fmt, shape, attributes, prepared):
-        """Run the reader's manifest checks on the entry this object will have (raw
-        components at aligned offsets), so nothing is written that a reader refuses:
-        one definition of a valid object, in manifest.Checker."""
+    def _check_as_reader(self, name, fmt, shape, attributes, prepared, level=0):
+        """Run the reader's manifest checks on the entry this object will have
+        (components at aligned offsets; zstd ones, with ``level``, declaring their
+        decoded size, which the reader holds to its per-component and per-file
+        limits), so nothing is written that a reader refuses: one definition of a
+        valid object, in manifest.Checker."""
         try:
             entry_shape = [int(d) for d in shape]
         except (TypeError, ValueError, OverflowError):
@@ -541,6 +545,8 @@ class Writer:
             comps[role] = {"dtype": storage, "offset": offset, "length": arr.nbytes}
             if ltype is not None:
                 comps[role]["type"] = ltype
+            if level:  # its stored length is not known yet: at most the decoded size
+                comps[role].update(encoding="zstd", uncompressed_length=arr.nbytes)
             offset += -(-max(arr.nbytes, 1) // spec.ALIGNMENT) * spec.ALIGNMENT
         entry = {"shape": entry_shape, "format": fmt, "attributes": attributes, "components": comps}
         self._checker.object_spec(name, entry)
