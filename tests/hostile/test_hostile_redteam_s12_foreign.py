@@ -449,6 +449,18 @@ def test_onnx_external_data_property(tmp_path, monkeypatch, parts, absolute, sep
     assert got.tobytes() in inside  # 16 bytes of a file in the folder
 
 
+def test_torch_one_text_encoded_again_and_again_is_a_limit_error(tmp_path):
+    """The memo lets one long text be handed to _codecs.encode many times, each call
+    a new copy: an 86 KB pickle made 128 MB of bytes (and 4 s) before this bound."""
+    import codecs
+
+    args = ("x" * (1 << 16), "latin1")
+    bad = _checkpoint_with(tmp_path, [_Call(codecs.encode, args) for _ in range(2000)])
+    assert bad.stat().st_size < 100_000
+    with pytest.raises(ztensor.LimitError, match="bytes values add up"):
+        ztensor.Reader(bad)
+
+
 @pytest.mark.parametrize("record", [b"big\n", b" big", b"BIG", b"little\x00", b""])
 def test_torch_byteorder_record_is_exactly_a_word_torch_takes(tmp_path, record):
     """torch.load refuses a byteorder record other than b"little" or b"big"; ztensor

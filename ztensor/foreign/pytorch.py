@@ -200,8 +200,11 @@ class _Load:
     """The state of one load: its archive, limits, and what the rebuild functions
     and BUILD set aside (the ignored arguments, walked later for stray tensors)."""
 
-    def __init__(self, archive, prefix, limits):
+    def __init__(self, archive, prefix, limits, pickle_size=0):
         self.archive, self.prefix, self.limits = archive, prefix, limits
+        # the bytes values _codecs.encode may still make: each is a copy of text the
+        # pickle holds, and the memo lets one text be passed to a thousand calls
+        self.encode_left = pickle_size
         self.ignored: List[Tuple[str, Any]] = []
         self.storages: Dict[str, _StorageRef] = {}  # key -> its first reference
 
@@ -277,18 +280,32 @@ class _Load:
             raise FormatError("collections.OrderedDict called with arguments")
         return _StateDict()
 
-    @staticmethod
-    def encode(text, encoding):
+    def encode(self, text, encoding):
         """``_codecs.encode``, as pickle protocol 2 (``torch.save``'s) writes a
         non-empty ``bytes`` value: ``encode(<its bytes as latin-1 text>, "latin1")``,
-        and no other call.  torch.load's ``weights_only`` reads it too (not ``b""``,
-        written as a call of ``bytes``, which both refuse)."""
-        if type(text) is not str or encoding != "latin1" or any(ord(c) > 255 for c in text):
+        and no other call, making no more bytes in all than the pickle holds.
+        torch.load's ``weights_only`` reads it too (not ``b""``, written as a call of
+        ``bytes``, which both refuse)."""
+        if type(text) is not str or encoding != "latin1":
             raise FormatError(
                 f"_codecs.encode called with {_kind(text)}, {_show(encoding)}: only "
                 "a bytes value's (latin-1 text, 'latin1') is read"
             )
-        return text.encode("latin1")
+        # in all, no more bytes than the pickle's own: a pickle writes each bytes value
+        # once, and a text shared through the memo would otherwise be copied per call
+        # (86 KB made 128 MB in 2,000 calls)
+        self.encode_left -= len(text)
+        if self.encode_left < 0:
+            raise LimitError(
+                "the pickle's bytes values add up to more than the pickle: one text "
+                "is encoded again and again"
+            )
+        try:
+            return text.encode("latin1")
+        except UnicodeEncodeError:
+            raise FormatError(
+                "_codecs.encode called with text that is not latin-1: not a bytes value"
+            ) from None
 
     def globals(self):
         return {
@@ -551,7 +568,7 @@ def _open(name, archive, limits) -> ForeignFile:
     if members[pkl].size > MAX_PICKLE:
         raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}", path=name)
     raw = bytes(archive.read(pkl, obj=None))
-    load = _Load(archive, prefix, limits)
+    load = _Load(archive, prefix, limits, len(raw))
     try:
         obj = RestrictedUnpickler(io.BytesIO(raw), load).load()
     except (
