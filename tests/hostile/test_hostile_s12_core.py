@@ -266,3 +266,91 @@ def test_cli_dequantize_refusal_names_the_file_and_object(other_convention, tmp_
     assert cli.main(["dequantize", str(other_convention), str(tmp_path / "o.zt")]) != 0
     err = capsys.readouterr().err
     assert str(other_convention) in err and "layer.weight" in err and "pack_axis" in err
+
+
+# ---- property: however a table cuts the frames and whatever it declares, every read
+# of the component either gives the values or refuses (seekable.decode_frames)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """(path, values): a 64 x 64 float32 tensor the Writer stores as one zstd frame."""
+    path = tmp_path_factory.mktemp("s12p") / "small.zt"
+    x = (np.arange(64 * 64, dtype=np.float32) % 97).reshape(64, 64)
+    with ztensor.Writer(str(path)) as w:
+        w.add("x", x, compress=True)
+    return path, x
+
+
+def outcomes(path, x, rows):
+    """What each read path gives: "values" (exactly x's), or the error class."""
+    got = {}
+
+    def run(key, fn):
+        try:
+            fn()
+            got[key] = "values"
+        except (ztensor.FormatError, ztensor.ChecksumError) as e:
+            assert e.path == str(path) and e.obj == "x", e
+            got[key] = "refused"
+
+    def whole():
+        with ztensor.Reader(str(path)) as r:
+            np.testing.assert_array_equal(r.read_numpy("x"), x)
+
+    def into():
+        with ztensor.Reader(str(path)) as r:
+            out = np.empty_like(x)
+            r.read_into("x", out)
+            np.testing.assert_array_equal(out, x)
+
+    def stats():
+        with ztensor.Reader(str(path)) as r:
+            assert tensor_stats(r, "x")["count"] == x.size
+
+    def part():
+        with safe_open(str(path), "np") as f:
+            np.testing.assert_array_equal(f.get_slice("x")[rows[0] : rows[1]], x[rows[0] : rows[1]])
+
+    for key, fn in (("whole", whole), ("into", into), ("stats", stats), ("slice", part)):
+        run(key, fn)
+    return got
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cuts=st.lists(st.integers(1, 64 * 64 * 4 - 1), max_size=12, unique=True),
+    shift=st.tuples(st.integers(0, 12), st.integers(-64, 64)),
+    checksums=st.booleans(),
+    rows=st.tuples(st.integers(0, 63), st.integers(1, 64)).map(sorted),
+    tmp=st.just(None),
+)
+def test_every_read_agrees_on_any_seek_table(small, tmp_path_factory, cuts, shift, checksums, rows, tmp):
+    src, x = small
+    raw = x.tobytes()
+    bounds = [0] + sorted(cuts) + [len(raw)]
+    parts = [raw[a:b] for a, b in zip(bounds, bounds[1:])]
+    cctx = zstandard.ZstdCompressor(level=1)
+    frames = [cctx.compress(p) for p in parts]
+    entries = [[len(f), len(p)] for f, p in zip(frames, parts)]
+    at, by = shift
+    lying = False
+    if len(entries) > 1 and by and at < len(entries) - 1:
+        # move ``by`` decoded bytes from one frame's declaration to the next: the sums
+        # still add up, the frames no longer yield what the table says
+        by = max(-entries[at][1], min(by, entries[at + 1][1]))
+        entries[at][1] += by
+        entries[at + 1][1] -= by
+        lying = by != 0
+    sums = [seekable.frame_checksum(p) for p in parts] if checksums else None
+    path = relaid(src, tmp_path_factory.mktemp("p") / "p.zt",
+                  b"".join(frames) + table([tuple(e) for e in entries], sums))
+    got = outcomes(path, x, (rows[0], max(rows[1], rows[0] + 1)))
+    whole = {got["whole"], got["into"], got["stats"]}
+    assert len(whole) == 1, got  # whole reads, read_into and stats agree
+    assert whole == {"refused" if lying else "values"}, got
+    if not lying:
+        assert got["slice"] == "values", got
