@@ -559,12 +559,12 @@ def _open(name, archive, limits) -> ForeignFile:
             raise FormatError("the byteorder member is not 'little' or 'big'", path=name)
         # exactly the word: torch.load refuses any other bytes (" big\n" too), so
         # reading one as big-endian would give values torch never gives
-        record = bytes(archive.read(prefix + "byteorder"))
-        if record not in (b"little", b"big"):
+        word = bytes(archive.read(prefix + "byteorder"))
+        if word not in (b"little", b"big"):
             raise FormatError(
-                f"the byteorder member holds {record[:20]!r}, not b'little' or b'big'", path=name
+                f"the byteorder member holds {word[:20]!r}, not b'little' or b'big'", path=name
             )
-        order = record.decode("ascii")
+        order = word.decode("ascii")
     if members[pkl].size > MAX_PICKLE:
         raise LimitError(f"data.pkl of {members[pkl].size} bytes exceeds {MAX_PICKLE}", path=name)
     raw = bytes(archive.read(pkl, obj=None))
