@@ -45,6 +45,7 @@ from ztensor.errors import (
     ObjectNotFoundError,
     UnsupportedError,
     ZTensorError,
+    without_secrets,
 )
 from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
@@ -556,8 +557,12 @@ def _load_weights(
     if unexpected:
         shown = ", ".join(repr(n) for n in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
         warnings.warn(
-            f"{checkpoint}: {len(unexpected)} tensor(s) the model "
-            f"{type(model).__name__} has no place for were not loaded: {shown}",
+            # the checkpoint may be a URL: its credentials are never shown
+            without_secrets(
+                f"{checkpoint}: {len(unexpected)} tensor(s) the model "
+                f"{type(model).__name__} has no place for were not loaded: {shown}",
+                checkpoint,
+            ),
             stacklevel=3,
         )
 

@@ -494,3 +494,35 @@ def test_the_command_prints_a_url_with_a_space_without_secrets(raw, tmp_path, co
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     assert "/m.zt?v=***&sig=***" in done.stdout, done.stdout
+
+
+def test_from_pretrained_over_a_url_warns_without_its_credentials(raw, tmp_path):
+    """A checkpoint holding a tensor the model has no place for is loaded with a
+    warning naming the checkpoint: over a URL it named the URL as given, password
+    and all (transformers._load_weights, through errors.without_secrets)."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import ztensor.torch
+    import ztensor.transformers as ztf
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=16, n_layer=1, n_head=2, vocab_size=32, n_positions=16))
+    folder = tmp_path / "m"
+    ztf.save_pretrained(model, folder)
+    weights = sorted(folder.glob("*.zt"))
+    assert len(weights) == 1, weights
+    tensors = ztensor.torch.load_file(str(weights[0]))
+    tensors["not.in.the.model"] = torch.ones(3)
+    ztensor.torch.save_file(tensors, str(weights[0]))
+    files = {f"/m/{p.name}": p.read_bytes() for p in folder.iterdir()}
+    server = raw(_routes(files))
+    scheme, rest = server.url(f"/m/{weights[0].name}").split("://", 1)
+    url = f"{scheme}://alice:{SECRET}@{rest}"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, url)
+    said = [str(w.message) for w in seen if "no place for" in str(w.message)]
+    assert said and all(SECRET not in text for text in said), said
+    assert "***@127.0.0.1" in said[0]
