@@ -431,6 +431,30 @@ def test_a_compressed_component_past_the_readers_limits_is_refused_at_add(
         r.verify()
 
 
+def test_append_counts_the_copied_compressed_sizes(tmp_path, monkeypatch):
+    # the objects an append copies as stored were not counted toward the file's
+    # max_total_decompressed: with new compressed ones the file passed it, and no
+    # default Reader opened the result
+    path = str(tmp_path / "x.zt")
+    with Writer(path) as w:
+        for i in range(3):
+            w.write_numpy(f"t{i}", np.ones(100), compress=True)
+    monkeypatch.setattr(spec, "DEFAULT_LIMITS", spec.Limits(max_total_decompressed=3000))
+    w = Writer.append(path)
+    with pytest.raises(LimitError, match="per-file limit") as info:
+        w.write_numpy("new", np.ones(100), compress=True)
+    assert (info.value.path, info.value.obj) == (path, "new")
+    w.write_numpy("raw", np.ones(100))
+    w.close()
+    assert _names(path) == ["raw", "t0", "t1", "t2"]
+    # a source opened with raised limits: its objects are held to the defaults
+    monkeypatch.setattr(spec, "DEFAULT_LIMITS", spec.Limits(max_component_size=500))
+    with Reader(path, limits=spec.Limits()) as big, Writer(str(tmp_path / "y.zt")) as out:
+        with pytest.raises(LimitError, match="per-component limit"):
+            out.copy_from(big, "t0")
+        out.copy_from(big, "raw")
+
+
 # ---------------------------------------------------------------- torch inputs
 
 

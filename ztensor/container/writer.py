@@ -325,7 +325,12 @@ class Writer:
             )
 
         self._check_as_reader(
-            name, "dense", shape, attributes, [("data", _Sized, storage, ltype)], level
+            name,
+            "dense",
+            shape,
+            attributes,
+            [("data", _Sized, storage, ltype)],
+            ("data",) if level else (),
         )
         shape = tuple(int(d) for d in shape)
         sink = self._guard(
@@ -385,6 +390,20 @@ class Writer:
         )
         if any(logical.is_bool(c.dtype, c.type) for c in meta.components.values()):
             reader.read(name)
+        # and what a default Reader refuses of this file: the source may have been
+        # opened with raised limits, and its compressed sizes count toward this
+        # file's max_total_decompressed with the new objects'
+        sizes = [
+            (
+                role,
+                _Nbytes(c.uncompressed_length if c.encoding == "zstd" else c.length),
+                c.dtype,
+                c.type,
+            )
+            for role, c in meta.components.items()
+        ]
+        zstd = [role for role, c in meta.components.items() if c.encoding == "zstd"]
+        self._check_as_reader(target, meta.format, meta.shape, dict(meta.attributes), sizes, zstd)
         comps = {}
         for role, c in meta.components.items():
             stored = reader.stored_bytes(name, role)
@@ -498,7 +517,8 @@ class Writer:
             (role,) + self._prepare(name, role, arr, types.get(role))
             for role, arr in arrays.items()
         ]
-        self._check_as_reader(name, fmt, shape, attributes, prepared, level)
+        zstd = [role for role, _, _, _ in prepared] if level else ()
+        self._check_as_reader(name, fmt, shape, attributes, prepared, zstd)
         # the format's own write-side rules (formats/<format>.py): sparse indices
         # become u64 and are validated, dense data must match the shape, ...
         prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path, obj=name)
@@ -526,12 +546,12 @@ class Writer:
             )
         self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
 
-    def _check_as_reader(self, name, fmt, shape, attributes, prepared, level=0):
+    def _check_as_reader(self, name, fmt, shape, attributes, prepared, zstd=()):
         """Run the reader's manifest checks on the entry this object will have
-        (components at aligned offsets; zstd ones, with ``level``, declaring their
-        decoded size, which the reader holds to its per-component and per-file
-        limits), so nothing is written that a reader refuses: one definition of a
-        valid object, in manifest.Checker."""
+        (components at aligned offsets; those whose roles are in ``zstd`` declaring
+        their decoded size, ``nbytes``, which the reader holds to its per-component
+        and per-file limits), so nothing is written that a reader refuses: one
+        definition of a valid object, in manifest.Checker."""
         try:
             entry_shape = [int(d) for d in shape]
         except (TypeError, ValueError, OverflowError):
@@ -545,7 +565,7 @@ class Writer:
             comps[role] = {"dtype": storage, "offset": offset, "length": arr.nbytes}
             if ltype is not None:
                 comps[role]["type"] = ltype
-            if level:  # its stored length is not known yet: at most the decoded size
+            if role in zstd:  # its stored length may not be known: the decoded size
                 comps[role].update(encoding="zstd", uncompressed_length=arr.nbytes)
             offset += -(-max(arr.nbytes, 1) // spec.ALIGNMENT) * spec.ALIGNMENT
         entry = {"shape": entry_shape, "format": fmt, "attributes": attributes, "components": comps}
@@ -747,6 +767,14 @@ class Writer:
             f"<ztensor.Writer {self.path!r} ({state}, {len(self._objects)} objects)>",
             self.path,
         )
+
+
+class _Nbytes:
+    """What Writer._check_as_reader needs of a component it is given no array of
+    (one copied as stored): its size."""
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
 
 
 class _BoolSink:
