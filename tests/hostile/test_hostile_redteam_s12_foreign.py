@@ -356,6 +356,29 @@ def test_onnx_external_data_key_given_twice_is_refused(tmp_path):
         ztensor.Reader(path)
 
 
+@pytest.mark.parametrize("second", [("0", "16"), ("8", "16"), ("4", "4")])
+def test_onnx_external_data_shared_by_two_tensors_is_refused(tmp_path, second):
+    """Every initializer was read whole at open, each from its own declared range:
+    200 initializers of 60 bytes each naming one 1 MB range held 200 MB (a 13 KB
+    model; 10,000 would be 10 GB).  onnx's writer gives each tensor its own bytes."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    (tmp_path / "d.bin").write_bytes(np.arange(8, dtype=np.float32).tobytes())
+    tensors = []
+    for name, (offset, length) in (("a", ("0", "16")), ("b", second)):
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[int(length) // 4])
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", "d.bin"), ("offset", offset), ("length", length)):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        tensors.append(tensor)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=tensors)), path)
+    with pytest.raises(FormatError, match="overlaps the bytes of 'a'"):
+        ztensor.Reader(path)
+
+
 def test_onnx_model_saved_with_external_data_by_onnx_reads(tmp_path):
     onnx = pytest.importorskip("onnx")
     from onnx import helper, numpy_helper

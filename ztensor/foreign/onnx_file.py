@@ -35,6 +35,7 @@ patterns) fit the type (onnx narrows them silently: 300 would become int8 44).""
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 
@@ -67,6 +68,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     base_dir = os.path.dirname(os.path.abspath(name))  # where onnx resolves external data
     entries = {}
     names = NameTable(name, "initializer")
+    spans: dict = {}  # external data file (device, inode) -> the ranges read from it
 
     def claim(key, origin):
         # protobuf keeps every repeated initializer; a dict would keep the last
@@ -85,7 +87,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
             inline.CopyFrom(tensor)
             inline.ClearField("external_data")
             inline.data_location = onnx.TensorProto.DEFAULT
-            inline.raw_data = _external_bytes(tensor, base_dir, name, key, declared)
+            inline.raw_data = _external_bytes(tensor, base_dir, name, key, declared, spans)
             tensor = inline
         try:
             arr = np.asarray(numpy_helper.to_array(tensor))
@@ -250,7 +252,7 @@ def _nested(onnx, model) -> tuple:
 _EXTERNAL_KEYS = ("location", "offset", "length", "checksum", "basepath")
 
 
-def _external_bytes(tensor, base_dir, path, key, declared) -> bytes:
+def _external_bytes(tensor, base_dir, path, key, declared, spans) -> bytes:
     """The bytes of a tensor kept in an external file (``data_location=EXTERNAL``),
     read under ztensor's own rules whatever onnx's version (before 1.16 onnx's loader
     joined any location to the model's folder: ``../secret``, ``/etc/passwd``):
@@ -263,7 +265,10 @@ def _external_bytes(tensor, base_dir, path, key, declared) -> bytes:
     * ``offset`` and ``length`` are decimal digits, each key given once (onnx keeps
       the last of a repeated key), and the range lies inside the file;
     * no more than ``declared``, the tensor's size (``_check_initializer`` held it to
-      the limits), is read, so a model's tensor cannot take a whole data file."""
+      the limits), is read, so a model's tensor cannot take a whole data file;
+    * no byte of a file is read for two tensors (``spans``: each file's ranges so far,
+      sorted): onnx's writer gives each its own range, and ranges shared by thousands
+      of initializers of a few bytes each made one data file gigabytes of tensors."""
     where = {"path": path, "obj": key}
     info = {}
     for entry in tensor.external_data:
@@ -327,6 +332,17 @@ def _external_bytes(tensor, base_dir, path, key, declared) -> bytes:
                 f"external data of {length} bytes in {location[:200]!r} for a tensor of {declared}",
                 **where,
             )
+        taken = spans.setdefault((stat.st_dev, stat.st_ino), [])
+        at = bisect.bisect(taken, (offset,))
+        for other in taken[max(at - 1, 0) : at + 1]:
+            if length and other[0] < offset + length and offset < other[1]:
+                raise FormatError(
+                    f"external data [{offset}, +{length}) of {location[:200]!r} overlaps "
+                    f"the bytes of {other[2][:80]!r}: each tensor has its own",
+                    **where,
+                )
+        if length:
+            bisect.insort(taken, (offset, offset + length, key))
         try:
             f.seek(offset)
             data = f.read(length)
