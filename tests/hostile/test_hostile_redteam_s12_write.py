@@ -455,6 +455,34 @@ def test_append_counts_the_copied_compressed_sizes(tmp_path, monkeypatch):
         out.copy_from(big, "raw")
 
 
+def test_attributes_are_taken_as_they_were_at_the_call(tmp_path):
+    # a shallow copy kept the caller's nested list: a value put in it after the call
+    # reached the encoder at close unchecked, and the whole file was lost to a bare
+    # CBOREncodeError
+    path = str(tmp_path / "x.zt")
+    inner = [1]
+    w = Writer(path, attributes={"a": inner})
+    w.write_numpy("x", np.ones(2), attributes={"b": {"c": inner}})
+    inner.append({1: object()})
+    w.close()
+    with Reader(path) as r:
+        assert r.attributes == {"a": [1]}
+        assert r.metadata("x").attributes == {"b": {"c": [1]}}
+
+    class Lying(dict):  # shows the check other contents than it holds
+        def items(self):
+            return iter([("shown", 1)])
+
+    with Writer(path) as w:
+        w.write_numpy("x", np.ones(1), attributes={"m": Lying({1: object()})})
+    with Reader(path) as r:
+        assert r.metadata("x").attributes == {"m": {"shown": 1}}
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ztensor.FormatError, match="deeper"):
+        Writer(path, attributes={"loop": loop})
+
+
 # ---------------------------------------------------------------- torch inputs
 
 

@@ -840,8 +840,27 @@ def _zstd_level(compress, path):
 
 
 def _check_attributes(attributes, path, name=None):
-    """A copy of ``attributes`` if the reader would accept them (attributes.py)."""
+    """A copy of ``attributes`` if the reader would accept them (attributes.py).
+
+    The copy is made first and is what is checked and later encoded: a shallow
+    copy kept the caller's nested lists and maps, so a value put in one after the
+    call (or a dict subclass whose ``items`` showed the check other contents than
+    it holds) reached the encoder at ``close`` unchecked, and the whole file was
+    lost to a bare CBOREncodeError."""
     if attributes is None:
         return {}
     what = "attributes" if name is not None else "file attributes"
-    return dict(attrs.check_map(attributes, what, path=path, obj=name))
+    return attrs.check_map(_plain_copy(attributes, 0), what, path=path, obj=name)
+
+
+def _plain_copy(value, depth):
+    """``value`` with its maps and lists copied (maps as dicts, through ``items``;
+    lists and tuples as lists), down to one level past what attributes.check_map
+    allows: deeper (a list holding itself) is left for it to refuse."""
+    if depth > attrs.MAX_DEPTH + 1:
+        return value
+    if isinstance(value, dict):
+        return {k: _plain_copy(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_copy(v, depth + 1) for v in value]
+    return value
