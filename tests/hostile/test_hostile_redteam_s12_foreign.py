@@ -107,6 +107,50 @@ def test_hdf5_attribute_named_in_bytes_that_are_not_utf8_is_listed_not_lost(tmp_
         assert r.attributes["hdf5_skipped_attributes"] == ["k\\xfe"]
 
 
+def test_hdf5_chunk_named_by_many_index_entries_is_refused(tmp_path):
+    """One 4 KB compressed chunk named by all 64 entries of a dataset's chunk index
+    (HDF5 does not check): its storage size counted the chunk 64 times, so a 7.5 KB
+    file passed the 32,768x bound and read as 256 MB."""
+    import os
+    import struct
+
+    path = tmp_path / "w.h5"
+    chunk, count = 1 << 20, 64
+    with h5py.File(path, "w", libver="earliest") as f:  # superblock 0: no checksum
+        d = f.create_dataset(
+            "w", shape=(count * chunk,), dtype="f4", chunks=(chunk,), compression="gzip"
+        )
+        for i in range(count):
+            d[i * chunk : (i + 1) * chunk] = 0
+    with h5py.File(path) as f:
+        d = f["w"]
+        infos = [d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())]
+    first = infos[0]
+    data = bytearray(path.read_bytes())
+    head = data[: first.byte_offset]  # the index precedes the chunks h5py wrote
+    assert all(i.byte_offset > first.byte_offset for i in infos[1:])
+    for info in infos[1:]:  # every entry names the first chunk
+        at = head.find(struct.pack("<Q", info.byte_offset))
+        head[at : at + 8] = struct.pack("<Q", first.byte_offset)
+    shared = head + data[first.byte_offset : first.byte_offset + first.size]
+    struct.pack_into("<Q", shared, 40, len(shared))  # the superblock's end of file
+    path.write_bytes(bytes(shared))
+    with h5py.File(path) as f:  # a file h5py reads: zeros, 256 MB of them
+        assert f["w"].shape == (count * chunk,)
+        assert f["w"].id.get_storage_size() > os.path.getsize(path)
+    with pytest.raises(FormatError, match="store more bytes than the file holds"):
+        ztensor.Reader(path)
+
+
+def test_hdf5_dataset_with_two_names_is_its_storage_once(tmp_path):
+    path = tmp_path / "tied.h5"
+    with h5py.File(path, "w") as f:
+        f["a"] = np.arange(1000, dtype=np.float64)
+        f["b"] = f["a"]
+    with ztensor.Reader(path) as r:
+        assert r.keys() == ["a", "b"]
+
+
 # a structure-aware property test: files h5py writes, with file attributes of every
 # type h5py writes, scalar and not; every attribute is either kept as a plain value
 # equal to what h5py reads, or listed, and the file converts

@@ -101,7 +101,9 @@ def open_file(
             raw.close()
 
     try:
-        entries, skipped, links = _entries(h5py, handle, name, limits, unsafe_allow_external)
+        entries, skipped, links = _entries(
+            h5py, handle, name, limits, unsafe_allow_external, raw.size
+        )
         kept, skipped_attributes = _plain_attrs(handle, name)
         attributes = {f"hdf5.{k}": v for k, v in kept}
         if skipped_attributes:  # said, not dropped without a word
@@ -116,7 +118,7 @@ def open_file(
     return ForeignFile(name, "hdf5", attributes, entries, closer=close)
 
 
-def _entries(h5py, handle, name, limits, allow_external):
+def _entries(h5py, handle, name, limits, allow_external, file_size):
     bound = min(MAX_DATASETS, limits.max_objects)
     try:
         found, links = _datasets(h5py, handle, name, bound)
@@ -132,8 +134,9 @@ def _entries(h5py, handle, name, limits, allow_external):
     names = NameTable(name, "dataset")
     entries = {}
     skipped = []
+    storage = _Storage(name, file_size)
     for key, dataset in found:
-        spec = _spec(name, key, dataset, limits, allow_external)
+        spec = _spec(name, key, dataset, limits, allow_external, storage)
         if spec is _NOT_A_TENSOR:
             skipped.append("/" + key)
             continue
@@ -194,7 +197,36 @@ def _datasets(h5py, handle, path, bound):
 _NOT_A_TENSOR = object()
 
 
-def _spec(path, key, dataset, limits, allow_external):
+class _Storage:
+    """The bytes the file's datasets say they store, against the file's size.
+
+    A dataset's storage size is what its chunk index adds up, and HDF5 does not
+    check that two index entries name distinct bytes: one compressed chunk named by
+    64 entries counted 64 times, so a 7.5 KB file declared (and read as) 256 MB,
+    past ``MAX_EXPANSION`` times its bytes, and with more entries up to
+    ``max_component_size``.  Stored bytes are bytes of the file, each dataset's
+    once (a second hard link to a dataset is the same storage), so together they
+    are at most the file's size."""
+
+    def __init__(self, path, file_size):
+        self.path, self.left = path, file_size
+        self.seen: set = set()
+
+    def claim(self, key, dataset_id, stored) -> None:
+        if dataset_id in self.seen:
+            return
+        self.seen.add(dataset_id)
+        self.left -= stored
+        if self.left < 0:
+            raise FormatError(
+                f"the datasets store more bytes than the file holds (at this one, "
+                f"{stored} bytes): their chunk index names some bytes more than once",
+                path=self.path,
+                obj=key,
+            )
+
+
+def _spec(path, key, dataset, limits, allow_external, storage):
     try:
         dtype = dataset.dtype
         if dataset.shape is None:  # a null dataspace (h5py.Empty): holds no tensor,
@@ -223,6 +255,8 @@ def _spec(path, key, dataset, limits, allow_external):
                 path=path,
                 obj=key,
             )
+    if not allow_external:  # external storage is not the file's: its size says nothing
+        storage.claim(key, dataset.id, stored)
     found = dtypes.spec_types_for(dtype) if dtype.kind in "biufc" else None
     if found is None:  # strings, compounds, references, long doubles: listed in SKIPPED
         return _NOT_A_TENSOR
