@@ -31,7 +31,8 @@ the fill value; a compressed chunk expands), and h5py allocates the whole shape
 before reading.  So a dataset may declare at most ``MAX_EXPANSION`` times the bytes
 its storage really holds (and always ``SMALL`` bytes), and at most the Limits'
 ``max_component_size``; its chunk likewise.  Otherwise it is a LimitError before
-anything is allocated.
+anything is allocated.  What the datasets say they store adds up to at most the
+file's size (:class:`_Storage`): a chunk index may name one chunk many times.
 """
 
 from __future__ import annotations
