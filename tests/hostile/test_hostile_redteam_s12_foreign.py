@@ -339,6 +339,7 @@ def _onnx_loader_of_old(monkeypatch):
     onnx>=1.14): the location joined to the model's folder and opened as given."""
     import os
 
+    import onnx
     import onnx.external_data_helper as helper
 
     def naive(tensor, base_dir):
@@ -347,7 +348,14 @@ def _onnx_loader_of_old(monkeypatch):
             f.seek(int(info.get("offset", 0)))
             return f.read(int(info["length"])) if "length" in info else f.read()
 
-    monkeypatch.setattr(helper, "_read_external_data_bytes", naive)
+    def naive_load(tensor, base_dir):  # what to_array called in onnx 1.14
+        tensor.raw_data = naive(tensor, base_dir)
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+    # whichever of the two the installed onnx's to_array calls
+    monkeypatch.setattr(helper, "_read_external_data_bytes", naive, raising=False)
+    monkeypatch.setattr(helper, "load_external_data_for_tensor", naive_load)
 
 
 SECRET = np.array([7.0, 7.0, 7.0, 7.0], np.float32)
