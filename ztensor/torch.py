@@ -441,6 +441,102 @@ def save_model(
     save_file(state_dict, filename, metadata, compress=compress, checksum=checksum)
 
 
+# What torch's load_state_dict consults on each module besides its tensors: the
+# methods torch documents for subclasses to override (underscored in torch, not ours)
+# and the hook tables its register_*_hook functions fill.  A module that overrides
+# one or has a hook loads its own way, and goes through load_state_dict.
+_LOADING_METHODS = ("_load_from_state_dict", "_save_to_state_dict", "get_extra_state", "state_dict")
+_LOADING_HOOKS = (
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+)
+
+
+def _loads_plainly(model: torch.nn.Module, model_state: Dict[str, torch.Tensor]) -> bool:
+    """Whether ``load_state_dict`` would do nothing but copy each given tensor into
+    the model's tensor of that name: no module of the model changes how it loads
+    or saves its state (BatchNorm's versions, quantized modules, extra state), no
+    hook is registered, every tensor is a plain one (:func:`_plain_target`) and
+    torch is not set to swap tensors.  Then :func:`_copy_plainly` does that copy
+    without walking the module tree once per shard (a walk per shard was the
+    sharded load's cost)."""
+    base = torch.nn.Module
+    if type(model).load_state_dict is not base.load_state_dict:
+        return False
+    if torch.__future__.get_swap_module_params_on_conversion():
+        return False
+    for module in model.modules():
+        kind = type(module)
+        if any(getattr(kind, name) is not getattr(base, name) for name in _LOADING_METHODS):
+            return False
+        if any(getattr(module, hooks, None) for hooks in _LOADING_HOOKS):
+            return False
+    return all(_plain_target(t) for t in model_state.values())
+
+
+def _plain_target(tensor: torch.Tensor) -> bool:
+    """A tensor ``copy_`` fills as load_state_dict would: a plain strided tensor with
+    storage (not meta, quantized or an inference tensor, which torch refuses to change
+    outside inference mode, and no subclass with its own loading rules)."""
+    return (
+        type(tensor) is torch.Tensor
+        and tensor.layout == torch.strided
+        and not (tensor.is_meta or tensor.is_quantized or tensor.is_inference())
+    )
+
+
+def _copy_plainly(
+    model: torch.nn.Module,
+    model_state: Dict[str, torch.Tensor],
+    part: Dict[str, torch.Tensor],
+) -> Tuple[Set[str], List[str]]:
+    """``model.load_state_dict(part, strict=False)`` for a model that loads plainly
+    (:func:`_loads_plainly`): each tensor copied into the model's tensor of its name
+    (``model_state`` holds detached views of them), with load_state_dict's checks and
+    its RuntimeError, which comes after every tensor that fits was copied.  Returns
+    (missing, unexpected) names as load_state_dict reports them; names the model
+    does not hold are left to load_state_dict itself, which copies nothing for them
+    and reports them exactly as it always has."""
+    errors = []
+    with torch.no_grad():
+        for key, target in model_state.items():  # the model's order, as torch copies
+            value = part.get(key)
+            if value is None:
+                continue
+            if not torch.overrides.is_tensor_like(value):
+                errors.append(
+                    f'While copying the parameter named "{key}", expected torch.Tensor '
+                    f"or Tensor-like object from checkpoint but received {type(value)}"
+                )
+                continue
+            if target.dim() == 0 and value.dim() == 1:  # torch's old 0-d parameters
+                value = value[0]
+            if value.shape != target.shape:
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {value.shape} "
+                    f"from checkpoint, the shape in current model is {target.shape}."
+                )
+                continue
+            try:
+                target.copy_(value)
+            except Exception as exc:  # torch's own wording, and its going on
+                errors.append(
+                    f'While copying the parameter named "{key}", whose dimensions in the '
+                    f"model are {target.size()} and whose dimensions in the checkpoint "
+                    f"are {value.size()}, an exception occurred : {exc.args}."
+                )
+    foreign = {key: value for key, value in part.items() if key not in model_state}
+    unexpected = model.load_state_dict(foreign, strict=False).unexpected_keys if foreign else []
+    if errors:
+        raise RuntimeError(
+            f"Error(s) in loading state_dict for {model.__class__.__name__}:\n\t"
+            + "\n\t".join(errors)
+        )
+    return set(model_state).difference(part), unexpected
+
+
 def load_model(
     model: torch.nn.Module, filename: Any, strict: bool = True, device: Any = "cpu"
 ) -> Tuple[List[str], List[str]]:
@@ -474,14 +570,18 @@ def load_model(
         parts = _shard_by_shard(filename, device, False, False, None)
     else:
         parts = ((filename, load_file(filename, device=device)) for _ in (0,))
+    plainly = _loads_plainly(model, model_state)
     for _, part in parts:
         names.update(part)
-        result = model.load_state_dict(part, strict=False)
+        if plainly:
+            gave_none, unexpected_here = _copy_plainly(model, model_state, part)
+        else:
+            result = model.load_state_dict(part, strict=False)
+            gave_none, unexpected_here = set(result.missing_keys), result.unexpected_keys
         del part  # the file's mapping goes with its last view
         # missing overall: what no shard gave; unexpected: what any shard gave
-        gave_none = set(result.missing_keys)
         missing = gave_none if missing is None else missing & gave_none
-        unexpected += result.unexpected_keys
+        unexpected += unexpected_here
     missing = set(model_state) if missing is None else missing
     to_remove = _names_to_remove(groups, model_state, preferred_names=names)
     for group in to_remove.values():

@@ -1,0 +1,184 @@
+"""``ztensor.torch.load_model`` copies straight into a model that loads plainly.
+
+When no module changes how it loads (hooks, ``_load_from_state_dict`` overrides,
+extra state, special tensors), load_model copies each tensor into the model's own
+tensor of that name instead of walking the module tree once per shard.  Every test
+here holds that shortcut to safetensors' ``load_model`` (which is
+``load_state_dict``) on a real ``.safetensors`` file of the same tensors: the same
+returned names, the same model state, the same error text; and models that do not
+load plainly still go through ``load_state_dict``, their hooks and overrides seen.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+zt = pytest.importorskip("ztensor.torch")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+        self.register_buffer("scale", torch.ones(()))
+        self.register_buffer("cache", torch.zeros(2), persistent=False)
+        with torch.no_grad():  # the same start in every model: what is not loaded compares
+            for t in self.parameters():
+                t.fill_(0.5)
+
+
+def _state(model):
+    return {k: t.clone() for k, t in model.state_dict().items()}
+
+
+def _outcome(load, model, path, strict):
+    try:
+        missing, unexpected = load(model, path, strict=strict)
+        return sorted(missing), sorted(unexpected)
+    except RuntimeError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _both(tmp_path, make, tensors, strict=False):
+    """(safetensors' outcome, ours) of loading ``tensors`` into fresh ``make()``s."""
+    ref_path, our_path = str(tmp_path / "m.safetensors"), str(tmp_path / "m.zt")
+    st.save_file(tensors, ref_path)
+    zt.save_file(tensors, our_path)
+    ref_model, our_model = make(), make()
+    ref = _outcome(st.load_model, ref_model, ref_path, strict)
+    ours = _outcome(zt.load_model, our_model, our_path, strict)
+    assert ours == ref
+    a, b = _state(our_model), _state(ref_model)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+    return ours, our_model
+
+
+def _full(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(t.shape, generator=g).to(t.dtype) for k, t in Net().state_dict().items()}
+
+
+def test_a_whole_state_dict_is_copied_in(tmp_path):
+    tensors = _full()
+    got, model = _both(tmp_path, Net, tensors, strict=True)
+    assert got == ([], [])
+    assert torch.equal(model.block[0].weight, tensors["block.0.weight"])
+    assert model.cache.tolist() == [0.0, 0.0]  # not persistent: untouched
+
+
+def test_missing_and_unexpected_names_as_torch_reports_them(tmp_path):
+    tensors = _full()
+    del tensors["block.1.bias"]
+    # a name past a parameter and a name that is a module torch does not report;
+    # a name in no module and a non-persistent buffer's name it does
+    for extra in ("block.0.weight.x", "block", "nowhere.w", "cache", "block.7.w"):
+        tensors[extra] = torch.ones(1)
+    got, _ = _both(tmp_path, Net, tensors)
+    assert got[0] == ["block.1.bias"] and "nowhere.w" in got[1] and "cache" in got[1]
+
+
+def test_a_size_mismatch_is_torchs_error_after_the_rest_is_copied(tmp_path):
+    tensors = _full()
+    tensors["block.0.weight"] = torch.ones(5, 4)
+    tensors["embed.weight"] = torch.ones(10, 5)
+    got, model = _both(tmp_path, Net, tensors)
+    assert "size mismatch for embed.weight" in got and "size mismatch for block.0.weight" in got
+    assert torch.equal(model.block[1].weight, tensors["block.1.weight"])
+
+
+def test_dtypes_are_converted_and_old_one_element_scalars_accepted(tmp_path):
+    tensors = {k: t.half() for k, t in _full().items()}
+    tensors["scale"] = torch.tensor([3.0])  # a 0-d buffer saved as shape (1,)
+    got, model = _both(tmp_path, Net, tensors, strict=True)
+    assert got == ([], []) and float(model.scale) == 3.0
+    assert model.embed.weight.dtype == torch.float32
+
+
+def test_tied_weights_stay_tied(tmp_path):
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(6, 3)
+            self.head = torch.nn.Linear(3, 6, bias=False)
+            self.head.weight = self.embed.weight
+
+    tensors = {"embed.weight": torch.arange(18.0).reshape(6, 3)}
+    got, model = _both(tmp_path, Tied, tensors, strict=True)
+    assert got == ([], []) and model.head.weight is model.embed.weight
+    assert torch.equal(model.head.weight, tensors["embed.weight"])
+
+
+def test_a_sharded_checkpoint_fills_the_model_shard_by_shard(tmp_path):
+    tensors = _full(1)
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    zt.save_model(Net(), str(out / "unused.zt"))  # a file the index does not name
+    names = sorted(tensors)
+    halves = {"a.zt": names[: len(names) // 2], "b.zt": names[len(names) // 2:]}
+    for file, part in halves.items():
+        zt.save_file({k: tensors[k] for k in part}, str(out / file))
+    index = {"metadata": {}, "weight_map": {k: f for f, ks in halves.items() for k in ks}}
+    (out / "model.zt.index.json").write_text(json.dumps(index))
+    model = Net()
+    assert zt.load_model(model, str(out)) == ([], [])
+    for k, t in model.state_dict().items():
+        if k in tensors:
+            assert torch.equal(t, tensors[k]), k
+
+
+# ------------------------------------------------------------- not loaded plainly
+class Versioned(Net):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(3)  # overrides _load_from_state_dict
+
+
+def test_a_module_with_its_own_loading_goes_through_torch(tmp_path):
+    tensors = {k: t for k, t in Versioned().state_dict().items() if "num_batches" not in k}
+    got, model = _both(tmp_path, Versioned, tensors)
+    # BatchNorm fills in a counter an old file lacks: a plain copy would call it missing
+    assert got == ([], [])
+
+
+def test_load_hooks_run(tmp_path):
+    seen = []
+
+    def make():
+        model = Net()
+        model.register_load_state_dict_post_hook(lambda module, keys: seen.append(len(keys.missing_keys)))
+        return model
+
+    _both(tmp_path, make, _full())
+    assert len(seen) == 2  # safetensors' load and ours each ran the hook
+
+
+def test_pre_hooks_that_rename_keys_are_honoured(tmp_path):
+    def make():
+        model = Net()
+
+        def rename(state_dict, prefix, *args):
+            if prefix + "old_scale" in state_dict:
+                state_dict[prefix + "scale"] = state_dict.pop(prefix + "old_scale")
+
+        model._register_load_state_dict_pre_hook(rename)
+        return model
+
+    tensors = _full()
+    tensors["old_scale"] = tensors.pop("scale") + 5
+    _, model = _both(tmp_path, make, tensors)
+    assert float(model.scale) == float(tensors["old_scale"])
+
+
+def test_inference_tensors_are_left_to_torch(tmp_path):
+    def make():
+        with torch.inference_mode():
+            return Net()
+
+    got, _ = _both(tmp_path, make, _full())
+    assert "RuntimeError" in got and "inference" in got.lower()
