@@ -354,3 +354,78 @@ def test_every_read_agrees_on_any_seek_table(small, tmp_path_factory, cuts, shif
     assert whole == {"refused" if lying else "values"}, got
     if not lying:
         assert got["slice"] == "values", got
+
+
+# ---- a manifest map that holds one key twice is refused, not merged
+# (Clean, nothing dropped silently: manifest_checks.refuse_repeated_keys, used by
+# manifest._cbor_loads and manifest_table._attributes)
+
+
+def _manifest_of(path):
+    raw = path.read_bytes()
+    size = struct.unpack("<Q", raw[-16:-8])[0]
+    return raw[: -16 - size], raw[-16 - size : -16]
+
+
+def _with_manifest(body, manifest, dst):
+    dst.write_bytes(body + manifest + struct.pack("<Q", len(manifest)) + b"ZTEN1000")
+    return dst
+
+
+def _renamed_key(encoded, old, new):
+    """CBOR bytes with one text key ``old`` spelt ``new`` (same length)."""
+    old_b, new_b = bytes([0x60 + len(old)]) + old.encode(), bytes([0x60 + len(new)]) + new.encode()
+    assert encoded.count(old_b) == 1 and len(old) == len(new) < 24
+    return encoded.replace(old_b, new_b)
+
+
+@pytest.fixture
+def two_tensors(tmp_path):
+    path = tmp_path / "two.zt"
+    w = np.random.default_rng(5).standard_normal((64, 256)).astype(np.float32)
+    with ztensor.Writer(str(path), attributes={"big": 2**70, "note": "x"}) as out:
+        out.write_numpy("aa", np.arange(16, dtype=np.float32))
+        out.write_numpy("ab", np.arange(16, dtype=np.float32) + 100)
+        out.write("q", ztensor.quantize(w, bits=4, group_size=128))
+    return path
+
+
+def test_a_file_with_no_repeated_key_still_opens(two_tensors):
+    """The Writer's file, a bignum attribute included (its tag makes the scan count
+    one item more than the decoded tree: the keys are then walked, and none repeats)."""
+    with ztensor.Reader(str(two_tensors)) as r:
+        assert r.keys() == ["aa", "ab", "q"] and r.attributes["big"] == 2**70
+
+
+@pytest.mark.parametrize("old,new", [("ab", "aa"), ("group_size", "pack_order")])
+def test_a_repeated_key_is_refused(two_tensors, tmp_path, old, new):
+    """Both objects named 'aa': cbor2 kept the second, and the file opened with one
+    tensor, 'aa' holding the other's values.  An attribute given twice (the quantized
+    object's 'pack_order' written again where 'group_size' was) was merged the same
+    way, on the fast path's attribute decoding too."""
+    body, manifest = _manifest_of(two_tensors)
+    path = _with_manifest(body, _renamed_key(manifest, old, new), tmp_path / "dup.zt")
+    with pytest.raises(ztensor.FormatError, match=f"key '{new}' twice") as err:
+        ztensor.Reader(str(path)).close()
+    assert err.value.path == str(path)
+
+
+def test_a_repeated_component_role_or_root_key_is_refused(tmp_path):
+    """A component role given twice ('data' under both names) and the root's
+    'objects' given twice (the first map of objects dropped whole)."""
+    src = tmp_path / "one.zt"
+    with ztensor.Writer(str(src)) as out:
+        out.write_numpy("a", np.arange(16, dtype=np.float32))
+        out.write_numpy("b", np.arange(16, dtype=np.float32) + 100)
+    body, manifest = _manifest_of(src)
+    m = cbor2.loads(manifest)
+    m["objects"]["a"]["components"]["datb"] = m["objects"]["b"]["components"]["data"]
+    del m["objects"]["b"]
+    path = _with_manifest(body, _renamed_key(cbor2.dumps(m), "datb", "data"), tmp_path / "r.zt")
+    with pytest.raises(ztensor.FormatError, match="key 'data' twice"):
+        ztensor.Reader(str(path)).close()
+    m = cbor2.loads(manifest)
+    m["objectz"] = {"c": m["objects"].pop("b")}
+    path = _with_manifest(body, _renamed_key(cbor2.dumps(m), "objectz", "objects"), tmp_path / "o.zt")
+    with pytest.raises(ztensor.FormatError, match="key 'objects' twice"):
+        ztensor.Reader(str(path)).close()

@@ -34,7 +34,14 @@ from ztensor import attributes as attrs
 from ztensor import dtypes, kernels, spec
 from ztensor.attributes import show as _show
 from ztensor.container import legacy, manifest_table
-from ztensor.container.manifest_checks import MAX_CBOR_DEPTH, Checker, Manifest, gc_paused, kind_of  # noqa: F401,E501  (imported from here too)
+from ztensor.container.manifest_checks import (  # noqa: F401,E501  (imported from here too)
+    MAX_CBOR_DEPTH,
+    Checker,
+    Manifest,
+    gc_paused,
+    kind_of,
+    refuse_repeated_keys,
+)
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
 
@@ -55,8 +62,8 @@ def _decode(raw, footer, path, limits) -> Manifest:
     fast = manifest_table.decode(raw, footer, path, limits, MAX_CBOR_DEPTH)
     if fast is not None:
         return fast
-    _check_plain(raw, path)
-    data = _cbor_loads(raw, path)
+    items = _check_plain(raw, path)
+    data = _cbor_loads(raw, path, items)
     if footer.family == 0:
         version, attributes, objects = "0.1.0", {}, legacy.lift_v01(data, path)
         info = spec.VERSIONS["0.1"]
@@ -96,12 +103,14 @@ def _check_disjoint(specs, path):
 
 
 def _check_plain(raw, path):
-    end, _, _ = kernels.cbor_scan(raw, MAX_CBOR_DEPTH, path)
+    """The C scan's verdict on the manifest bytes; the data items it counted."""
+    end, items, _ = kernels.cbor_scan(raw, MAX_CBOR_DEPTH, path)
     if end != len(raw):
         raise FormatError(f"manifest has {len(raw) - end} bytes after its CBOR item", path=path)
+    return items
 
 
-def _cbor_loads(raw, path):
+def _cbor_loads(raw, path, items):
     stream = io.BytesIO(raw)
     try:
         value = cbor2.CBORDecoder(stream).decode()
@@ -111,6 +120,7 @@ def _cbor_loads(raw, path):
         raise FormatError(
             f"manifest has {len(raw) - stream.tell()} bytes after its CBOR item", path=path
         )
+    refuse_repeated_keys(value, raw, items, path)
     return value
 
 

@@ -282,6 +282,96 @@ def _name_is_text(name, what, **where):
     return name
 
 
+def refuse_repeated_keys(value, raw, items, path, obj=None) -> None:
+    """THE rule that no map of a manifest holds one key twice: cbor2 keeps the last
+    entry silently, so an object (or component, or attribute) written first under a
+    repeated name was dropped, and another reader may keep the first.  ``value`` is
+    what ``raw`` decoded to and ``items`` the data items ``kernels.cbor_scan``
+    counted in it: the decoded tree has as many unless a map lost entries (or the
+    bytes hold tags or chunked strings, which the scan counts and decoding folds),
+    so only then are the bytes walked key by key.  Used by every manifest decode
+    (manifest._cbor_loads; manifest_table._attributes)."""
+    if _decoded_items(value) == items:
+        return
+    key = _repeated_key(bytes(raw))
+    if key is not None:
+        raise FormatError(
+            f"manifest holds the key {_show(key)} twice in one map "
+            "(a CBOR decoder keeps one of them silently)",
+            path=path,
+            obj=obj,
+        )
+
+
+def _decoded_items(value) -> int:
+    """Data items a plain CBOR encoding of ``value`` has (each map key and value
+    one, a container one plus its members)."""
+    count, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        count += 1
+        if type(item) is dict:
+            count += len(item)  # the keys: text strings, one item each
+            todo.extend(item.values())
+        elif type(item) is list:
+            todo.extend(item)
+    return count
+
+
+def _head(buf, pos):
+    """(major type, additional info, argument, position after the head)."""
+    ib = buf[pos]
+    major, info = ib >> 5, ib & 31
+    pos += 1
+    if 24 <= info <= 27:
+        size = 1 << (info - 24)
+        return major, info, int.from_bytes(buf[pos : pos + size], "big"), pos + size
+    return major, info, info if info < 24 else 0, pos
+
+
+def _repeated_key(buf):
+    """The first map key found twice in one map of the well-formed CBOR ``buf``
+    (kernels.cbor_scan has proven it so: map keys are text strings), else None."""
+    pos = 0
+    stack = [[1, False, None, 0]]  # items left (None: until a break), is a map, keys, seen
+    while stack:
+        frame = stack[-1]
+        if frame[0] == 0:
+            stack.pop()
+            continue
+        if buf[pos] == 0xFF:  # the break ending an indefinite-length container
+            pos += 1
+            stack.pop()
+            continue
+        if frame[0] is not None:
+            frame[0] -= 1
+        is_key = frame[1] and frame[3] % 2 == 0
+        frame[3] += 1
+        major, info, arg, pos = _head(buf, pos)
+        if major in (2, 3):
+            if info == 31:  # chunks until a break
+                parts = []
+                while buf[pos] != 0xFF:
+                    _, _, size, pos = _head(buf, pos)
+                    parts.append(buf[pos : pos + size])
+                    pos += size
+                pos += 1
+                data = b"".join(parts)
+            else:
+                data = buf[pos : pos + arg]
+                pos += arg
+            if is_key:
+                if data in frame[2]:
+                    return data.decode("utf-8", "replace")
+                frame[2].add(data)
+        elif major in (4, 5):
+            left = None if info == 31 else arg * (2 if major == 5 else 1)
+            stack.append([left, major == 5, set() if major == 5 else None, 0])
+        elif major == 6:  # a tag wraps one item
+            stack.append([1, False, None, 0])
+    return None
+
+
 def kind_of(value) -> str:
     """How a message names a value's type (``nothing`` for None)."""
     return "nothing" if value is None else type(value).__name__

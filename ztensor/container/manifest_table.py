@@ -25,7 +25,13 @@ import numpy as np
 
 from ztensor import attributes as attrs
 from ztensor import dtypes, formats, kernels, spec
-from ztensor.container.manifest_checks import Checker, Manifest, gc_paused
+from ztensor.container.manifest_checks import (
+    MAX_CBOR_DEPTH,
+    Checker,
+    Manifest,
+    gc_paused,
+    refuse_repeated_keys,
+)
 from ztensor.errors import ZTensorError
 from ztensor.objects import ComponentSpec, ObjectSpec
 
@@ -199,7 +205,10 @@ def decode(raw, footer, path, limits, max_depth):
 def _attributes(raw, off, length, what, path, name=None):
     if not length:
         return {}
-    value = cbor2.loads(raw[off : off + length])
+    encoded = raw[off : off + length]
+    value = cbor2.loads(encoded)
+    _, items, _ = kernels.cbor_scan(encoded, MAX_CBOR_DEPTH, path)
+    refuse_repeated_keys(value, encoded, items, path, obj=name)
     return attrs.check_optional_map(value, what, path=path, obj=name)
 
 
