@@ -1,0 +1,74 @@
+"""Review of session 12's fixes: regressions and sibling holes they left.
+
+Each test names the commit it holds to account and the ONE function now enforcing
+the rule.  Files are made by the real writer (ztensor.Writer) and laid out as
+zstd's seekable format lays out other writers' tables."""
+
+from __future__ import annotations
+
+import struct
+import tracemalloc
+
+import cbor2
+import numpy as np
+import zstandard
+
+import ztensor
+from ztensor.safe import safe_open
+
+SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
+
+
+def _seek_table(entries):
+    """A seek table's skippable frame: (compressed, decoded) per frame."""
+    body = b"".join(struct.pack("<II", c, d) for c, d in entries)
+    body += struct.pack("<IBI", len(entries), 0, SEEKABLE)
+    return struct.pack("<II", SKIPPABLE, len(body)) + body
+
+
+def _relaid(src, dst, stored, name="x"):
+    """``src`` (a v1.2 file) with object ``name``'s data component's stored bytes
+    replaced by ``stored`` (the last object written)."""
+    raw = src.read_bytes()
+    size = struct.unpack("<Q", raw[-16:-8])[0]
+    manifest = cbor2.loads(raw[-16 - size : -16])
+    comp = manifest["objects"][name]["components"]["data"]
+    body = raw[: comp["offset"]] + stored
+    body += bytes(-len(body) % 64)
+    comp["length"] = len(stored)
+    m = cbor2.dumps(manifest)
+    dst.write_bytes(body + m + struct.pack("<Q", len(m)) + b"ZTEN1000")
+    return dst
+
+
+# ---- d21ae55 (seekable.decode_frames): a slice's work follows the frames it reads.
+# decode_frames turned the WHOLE table's offsets into Python lists on every call, so
+# each slice (safe_open's get_slice, every dask chunk) of a component of many frames
+# cost memory and time in the table's length, not the rows read: a one-row read of a
+# 200,000-frame table made 16 MB of lists and took 12 ms (reading every row one by
+# one: quadratic).  Measured by memory allocated, not by time.
+
+
+def test_a_slice_of_a_long_seek_table_allocates_for_its_frames_only(tmp_path):
+    frames_count, row = 50_000, 64
+    x = np.arange(frames_count * 16, dtype=np.float32).reshape(frames_count, 16)
+    src = tmp_path / "src.zt"
+    with ztensor.Writer(str(src)) as w:
+        w.add("x", x, compress=True)
+    raw = x.tobytes()
+    cctx = zstandard.ZstdCompressor(level=1)
+    frames = [cctx.compress(raw[i * row : (i + 1) * row]) for i in range(frames_count)]
+    stored = b"".join(frames) + _seek_table([(len(f), row) for f in frames])
+    path = _relaid(src, tmp_path / "many.zt", stored)
+    with safe_open(str(path), "np") as f:
+        piece = f.get_slice("x")
+        np.testing.assert_array_equal(piece[0:1], x[0:1])  # the table parsed once
+        tracemalloc.start()
+        try:
+            got = piece[31_337:31_339]
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    np.testing.assert_array_equal(got, x[31_337:31_339])
+    # two frames' worth of work; the table's lists were 50,000 x 2 x ~40 bytes
+    assert peak < 512 << 10, peak
