@@ -10,6 +10,7 @@ import struct
 import tracemalloc
 
 import cbor2
+import pytest
 import numpy as np
 import zstandard
 
@@ -72,3 +73,38 @@ def test_a_slice_of_a_long_seek_table_allocates_for_its_frames_only(tmp_path):
     np.testing.assert_array_equal(got, x[31_337:31_339])
     # two frames' worth of work; the table's lists were 50,000 x 2 x ~40 bytes
     assert peak < 512 << 10, peak
+
+
+# ---- 3a3502c (Writer: a compressed component is checked with its decoded size): the
+# size checked was the caller's array's, before formats' prepare widened it (sparse
+# indices become u64), so int32 coordinates of 800 bytes were checked as 800 and
+# written as 1,600, past the limit a default Reader holds the file to.  Now the sizes
+# of the arrays written are declared (manifest_checks.Checker.check_zstd_size).
+
+
+def _sparse(count):
+    coords = np.arange(count, dtype=np.int32).reshape(1, count)
+    return ztensor.Tensor(
+        {"values": np.ones(count, np.float32), "coords": coords},
+        format="sparse_coo",
+        shape=(count + 100,),
+    )
+
+
+def test_a_compressed_sparse_object_is_checked_at_the_size_it_is_written(
+    tmp_path, monkeypatch
+):
+    from ztensor import spec
+
+    limits = spec.Limits(max_component_size=1000)
+    monkeypatch.setattr(spec, "DEFAULT_LIMITS", limits)  # what the Writer checks against
+    path = tmp_path / "s.zt"
+    with ztensor.Writer(str(path)) as w:
+        with pytest.raises(ztensor.LimitError) as err:
+            w.write("wide", _sparse(200), compress=True)  # 800 bytes as i32, 1,600 as u64
+        assert (err.value.path, err.value.obj) == (str(path), "wide")
+        w.write("fits", _sparse(100), compress=True)  # 800 bytes as u64: at the limit's side
+    with ztensor.Reader(str(path), limits=limits) as r:
+        assert list(r.keys()) == ["fits"]
+        got = r.read("fits")
+        np.testing.assert_array_equal(np.ravel(got.components["coords"]), np.arange(100))

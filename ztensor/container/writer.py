@@ -517,8 +517,7 @@ class Writer:
             (role,) + self._prepare(name, role, arr, types.get(role))
             for role, arr in arrays.items()
         ]
-        zstd = [role for role, _, _, _ in prepared] if level else ()
-        self._check_as_reader(name, fmt, shape, attributes, prepared, zstd)
+        self._check_as_reader(name, fmt, shape, attributes, prepared)
         # the format's own write-side rules (formats/<format>.py): sparse indices
         # become u64 and are validated, dense data must match the shape, ...
         prepared = formats.handler(fmt).prepare(fmt, shape, prepared, path=self.path, obj=name)
@@ -532,6 +531,15 @@ class Writer:
             path=self.path,
             obj=name,
         )
+        if level:
+            # a compressed component's decoded size, which a reader holds to its
+            # per-component and per-file limits, is that of the array written:
+            # prepare may widen it (sparse indices become u64: checked before, a
+            # component twice the limit was written, and no default Reader opened it)
+            for role, arr, storage, ltype in prepared:
+                self._checker.check_zstd_size(
+                    name, role, arr.nbytes, arr.dtype.itemsize or 1, ltype or storage, arr.nbytes
+                )
         comps = {}
         for role, arr, storage, ltype in prepared:
             comps[role] = self._guard(
