@@ -45,6 +45,7 @@ from ztensor.errors import (
     ObjectNotFoundError,
     UnsupportedError,
     ZTensorError,
+    url_without_secrets,
     without_secrets,
 )
 from ztensor.io.source import is_url, read_small_file
@@ -132,7 +133,8 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
         with _parameters_on_meta(2 * count + 1024, config_path):
             with _AllocationBound(largest, config_path):
                 model = _build(cls, config, resolved, model_kwargs)
-    model.config.name_or_path = source
+    # kept by the model (repr, config.json): a URL's credentials are not
+    model.config.name_or_path = url_without_secrets(source)
     _load_weights(model, checkpoint, resolved, cls, storage_options)
 
     if generation is not None and hasattr(model, "generation_config"):

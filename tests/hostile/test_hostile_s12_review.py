@@ -10,11 +10,13 @@ import struct
 import tracemalloc
 
 import cbor2
-import pytest
 import numpy as np
+import pytest
 import zstandard
+from http_servers import raw, serving  # noqa: F401  (raw: a fixture)
 
 import ztensor
+from ztensor import spec
 from ztensor.safe import safe_open
 
 SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
@@ -30,11 +32,11 @@ def _seek_table(entries):
 def _relaid(src, dst, stored, name="x"):
     """``src`` (a v1.2 file) with object ``name``'s data component's stored bytes
     replaced by ``stored`` (the last object written)."""
-    raw = src.read_bytes()
-    size = struct.unpack("<Q", raw[-16:-8])[0]
-    manifest = cbor2.loads(raw[-16 - size : -16])
+    whole = src.read_bytes()
+    size = struct.unpack("<Q", whole[-16:-8])[0]
+    manifest = cbor2.loads(whole[-16 - size : -16])
     comp = manifest["objects"][name]["components"]["data"]
-    body = raw[: comp["offset"]] + stored
+    body = whole[: comp["offset"]] + stored
     body += bytes(-len(body) % 64)
     comp["length"] = len(stored)
     m = cbor2.dumps(manifest)
@@ -56,9 +58,9 @@ def test_a_slice_of_a_long_seek_table_allocates_for_its_frames_only(tmp_path):
     src = tmp_path / "src.zt"
     with ztensor.Writer(str(src)) as w:
         w.add("x", x, compress=True)
-    raw = x.tobytes()
+    values = x.tobytes()
     cctx = zstandard.ZstdCompressor(level=1)
-    frames = [cctx.compress(raw[i * row : (i + 1) * row]) for i in range(frames_count)]
+    frames = [cctx.compress(values[i * row : (i + 1) * row]) for i in range(frames_count)]
     stored = b"".join(frames) + _seek_table([(len(f), row) for f in frames])
     path = _relaid(src, tmp_path / "many.zt", stored)
     with safe_open(str(path), "np") as f:
@@ -91,11 +93,7 @@ def _sparse(count):
     )
 
 
-def test_a_compressed_sparse_object_is_checked_at_the_size_it_is_written(
-    tmp_path, monkeypatch
-):
-    from ztensor import spec
-
+def test_a_compressed_sparse_object_is_checked_at_the_size_it_is_written(tmp_path, monkeypatch):
     limits = spec.Limits(max_component_size=1000)
     monkeypatch.setattr(spec, "DEFAULT_LIMITS", limits)  # what the Writer checks against
     path = tmp_path / "s.zt"
@@ -108,3 +106,47 @@ def test_a_compressed_sparse_object_is_checked_at_the_size_it_is_written(
         assert list(r.keys()) == ["fits"]
         got = r.read("fits")
         np.testing.assert_array_equal(np.ravel(got.components["coords"]), np.arange(100))
+
+
+# ---- 7387aea (transformers: the warning names a URL checkpoint without its
+# credentials): the model from_pretrained returns kept the URL as given in its
+# config's name_or_path, password and all, shown by repr(model.config) and written
+# to config.json by save_pretrained.  Now the URL without secrets
+# (errors.url_without_secrets), as every other place ztensor names a URL.
+
+_SECRET = "S3CRETr7"
+
+
+def _serving_files(files):
+    replies = {path: serving(data) for path, data in files.items()}
+
+    def reply(method, asked, headers):
+        path = headers[":path"].split("?")[0]
+        if path not in replies:
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        return replies[path](method, asked, headers)
+
+    return reply
+
+
+def test_from_pretrained_over_a_url_keeps_no_credentials_in_the_models_config(raw, tmp_path):  # noqa: F811
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    import ztensor.transformers as ztf
+
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32, n_positions=16)
+    )
+    folder = tmp_path / "m"
+    ztf.save_pretrained(model, folder)
+    weights = sorted(folder.glob("*.zt"))
+    files = {f"/m/{p.name}": p.read_bytes() for p in folder.iterdir()}
+    server = raw(_serving_files(files))
+    scheme, rest = server.url(f"/m/{weights[0].name}").split("://", 1)
+    url = f"{scheme}://alice:{_SECRET}@{rest}?sig={_SECRET}"
+    loaded = ztf.from_pretrained(transformers.AutoModelForCausalLM, url)
+    assert _SECRET not in repr(loaded.config) and _SECRET not in loaded.config.name_or_path
+    assert "***@127.0.0.1" in loaded.config.name_or_path
+    out = tmp_path / "again"
+    loaded.save_pretrained(out)
+    assert _SECRET not in (out / "config.json").read_text()
