@@ -520,7 +520,12 @@ def _selection(index: Any, shape, name, path):
             out.append(i)
             continue
         if isinstance(item, slice):
-            if item.step is not None and (not isinstance(item.step, int) or item.step < 1):
+            step = item.step
+            # a numpy integer is an integer here as in a bound (and as safetensors
+            # takes it); a bool is not a step
+            if step is not None and (
+                not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 1
+            ):
                 raise _slice_error(
                     f"Error during slicing {_render(items)} with shape "
                     f"{list(shape)}: step {item.step!r} is not a positive "

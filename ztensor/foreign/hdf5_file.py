@@ -125,7 +125,9 @@ def _entries(h5py, handle, name, limits, allow_external, file_size):
         found, links = _datasets(h5py, handle, name, bound)
     except ZTensorError:
         raise
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+        # TypeError: h5py's ObjectID.__hash__ says "cannot be hashed" when a damaged
+        # file's object header cannot be read (its RuntimeError chained under it)
         raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
     if len(found) + len(links) > bound:
         raise LimitError(
