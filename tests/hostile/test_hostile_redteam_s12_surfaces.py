@@ -171,3 +171,41 @@ def test_shortened_names_keep_their_counters_past_nine():
         "…b#11", "…a#12", "…b#12", "…b#13", "…b#14", "…a#13", "…b#15", "…b#16", "…a#14",
         "…a#15", "…b#17",
     ]  # fmt: skip
+
+
+def test_diff_of_a_file_with_nan_attributes_and_itself_is_identical(tmp_path, capsys):
+    """``ztensor diff`` compared attributes with ``==``: a NaN attribute (a file's
+    ``lr``, an object's ``scale``) differs from itself, so a file and its copy were
+    reported as 2 differences, exit 1.  And ``==`` takes ``True`` for ``1`` and ``1``
+    for ``1.0``, which a file stores as different values: those are differences.
+    Kept by ``cli._same``."""
+    nan = float("nan")
+    one = tmp_path / "one.zt"
+    with ztensor.Writer(one, attributes={"lr": nan, "nested": {"x": [nan, 1.0]}}) as w:
+        w.write("t", Tensor({"data": np.arange(3.0)}, attributes={"scale": nan}))
+    copy = tmp_path / "copy.zt"
+    copy.write_bytes(one.read_bytes())
+    code, text = _run(["diff", str(one), str(copy)], capsys)
+    assert code == 0 and text.strip() == "identical", text
+
+    other = tmp_path / "other.zt"
+    with ztensor.Writer(other, attributes={"lr": nan, "nested": {"x": [nan, True]}}) as w:
+        w.write("t", Tensor({"data": np.arange(3.0)}, attributes={"scale": -0.0}))
+    code, text = _run(["diff", str(one), str(other)], capsys)
+    assert code == 1, text
+    assert "changed keys: nested" in text and "changed keys: scale" in text, text
+
+
+@pytest.mark.parametrize("left, right", [(1, True), (1, 1.0), (0.0, -0.0)])
+def test_diff_tells_attribute_values_a_file_stores_differently(tmp_path, capsys, left, right):
+    """``1 == True == 1.0`` and ``0.0 == -0.0`` in Python, but a file stores each as a
+    different value (CBOR's int, true, float; the float's sign bit); ``ztensor diff``
+    called such files identical.  Kept by ``cli._same``."""
+    paths = []
+    for i, value in enumerate((left, right)):
+        path = tmp_path / f"{i}.zt"
+        with ztensor.Writer(path, attributes={"flag": value}) as w:
+            w.write_numpy("t", np.arange(3.0))
+        paths.append(str(path))
+    code, text = _run(["diff", *paths], capsys)
+    assert code == 1 and "changed keys: flag" in text, text

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import sys
 import time
 import warnings
@@ -589,7 +590,7 @@ def cmd_diff(args, out):
             change = _compare(a, b, name, args.max_elements)
             if change:
                 changes.append({"name": name, "change": "changed", **change})
-        if a.attributes != b.attributes:
+        if not _same(a.attributes, b.attributes):
             changes.insert(
                 0,
                 {
@@ -626,7 +627,7 @@ def _compare(a, b, name, max_elements):
     for field in ("format", "shape", "dtype", "type"):
         if getattr(ma, field) != getattr(mb, field):
             return {field: f"{_plain(getattr(ma, field))} -> {_plain(getattr(mb, field))}"}
-    if ma.attributes != mb.attributes:  # quantization parameters live here
+    if not _same(ma.attributes, mb.attributes):  # quantization parameters live here
         return {"attributes": _attribute_difference(ma.attributes, mb.attributes)}
     ta, tb = a.read(name), b.read(name)
     for role in sorted(set(ta.components) | set(tb.components)):
@@ -641,9 +642,30 @@ def _compare(a, b, name, max_elements):
     return None
 
 
+def _same(x, y) -> bool:
+    """Whether two attribute values are the same stored value: ``==`` said a NaN
+    differs from itself (``ztensor diff f.zt f.zt`` reported a file holding a NaN
+    attribute as changed), and that ``True`` is ``1`` and ``1`` is ``1.0``, which a
+    file stores as different values.  Floats are the same when their bits are (a
+    NaN is its own, ``-0.0`` is not ``0.0``)."""
+    if type(x) is not type(y):
+        kinds = (bool, int, float, str, bytes, list, dict)
+        if not any(isinstance(x, k) and isinstance(y, k) for k in kinds) or (
+            isinstance(x, bool) != isinstance(y, bool)
+        ):
+            return False
+    if isinstance(x, float):
+        return struct.pack("<d", x) == struct.pack("<d", y) or (x != x and y != y)
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
+    return x == y
+
+
 def _attribute_difference(x, y):
     keys = sorted(set(x) | set(y), key=str)
-    changed = [k for k in keys if k not in x or k not in y or x[k] != y[k]]
+    changed = [k for k in keys if k not in x or k not in y or not _same(x[k], y[k])]
     return (
         "changed keys: "
         + ", ".join(_printable(k) for k in changed[:10])
