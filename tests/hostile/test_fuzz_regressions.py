@@ -72,7 +72,7 @@ for path in map(Path, sys.argv[1:]):
         if argv[1] == "--json" and code == 0:
             json.loads(out.getvalue())
         assert "\x1b" not in out.getvalue(), (path.name, argv)
-    if time.monotonic() - start > 5:
+    if time.monotonic() - start > 30:  # a hang, not slowness: s390x emulation runs here
         slow.append(path.name)
 assert not slow, slow
 print("replayed", len(sys.argv) - 1)
