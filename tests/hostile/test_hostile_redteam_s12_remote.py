@@ -490,7 +490,7 @@ def test_the_command_prints_a_url_with_a_space_without_secrets(raw, tmp_path, co
     url = server.url(f"/m.zt?v=a b&sig={SECRET}")
     args = [url, url] if command[0] == "diff" else [url]
     done = subprocess.run([sys.executable, "-m", "ztensor", *command, *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     assert "/m.zt?v=***&sig=***" in done.stdout, done.stdout

@@ -262,7 +262,7 @@ def test_a_killed_writer_leaves_the_old_file(tmp_path):
             os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL
     assert _names(path) == ["old"]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
@@ -302,7 +302,7 @@ def test_convert_onto_its_own_input(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "ztensor", "convert", path, path, "--force", "-q"],
         capture_output=True,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     after = ztnp.load_file(path)
