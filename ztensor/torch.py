@@ -418,6 +418,7 @@ def save_model(
     With ``max_shard_size`` (or when ``filename`` is a directory) the model is saved
     as a sharded checkpoint in that directory (:func:`ztensor.save_sharded`).
     ``compress``/``compression`` and ``checksum`` as for :func:`save_file`."""
+    _require_module(model)
     compress = _save.compress_option(compress, compression)
     state_dict = model.state_dict()
     for kept, dropped in _remove_duplicate_names(state_dict).items():
@@ -537,6 +538,14 @@ def _copy_plainly(
     return set(model_state).difference(part), unexpected
 
 
+def _require_module(model: Any) -> None:
+    """``save_model`` and ``load_model`` take a ``torch.nn.Module``: anything else
+    (a state dict, a path given first) is a TypeError saying so, not an
+    AttributeError from deep inside."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+
+
 def load_model(
     model: torch.nn.Module, filename: Any, strict: bool = True, device: Any = "cpu"
 ) -> Tuple[List[str], List[str]]:
@@ -560,6 +569,7 @@ def load_model(
     # refusal (a shared group with no tensor covering its memory) comes first here.
     # Loading copies into the model's tensors in place, so the state dict and its
     # groups of shared tensors found now still hold once it is loaded.
+    _require_module(model)
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)
     _names_to_remove(groups, model_state)

@@ -624,6 +624,10 @@ def save_pretrained(
     targets to discard).  Shards of an earlier save that this one does not rewrite
     are removed after the new index is written.  ``compress``/``compression`` and
     ``checksum`` as for :func:`ztensor.torch.save_file`.  Returns the shard names."""
+    if not isinstance(model, transformers.PreTrainedModel):
+        # before anything is written: a torch module has no config to save (it
+        # failed with an AttributeError after the folder was made)
+        raise TypeError(f"model must be a transformers PreTrainedModel, not {type(model).__name__}")
     compress = _save.compress_option(compress, compression)
     folder = os.fspath(save_directory)
     if os.path.exists(folder) and not os.path.isdir(folder):

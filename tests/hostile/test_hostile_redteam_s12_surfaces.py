@@ -209,3 +209,36 @@ def test_diff_tells_attribute_values_a_file_stores_differently(tmp_path, capsys,
         paths.append(str(path))
     code, text = _run(["diff", *paths], capsys)
     assert code == 1 and "changed keys: flag" in text, text
+
+
+@pytest.mark.parametrize("model", [None, {}, "model.zt", np.zeros(3)], ids=repr)
+def test_save_model_and_load_model_take_a_module(tmp_path, model):
+    """``ztensor.torch.save_model`` / ``load_model`` given something other than a
+    ``torch.nn.Module`` (a state dict, the arguments swapped) raised
+    ``AttributeError: ... has no attribute 'state_dict'``; now a TypeError saying
+    what they take, before anything is written.  Kept by ``torch._require_module``."""
+    torch = pytest.importorskip("torch")
+    import ztensor.torch as zt
+
+    path = tmp_path / "m.zt"
+    zt.save_model(torch.nn.Linear(3, 2), path)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        zt.load_model(model, path)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        zt.save_model(model, tmp_path / "out.zt")
+    assert not (tmp_path / "out.zt").exists()
+
+
+def test_save_pretrained_takes_a_transformers_model(tmp_path):
+    """``ztensor.transformers.save_pretrained`` of a plain torch module made the
+    output folder, then failed with ``AttributeError: 'Linear' object has no
+    attribute 'config'``; now a TypeError before anything is written (kept in
+    ``transformers.save_pretrained``)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+
+    for model in (torch.nn.Linear(2, 2), {}, None):
+        with pytest.raises(TypeError, match="PreTrainedModel"):
+            ztf.save_pretrained(model, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
