@@ -242,3 +242,26 @@ def test_save_pretrained_takes_a_transformers_model(tmp_path):
         with pytest.raises(TypeError, match="PreTrainedModel"):
             ztf.save_pretrained(model, tmp_path / "out")
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252", "latin-1"])
+@pytest.mark.parametrize("command", [["stats"], ["ls"], ["info"], ["diff"]])
+def test_output_fits_any_stream_encoding(tmp_path, capsys, encoding, command):
+    """On a stream that cannot encode every character (``PYTHONIOENCODING=ascii``, a
+    Windows redirect in cp1252) ``ztensor stats`` printed its header, then
+    ``ztensor: UnicodeEncodeError: ... '\\u2588'`` (the histogram's block), exit 2;
+    a name in another script failed ``ls`` the same way.  Kept by
+    ``cli._Encodable``, which ``cli.main`` writes through: what the encoding cannot
+    hold is written as its backslash escape."""
+    path = tmp_path / "names.zt"
+    with ztensor.Writer(path, attributes={"note": "\u4e2d\u6587 \u2713"}) as w:
+        w.write_numpy("\u6743\u91cd.weight", np.linspace(-1, 1, 50, dtype=np.float32))
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding, newline="\n")
+    argv = command + [str(path)] + ([str(path)] if command == ["diff"] else [])
+    code = cli.main(argv, out=out)
+    out.flush()
+    assert code == 0, capsys.readouterr().err
+    text = raw.getvalue().decode(encoding)
+    if command in (["ls"], ["stats"]):
+        assert "\\u6743\\u91cd.weight" in text, text  # the name, as its escape

@@ -871,7 +871,7 @@ def main(argv=None, out=None) -> int:
     args = build_parser().parse_args(_split_compress_level(argv))
     if getattr(args, "level", None) is not None:  # a level implies --compress
         args.compress = args.level
-    out = out or sys.stdout
+    out = _Encodable(out or sys.stdout)
     # Python's warnings (a GGUF type this version does not know, numpy's) are never
     # printed as they come, file:line and source over three lines: an error prints
     # its one line alone; a success folds them into one "warning:" line, which
@@ -883,6 +883,31 @@ def main(argv=None, out=None) -> int:
         more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
         sys.stderr.write(f"ztensor: warning: {_printable(first[:500])}{more}\n")
     return code
+
+
+class _Encodable:
+    """``stream`` taking only what its encoding holds: a character it cannot (the
+    histogram's blocks, the ellipsis of a shortened name, a name's CJK, on an ASCII
+    or cp1252 stream: ``PYTHONIOENCODING``, a Windows redirect) is written as its
+    backslash escape.  Without it ``stats`` printed its header, then stopped on
+    ``UnicodeEncodeError``, exit 2.  Everything else is the stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._encoding = getattr(stream, "encoding", None)
+
+    def write(self, text: str) -> int:
+        if self._encoding:
+            try:
+                text.encode(self._encoding)
+            except UnicodeEncodeError:
+                text = text.encode(self._encoding, "backslashreplace").decode(self._encoding)
+            except LookupError:  # an encoding Python does not know: the stream's to say
+                pass
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class _Terminated(KeyboardInterrupt):
