@@ -265,3 +265,20 @@ def test_output_fits_any_stream_encoding(tmp_path, capsys, encoding, command):
     text = raw.getvalue().decode(encoding)
     if command in (["ls"], ["stats"]):
         assert "\\u6743\\u91cd.weight" in text, text  # the name, as its escape
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:1/model.safetensors", "s3://bucket/model.zt"]
+)
+def test_convert_of_one_file_by_url_says_so(tmp_path, capsys, url):
+    """``ztensor convert http://host/model.safetensors out.zt`` took the URL for a local
+    path: ``No such file or directory``, whether the server refused the connection
+    or held the file.  A single file is converted from a local path; the refusal
+    says so and names the URL (``convert.convert``), nothing is written."""
+    out = tmp_path / "out.zt"
+    with pytest.raises(ztensor.UnsupportedError, match="local path") as info:
+        ztensor.convert(url, out)
+    assert info.value.path == url
+    code, text = _run(["convert", url, str(out)], capsys)
+    assert code == 2 and "No such file" not in text and "local path" in text, text
+    assert not out.exists()

@@ -50,7 +50,7 @@ from ztensor.errors import FormatError, UnsupportedError, ZTensorError
 from ztensor.foreign import export as exporters
 from ztensor.foreign.names import NameTable
 from ztensor.io import atomic
-from ztensor.io.source import open_local_input
+from ztensor.io.source import is_url, open_local_input
 from ztensor.tools import convert_inputs
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -91,6 +91,14 @@ def convert(
     # goes where it points), replaced only with --force, as _merge_checkpoint has it
     if os.path.lexists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
+    if is_url(source):
+        # open_local_input took it for a path: "No such file or directory", for a
+        # server that refused the connection as for one that holds the file
+        raise UnsupportedError(
+            "convert reads one file from a local path (download it first); "
+            "a checkpoint's index may be a URL",
+            path=source,
+        )
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
     return _convert_file(source, target, compress, checksum, _Counter(progress, total))
