@@ -128,6 +128,17 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+def limits_given(limits: object) -> Limits:
+    """The limits a caller passed as ``limits=``: None is the defaults; anything but
+    a :class:`Limits` is a TypeError saying so (an int or a dict reached the first
+    check as a bare AttributeError)."""
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Limits):
+        raise TypeError(f"limits must be a ztensor.Limits, not {type(limits).__name__}")
+    return limits
+
+
 def parse_version(text: object) -> tuple[int, int] | None:
     """``"1.2.0"`` -> ``(1, 2)``; anything else -> ``None``.  Only ASCII digits:
     ``str.isdigit`` also takes ``"²"`` and ``"٢"``, which ``int`` then refuses or

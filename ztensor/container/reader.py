@@ -168,7 +168,7 @@ class Reader:
     ) -> None:
         self._closed = True  # until the manifest is checked (and for __del__)
         storage_options = check_storage_options(source, storage_options)
-        self._limits = limits or spec.DEFAULT_LIMITS
+        self._limits = spec.limits_given(limits)
         self._verify = verify
         self._foreign = None
         self._view_of = None

@@ -33,7 +33,7 @@ from ztensor.foreign import gguf_file as gguf
 from ztensor.foreign import hdf5_file, numpy_files, onnx_file, pytorch, safetensors_file
 from ztensor.foreign.base import ZIP_ERRORS, Entry, ForeignFile, eager, optional_import, spec_of  # noqa: F401,E501  (the package's names)
 from ztensor.io.source import open_local_input
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import Limits, limits_given
 
 FORMATS = ("safetensors", "npy", "npz", "pickle", "gguf", "hdf5", "onnx")
 # torch.save's legacy (non-zip) format begins by pickling its magic number
@@ -107,7 +107,7 @@ def open_foreign(
     ``mmap=False`` (``Reader(path, mmap=False)``): no reader maps the file; every read
     is a ``pread``, so a file truncated while open is a FormatError, never a SIGBUS.
     This is the one place the option reaches every reader's Source."""
-    limits = limits or DEFAULT_LIMITS
+    limits = limits_given(limits)
     if fmt == "safetensors":
         return safetensors_file.open_file(path, limits, copy_on_write=copy_on_write, mmap=mmap)
     if fmt in ("npy", "npz"):
