@@ -122,7 +122,14 @@ def save_sharded(
     storage_options = remote_write.check_storage_options(folder, storage_options)
     place = remote_write.join if _is_url(folder) else os.path.join
     if not _is_url(folder):  # an object store has no folders to make
-        os.makedirs(folder, exist_ok=True)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:  # a file at the name, a parent that is a file, ...
+            raise WriteError(
+                f"cannot make the checkpoint's folder: {exc.strerror}",
+                path=folder,
+                errno=exc.errno,
+            ) from exc
     plan: List[List[str]] = [[]]
     used = 0
     # the one order (_save.canonical_order): the same tensors give the same shards
