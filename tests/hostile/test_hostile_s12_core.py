@@ -107,7 +107,7 @@ def test_tiny_frames_that_lie_about_their_sizes_are_refused_by_every_read(writte
     64 KiB on average) as one stream and returned the values, stats streamed them,
     while a slice of the first frame refused: one file, two answers."""
     src, x = written
-    frames, entries = frames_of(x.tobytes(), 4096)
+    frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0), (c1, d1) = entries[:2]
     lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
     path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
@@ -144,7 +144,7 @@ def test_dask_chunks_refuse_a_lying_table(written, tmp_path):
     import ztensor.dask
 
     src, x = written
-    frames, entries = frames_of(x.tobytes(), 4096)
+    frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0), (c1, d1) = entries[:2]
     lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
     path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
@@ -159,7 +159,7 @@ def test_a_frame_stored_in_zero_bytes_cannot_declare_decoded_bytes(written, tmp_
     """An entry of 0 stored bytes that declares 4 decoded ones, the next frame's
     declaration 4 less: refused, not skipped."""
     src, x = written
-    frames, entries = frames_of(x.tobytes(), 4096)
+    frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0) = entries[0]
     lying = [(0, 4), (c0, d0 - 4)] + entries[1:]
     path = relaid(src, tmp_path / "zero.zt", b"".join(frames) + table(lying))
@@ -184,7 +184,7 @@ def test_frame_checksum_is_xxh64s_low_word():
 def checksummed(x, step=256 << 10):
     """Frames without zstd's own content checksum, and a table that carries the
     XXH64 low words, as zstd's seekable format writers with the checksum flag do."""
-    raw = x.tobytes()
+    raw = x.astype("<f4").tobytes()  # the file's byte order on any host
     frames, entries = frames_of(raw, step)
     sums = [seekable.frame_checksum(raw[i : i + step]) for i in range(0, len(raw), step)]
     return frames, entries, sums
@@ -212,7 +212,7 @@ def test_a_frame_whose_bytes_differ_from_its_checksum_is_refused(written, tmp_pa
     frames, entries, sums = checksummed(x)
     other = x.copy()
     other[200:210] += 1.0  # inside frame 3 (rows 192..255)
-    swapped = zstandard.ZstdCompressor(level=1).compress(other.tobytes()[3 * (256 << 10) : 4 * (256 << 10)])
+    swapped = zstandard.ZstdCompressor(level=1).compress(other.astype("<f4").tobytes()[3 * (256 << 10) : 4 * (256 << 10)])
     frames[3] = swapped
     entries[3] = (len(swapped), 256 << 10)
     path = relaid(src, tmp_path / "splice.zt", b"".join(frames) + table(entries, sums))
@@ -330,7 +330,7 @@ def outcomes(path, x, rows):
 )
 def test_every_read_agrees_on_any_seek_table(small, tmp_path_factory, cuts, shift, checksums, rows, tmp):
     src, x = small
-    raw = x.tobytes()
+    raw = x.astype("<f4").tobytes()  # the file's byte order on any host
     bounds = [0] + sorted(cuts) + [len(raw)]
     parts = [raw[a:b] for a, b in zip(bounds, bounds[1:])]
     cctx = zstandard.ZstdCompressor(level=1)
