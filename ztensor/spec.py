@@ -49,6 +49,8 @@ SPEC_MAX_MANIFEST = 1 << 30  # the spec's 1 GB manifest ceiling
 MAX_RANK = 64  # the spec's rank ceiling: Limits' default, and v2's hard limit
 
 DEFAULT_ZSTD_LEVEL = 3
+# the zstd levels the Writer takes (0 and False: raw): zstd's own range
+MIN_ZSTD_LEVEL, MAX_ZSTD_LEVEL = -(1 << 17), 22
 
 # The component whose dtype and type an object reports, per format (others: the first).
 PRIMARY_ROLES = {

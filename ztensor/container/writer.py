@@ -841,8 +841,11 @@ def _zstd_level(compress, path):
     if compress is True:
         return spec.DEFAULT_ZSTD_LEVEL
     if isinstance(compress, int) and not isinstance(compress, bool) and compress != 0:
-        if not -(1 << 17) <= compress <= 22:
-            raise ValueError(f"zstd level must be in [-131072, 22], got {compress}")
+        if not spec.MIN_ZSTD_LEVEL <= compress <= spec.MAX_ZSTD_LEVEL:
+            raise ValueError(
+                f"zstd level must be in [{spec.MIN_ZSTD_LEVEL}, {spec.MAX_ZSTD_LEVEL}], "
+                f"got {compress}"
+            )
         return compress
     raise ValueError(f"compress must be a bool or a zstd level, got {compress!r}")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -36,7 +37,13 @@ from ztensor._native.contract import GGML_BLOCKS
 from ztensor._version import __version__
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
-from ztensor.errors import LimitError, ZTensorError, url_without_secrets, without_secrets
+from ztensor.errors import (
+    LimitError,
+    WriteError,
+    ZTensorError,
+    url_without_secrets,
+    without_secrets,
+)
 from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
@@ -739,10 +746,21 @@ def _report(args, out, summary):
 
 
 def _compress_level(text):
+    """A zstd level for ``--compress=LEVEL`` / ``--level``: the Writer's range
+    (``spec.MIN_ZSTD_LEVEL`` to ``spec.MAX_ZSTD_LEVEL``), never 0, which the Writer
+    takes as "raw" (zstd as "its default"): an out-of-range level printed the
+    Writer's ``ValueError`` after the output file was begun."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--compress takes a zstd level, not {text!r}") from None
+        value = 0
+    if value == 0 or not spec.MIN_ZSTD_LEVEL <= value <= spec.MAX_ZSTD_LEVEL:
+        raise argparse.ArgumentTypeError(
+            f"--compress takes a zstd level from {spec.MIN_ZSTD_LEVEL} to "
+            f"{spec.MAX_ZSTD_LEVEL}, not 0 (1 to 19 as a rule; the default is "
+            f"{spec.DEFAULT_ZSTD_LEVEL}), got {text!r}"
+        )
+    return value
 
 
 # name -> (handler returning the exit code, help, positional arguments)
@@ -770,10 +788,18 @@ COMMANDS: Dict[str, Tuple[Callable[..., int], str, List[str]]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors one line as every other error is
+    (``ztensor convert: error: argument --level: ...``, pointing at ``--help``),
+    not the usage block and then the line; what the user typed in it is shown with
+    escapes (``_printable``): an unrecognized argument was echoed raw."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ztensor", description="Inspect and convert zTensor (.zt) files."
-    )
+    parser = _Parser(prog="ztensor", description="Inspect and convert zTensor (.zt) files.")
     parser.add_argument(
         "--version",
         action="version",
@@ -871,32 +897,75 @@ def main(argv=None, out=None) -> int:
     args = build_parser().parse_args(_split_compress_level(argv))
     if getattr(args, "level", None) is not None:  # a level implies --compress
         args.compress = args.level
-    out = _Encodable(out or sys.stdout)
+    output = _Output(sys.stdout if out is None else out)
     # Python's warnings (a GGUF type this version does not know, numpy's) are never
     # printed as they come, file:line and source over three lines: an error prints
     # its one line alone; a success folds them into one "warning:" line, which
     # --quiet drops too (docs/cli.md)
     with warnings.catch_warnings(record=True) as caught, _terminate_as_interrupt():
-        code = _run(args, out)
+        code = _run(args, output)
+    if output.failed and output.stream is sys.stdout:
+        # what the closed stdout still buffers would be written again at exit, and
+        # Python would print "Exception ignored ... BrokenPipeError" and exit 120
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if caught and code != 2 and not args.quiet:
         first = str(caught[0].message)
         more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
-        sys.stderr.write(f"ztensor: warning: {_printable(first[:500])}{more}\n")
-    return code
+        _say(f"warning: {_printable(first[:500])}{more}")
+    return _status(code, output.lost)
 
 
-class _Encodable:
-    """``stream`` taking only what its encoding holds: a character it cannot (the
-    histogram's blocks, the ellipsis of a shortened name, a name's CJK, on an ASCII
-    or cp1252 stream: ``PYTHONIOENCODING``, a Windows redirect) is written as its
-    backslash escape.  Without it ``stats`` printed its header, then stopped on
-    ``UnicodeEncodeError``, exit 2.  Everything else is the stream's."""
+# the status of a command whose reader closed the pipe before it had all the output
+# (``ztensor ls f.zt | head -1``): 128 + SIGPIPE, what a shell reports for a tool
+# the signal ended (``cat``, ``ls``, GNU ``diff``: 141 under ``set -o pipefail``)
+CLOSED_PIPE_STATUS = 128 + 13
+
+
+def _status(code: int, lost: bool) -> int:
+    """The exit status of a command that returned ``code``, ``lost`` when the pipe
+    it wrote to closed before all its output was written: output lost is never
+    success, so 0 becomes ``CLOSED_PIPE_STATUS``; an answer the command had already
+    found (1: ``diff``'s "they differ", ``verify``'s "broken", ``stats --check``'s
+    NaN) or an error (2) is kept, so a script still learns it.  The one rule for
+    every subcommand (``ls``, ``info``, ``stats``, ``diff``, ``verify``, the
+    summaries of ``convert`` and ``dequantize``).  ``ztensor diff A B | head -1``
+    exited 0 for files that differ."""
+    return CLOSED_PIPE_STATUS if lost and code == 0 else code
+
+
+def _say(line: str) -> None:
+    """``ztensor: <line>`` on stderr; a stderr that is closed too (``2>&1 | head``)
+    takes nothing, quietly: the status says the rest."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(f"ztensor: {line}\n")
+        sys.stderr.flush()
+
+
+class _Output:
+    """What every command writes its output through, ``stream`` (stdout) behind it.
+
+    * A closed pipe (``ztensor diff A B | head -1``: ``BrokenPipeError``) sets
+      ``lost``, and what follows is dropped: the command finishes its answer (its
+      work is done before it writes) and ``_status`` turns it into the exit status.
+    * Any other failure to write (``> /dev/full``: no space; stdout closed, ``>&-``)
+      is a :class:`WriteError` naming ``<stdout>``: one line, exit 2, never the
+      silent "Exception ignored" Python prints at exit.
+    * Only what the stream's encoding holds is written: a character it cannot (the
+      histogram's blocks, the ellipsis of a shortened name, a name's CJK, on an
+      ASCII or cp1252 stream: ``PYTHONIOENCODING``, a Windows redirect) is written
+      as its backslash escape.  Without it ``stats`` printed its header, then
+      stopped on ``UnicodeEncodeError``, exit 2."""
 
     def __init__(self, stream) -> None:
-        self._stream = stream
+        self.stream = stream
         self._encoding = getattr(stream, "encoding", None)
+        self.lost = False  # the reader closed the pipe: output was dropped
+        self.failed = False  # any write or flush failed (lost, or an error raised)
 
     def write(self, text: str) -> int:
+        if self.lost:
+            return len(text)
         if self._encoding:
             try:
                 text.encode(self._encoding)
@@ -904,10 +973,35 @@ class _Encodable:
                 text = text.encode(self._encoding, "backslashreplace").decode(self._encoding)
             except LookupError:  # an encoding Python does not know: the stream's to say
                 pass
-        return self._stream.write(text)
+        self._call("write", text)
+        return len(text)
 
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
+    def flush(self) -> None:
+        if not self.lost:
+            self._call("flush")
+
+    def _call(self, method, *args):
+        try:
+            if self.stream is None:  # Python's sys.stdout when fd 1 was closed
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+            getattr(self.stream, method)(*args)
+        except BrokenPipeError:
+            self.lost = self.failed = True
+        except OSError as exc:
+            self.failed = True
+            raise WriteError(
+                f"cannot write the output: {exc.strerror or exc}", errno=exc.errno, path="<stdout>"
+            ) from None
+        except ValueError as exc:  # a stream already closed
+            self.failed = True
+            raise WriteError(f"cannot write the output: {exc}", path="<stdout>") from None
+
+    def isatty(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        try:
+            return bool(isatty is not None and isatty())
+        except (OSError, ValueError):
+            return False
 
 
 class _Terminated(KeyboardInterrupt):
@@ -958,27 +1052,19 @@ def _run(args, out) -> int:
     try:
         if args.command in ("ls", "info", "stats"):
             with _open_any(args.file) as reader:
-                return handler(reader, args, out)
-        return handler(args, out)
-    except BrokenPipeError:
-        # the reader of our output went away (`ztensor ls f.zt | head`): not an
-        # error of ours; stop quietly, and keep Python from complaining at exit
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-        return 0
+                code = handler(reader, args, out)
+        else:
+            code = handler(args, out)
+        out.flush()  # a write error of what is still buffered is this command's too
+        return code
     except _Terminated as exc:
         word = _ENDING_SIGNALS.get(signal.Signals(exc.signum).name, "terminated")
-        try:  # after a hangup the terminal may be gone: the status says it all
-            sys.stderr.write(f"ztensor: {word}\n")
-        except (OSError, ValueError):
-            pass
+        _say(word)  # after a hangup the terminal may be gone: the status says it all
         return 128 + exc.signum  # the shell's status: 143 for SIGTERM, 129 for SIGHUP
     except KeyboardInterrupt:
         # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), no traceback;
         # convert and every writer have already removed what they had begun
-        sys.stderr.write("ztensor: interrupted\n")
+        _say("interrupted")
         return 130
     except (ZTensorError, OSError) as exc:
         if isinstance(exc, ZTensorError):
@@ -991,7 +1077,7 @@ def _run(args, out) -> int:
                 name = args.file
             label = "" if name is None else os.fsdecode(name) or "''"
             text = f"{label}: {exc.strerror or exc}".lstrip(": ")
-        sys.stderr.write(f"ztensor: {_printable(text)}\n")
+        _say(_printable(text))
         return 2
     except (
         ValueError,
@@ -1003,7 +1089,5 @@ def _run(args, out) -> int:
         LookupError,
     ) as exc:
         # never a traceback: a problem no check above named still gets one line
-        sys.stderr.write(
-            f"ztensor: {_printable(type(exc).__name__)}: {_printable(str(exc)[:500])}\n"
-        )
+        _say(f"{_printable(type(exc).__name__)}: {_printable(str(exc)[:500])}")
         return 2

@@ -84,7 +84,9 @@ def convert(
             f"{' or '.join(SHARD_FORMATS)} shards",
             path=target,
         )
-    if os.path.isdir(source) or source.endswith(".index.json"):
+    checkpoint = os.path.isdir(source) or source.endswith(".index.json")
+    _zt_options_fit(_output_kind(checkpoint, target, format), compress, checksum, target)
+    if checkpoint:
         return _convert_checkpoint(source, target, compress, checksum, force, progress, format)
     _format_agrees(target, format)
     # lexists: a link to a file not there yet is an output too (the file written
@@ -102,6 +104,33 @@ def convert(
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
     return _convert_file(source, target, compress, checksum, _Counter(progress, total))
+
+
+def _output_kind(checkpoint, target, fmt) -> str:
+    """The format the output files get: the one ``target``'s name says, or for a
+    checkpoint converted into a directory the shard format ``fmt`` (default zt)."""
+    if checkpoint and not _is_file_target(target):
+        return fmt or "zt"
+    return exporters.format_for(target)
+
+
+def _zt_options_fit(kind, compress, checksum, target):
+    """``compress`` and ``checksum`` are options of the ``.zt`` writer: asked of
+    another output (``convert IN out.safetensors --compress``, a checkpoint into a
+    directory of safetensors shards) they are refused before anything is written,
+    never silently dropped (the file came out uncompressed, no digest, exit 0)."""
+    given = [
+        option
+        for option, value in (("compress", compress), ("checksum", checksum))
+        if value is not None and value is not False and value != 0
+    ]
+    if given and kind != "zt":
+        raise UnsupportedError(
+            f"{' and '.join(f'--{o} ({o}=)' for o in given)} "
+            f"{'applies' if len(given) == 1 else 'apply'} to .zt output only, "
+            f"not {kind}: nothing was written",
+            path=target,
+        )
 
 
 class _Counter:
