@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ztensor.errors import UnsupportedError, ZTensorError
+from ztensor.errors import UnsupportedError
 from ztensor.foreign.names import NameTable
 from ztensor.formats import quantized
 
@@ -62,15 +62,9 @@ def array(
     if meta.format == "dense":
         return reader.read_numpy(name, copy=copy)
     obj = reader.read(name, copy=copy)  # copy: owned components, so owned GPTQ arrays
-    try:
-        if role is None:
-            return quantized.dequantize(obj, dtype=dtype or _scale_dtype(obj))
-        return quantized.to_gptq(obj)[role]
-    except ZTensorError as exc:
-        # dequantize and to_gptq are handed a Tensor, which knows no file: a
-        # refusal (a convention they do not implement) names the file and object
-        exc.locate(reader.path, name)
-        raise
+    if role is not None:
+        return quantized.dequantize_read(obj, reader.path, name, role)
+    return quantized.dequantize_read(obj, reader.path, name, dtype=dtype or _scale_dtype(obj))
 
 
 def _scale_dtype(obj) -> Any:

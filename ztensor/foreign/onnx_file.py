@@ -3,9 +3,10 @@ every ``Constant`` node of the main graph, by its output's name (a graph may hol
 weights there instead of in initializers).
 onnx parses the whole protobuf (it has no index to read from); tensors with
 their data in external files are refused unless the files sit in the model's folder
-(no ``..``, no absolute path, no symbolic link: :func:`_external_bytes`, which reads
+(no ``..``, no absolute path, no symbolic link: :class:`_ExternalData`, which reads
 them itself, so the rule does not depend on onnx's version); each is read when its
-tensor is, after the checks below.
+tensor is, after the checks below and once every tensor's external range is
+placed (no external byte serves two tensors).
 Two initializers or constants under one name are an error naming both (protobuf keeps
 both; which one a runtime uses is its own choice).  Initializers of a type zTensor
 has no dtype for (strings; the packed 4- and 2-bit types INT4, UINT4, FLOAT4E2M1, INT2,
@@ -35,9 +36,9 @@ patterns) fit the type (onnx narrows them silently: 300 would become int8 44).""
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -66,9 +67,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
             f"not a readable ONNX model: {type(exc).__name__}: {str(exc)[:200]}", path=name
         ) from None
     base_dir = os.path.dirname(os.path.abspath(name))  # where onnx resolves external data
-    entries = {}
     names = NameTable(name, "initializer")
-    spans: dict = {}  # external data file (device, inode) -> the ranges read from it
 
     def claim(key, origin):
         # protobuf keeps every repeated initializer; a dict would keep the last
@@ -76,54 +75,63 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         if len(names) > limits.max_objects:
             raise LimitError(f"more than max_objects {limits.max_objects} initializers", path=name)
 
-    def read(tensor, key, what):
-        """The tensor's values once checked (``_check_initializer``), or None for
-        one zTensor has no dtype for (strings)."""
-        declared = _check_initializer(onnx, tensor, name, limits, key)
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            # its bytes read here, under ztensor's rules, never by onnx's loader
-            # (whose checks depend on its version: 1.14 joined any path given)
-            inline = onnx.TensorProto()
-            inline.CopyFrom(tensor)
-            inline.ClearField("external_data")
-            inline.data_location = onnx.TensorProto.DEFAULT
-            inline.raw_data = _external_bytes(tensor, base_dir, name, key, declared, spans)
-            tensor = inline
-        try:
-            arr = np.asarray(numpy_helper.to_array(tensor))
-        except Exception as exc:  # a malformed tensor: onnx's own error
-            raise FormatError(
-                f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}",
-                path=name,
-                obj=key,
-            ) from None
-        if dtypes.spec_types_for(arr.dtype) is None:  # strings: not a tensor we can hold
-            return None
-        return arr
+    # first every tensor is checked and its external range placed, and no external
+    # byte may serve two tensors (_ExternalData.check_disjoint), before any is read:
+    # a data file shared by many tensors is refused, not read once for each
+    plan = []  # (key, tensor, what, external place or None), in the model's order
+    with _ExternalData(base_dir, name) as external:
 
-    skipped = []
-    for index, init in enumerate(model.graph.initializer):
-        claim(init.name, f"initializer {index}")
-        arr = read(init, init.name, "initializer")
-        if arr is None:
-            skipped.append(init.name)
-            continue
-        entries[init.name] = eager(init.name, Tensor({"data": arr}))
-    sparse = []
-    for index, tensor in enumerate(model.graph.sparse_initializer):
-        claim(tensor.values.name, f"sparse initializer {index}")
-        sparse.append(tensor.values.name)
-    skipped_constants = []
-    for index, node in enumerate(model.graph.node):
-        if not _is_constant(node):
-            continue
-        key, tensor = _constant_tensor(onnx, node, name)
-        claim(key, f"Constant node {index}" + (f" ({node.name[:80]!r})" if node.name else ""))
-        arr = None if tensor is None else read(tensor, key, "Constant node")
-        if arr is None:  # a string or sparse constant
-            skipped_constants.append(key)
-            continue
-        entries[key] = eager(key, Tensor({"data": arr}))
+        def place(tensor, key, what):
+            declared = _check_initializer(onnx, tensor, name, limits, key)
+            spot = None
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                spot = external.place(tensor, key, declared)
+            plan.append((key, tensor, what, spot))
+
+        for index, init in enumerate(model.graph.initializer):
+            claim(init.name, f"initializer {index}")
+            place(init, init.name, "initializer")
+        sparse = []
+        for index, tensor in enumerate(model.graph.sparse_initializer):
+            claim(tensor.values.name, f"sparse initializer {index}")
+            sparse.append(tensor.values.name)
+        for index, node in enumerate(model.graph.node):
+            if not _is_constant(node):
+                continue
+            key, tensor = _constant_tensor(onnx, node, name)
+            claim(key, f"Constant node {index}" + (f" ({node.name[:80]!r})" if node.name else ""))
+            if tensor is None:  # a string or sparse constant: listed, in node order
+                plan.append((key, None, "Constant node", None))
+                continue
+            place(tensor, key, "Constant node")
+        external.check_disjoint()
+        entries = {}
+        skipped, skipped_constants = [], []
+        for key, tensor, what, spot in plan:
+            if tensor is None:
+                skipped_constants.append(key)
+                continue
+            if spot is not None:
+                # its bytes read here, under ztensor's rules, never by onnx's loader
+                # (whose checks depend on its version: 1.14 joined any path given)
+                inline = onnx.TensorProto()
+                inline.CopyFrom(tensor)
+                inline.ClearField("external_data")
+                inline.data_location = onnx.TensorProto.DEFAULT
+                inline.raw_data = external.read(spot, key)
+                tensor = inline
+            try:
+                arr = np.asarray(numpy_helper.to_array(tensor))
+            except Exception as exc:  # a malformed tensor: onnx's own error
+                raise FormatError(
+                    f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}",
+                    path=name,
+                    obj=key,
+                ) from None
+            if dtypes.spec_types_for(arr.dtype) is None:  # strings: not a tensor we hold
+                (skipped if what == "initializer" else skipped_constants).append(key)
+                continue
+            entries[key] = eager(key, Tensor({"data": arr}))
     attributes = {
         "onnx.ir_version": int(model.ir_version),
         "onnx.producer_name": str(model.producer_name),
@@ -252,79 +260,74 @@ def _nested(onnx, model) -> tuple:
 _EXTERNAL_KEYS = ("location", "offset", "length", "checksum", "basepath")
 
 
-def _external_bytes(tensor, base_dir, path, key, declared, spans) -> bytes:
-    """The bytes of a tensor kept in an external file (``data_location=EXTERNAL``),
-    read under ztensor's own rules whatever onnx's version (before 1.16 onnx's loader
+class _ExternalData:
+    """The external data files of one open model (``data_location=EXTERNAL``), read
+    under ztensor's own rules whatever onnx's version (before 1.16 onnx's loader
     joined any location to the model's folder: ``../secret``, ``/etc/passwd``):
 
     * the location is a relative path inside the model's folder: no ``..`` part, not
       absolute, no NUL, not a symbolic link, and resolving (through any linked folder)
       to a place inside the folder (onnx's current loader refuses the same);
     * the file opened is the one checked (:func:`open_local_input`: a regular file,
-      never a FIFO or device, opened without blocking);
+      never a FIFO or device, opened without blocking), and stays the one checked:
+      a later open that finds another file there is refused;
     * ``offset`` and ``length`` are decimal digits, each key given once (onnx keeps
       the last of a repeated key), and the range lies inside the file;
     * no more than ``declared``, the tensor's size (``_check_initializer`` held it to
       the limits), is read, so a model's tensor cannot take a whole data file;
-    * no byte of a file is read for two tensors (``spans``: each file's ranges so far,
-      sorted): onnx's writer gives each its own range, and ranges shared by thousands
-      of initializers of a few bytes each made one data file gigabytes of tensors."""
-    where = {"path": path, "obj": key}
-    info = {}
-    for entry in tensor.external_data:
-        if entry.key in info:
-            raise FormatError(
-                f"external data key {entry.key[:40]!r} given twice: readers differ "
-                "on which one counts",
-                **where,
-            )
-        info[entry.key] = entry.value
-    location = info.get("location", "")
-    parts = location.replace("\\", "/").split("/")
-    if (
-        not location
-        or "\0" in location
-        or os.path.isabs(location)
-        or os.path.splitdrive(location)[0]
-        or ".." in parts
-    ):
-        raise FormatError(
-            f"external data location {location[:200]!r} is not a file name inside "
-            "the model's folder",
-            **where,
-        )
-    full = os.path.join(base_dir, location)
-    root = os.path.realpath(base_dir)
-    if os.path.islink(full) or os.path.commonpath([root, os.path.realpath(full)]) != root:
-        raise FormatError(
-            f"external data location {location[:200]!r} is a symbolic link or leads "
-            "outside the model's folder",
-            **where,
-        )
-    numbers = {}
-    for name in ("offset", "length"):
-        text = info.get(name)
-        if text is not None and not (text.isascii() and text.isdigit()):
-            raise FormatError(f"external data {name} {text[:40]!r} is not a number", **where)
-        numbers[name] = None if text is None else int(text)
-    try:
-        f = open_local_input(full)
-    except ZTensorError as exc:  # a FIFO, a device, a folder: said for the model
-        raise FormatError(f"external data {location[:200]!r}: {exc.message}", **where) from None
-    except OSError as exc:
-        raise FormatError(
-            f"cannot read external data {location[:200]!r}: {exc.strerror or exc}", **where
-        ) from None
-    with f:
-        stat, linked = os.fstat(f.fileno()), os.lstat(full)
-        if (stat.st_dev, stat.st_ino) != (linked.st_dev, linked.st_ino):
-            raise FormatError(f"external data file {location[:200]!r} changed", **where)
+    * no byte of a file is read for two tensors (:meth:`check_disjoint`, before any
+      is read): onnx's writer gives each its own range, and ranges shared by
+      thousands of initializers of a few bytes each made one data file gigabytes of
+      tensors.
+
+    Each location is checked and stat'ed once per model, and a few files are kept
+    open between reads (not one per location: a model may name thousands), so a
+    tensor costs a seek and a read, and the overlap check is one sort."""
+
+    _OPEN_AT_ONCE = 8
+
+    def __init__(self, base_dir: str, path: str) -> None:
+        self.base_dir, self.root, self.path = base_dir, os.path.realpath(base_dir), path
+        self.files: dict = {}  # location -> (full path, (device, inode), size)
+        self.ranges: dict = {}  # (device, inode) -> [(offset, end, tensor, location)]
+        self.handles: OrderedDict = OrderedDict()  # location -> open file, last used last
+
+    def __enter__(self) -> "_ExternalData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self.handles:
+            self.handles.popitem()[1].close()
+
+    def place(self, tensor, key: str, declared: int) -> tuple:
+        """(location, offset, length) of a tensor's external bytes, once checked."""
+        where = {"path": self.path, "obj": key}
+        info = {}
+        for entry in tensor.external_data:
+            if entry.key in info:
+                raise FormatError(
+                    f"external data key {entry.key[:40]!r} given twice: readers differ "
+                    "on which one counts",
+                    **where,
+                )
+            info[entry.key] = entry.value
+        location = info.get("location", "")
+        numbers = {}
+        for name in ("offset", "length"):
+            text = info.get(name)
+            if text is not None and not (text.isascii() and text.isdigit()):
+                raise FormatError(f"external data {name} {text[:40]!r} is not a number", **where)
+            numbers[name] = None if text is None else int(text)
+        file = self.files.get(location)
+        if file is None:
+            file = self.files[location] = self._check_file(location, where)
+        size = file[2]
         offset = numbers["offset"] or 0
-        length = stat.st_size - offset if numbers["length"] is None else numbers["length"]
-        if offset > stat.st_size or length > stat.st_size - offset:
+        length = size - offset if numbers["length"] is None else numbers["length"]
+        if offset > size or length > size - offset:
             raise FormatError(
                 f"external data [{offset}, +{length}) runs past the end of "
-                f"{location[:200]!r} ({stat.st_size} bytes)",
+                f"{location[:200]!r} ({size} bytes)",
                 **where,
             )
         if length > declared:
@@ -332,17 +335,87 @@ def _external_bytes(tensor, base_dir, path, key, declared, spans) -> bytes:
                 f"external data of {length} bytes in {location[:200]!r} for a tensor of {declared}",
                 **where,
             )
-        taken = spans.setdefault((stat.st_dev, stat.st_ino), [])
-        at = bisect.bisect(taken, (offset,))
-        for other in taken[max(at - 1, 0) : at + 1]:
-            if length and other[0] < offset + length and offset < other[1]:
-                raise FormatError(
-                    f"external data [{offset}, +{length}) of {location[:200]!r} overlaps "
-                    f"the bytes of {other[2][:80]!r}: each tensor has its own",
-                    **where,
-                )
         if length:
-            bisect.insort(taken, (offset, offset + length, key))
+            self.ranges.setdefault(file[1], []).append((offset, offset + length, key, location))
+        return location, offset, length
+
+    def _check_file(self, location: str, where: dict) -> tuple:
+        parts = location.replace("\\", "/").split("/")
+        if (
+            not location
+            or "\0" in location
+            or os.path.isabs(location)
+            or os.path.splitdrive(location)[0]
+            or ".." in parts
+        ):
+            raise FormatError(
+                f"external data location {location[:200]!r} is not a file name inside "
+                "the model's folder",
+                **where,
+            )
+        full = os.path.join(self.base_dir, location)
+        if (
+            os.path.islink(full)
+            or os.path.commonpath([self.root, os.path.realpath(full)]) != self.root
+        ):
+            raise FormatError(
+                f"external data location {location[:200]!r} is a symbolic link or leads "
+                "outside the model's folder",
+                **where,
+            )
+        with self._open(full, location, where) as f:
+            stat = os.fstat(f.fileno())
+            return full, (stat.st_dev, stat.st_ino), stat.st_size
+
+    def _open(self, full: str, location: str, where: dict, ident=None):
+        """The file at ``full``, opened as :func:`open_local_input` opens one, and the
+        file that path names (not a link put there since), and when ``ident`` is
+        given the very file checked before."""
+        try:
+            f = open_local_input(full)
+        except ZTensorError as exc:  # a FIFO, a device, a folder: said for the model
+            raise FormatError(f"external data {location[:200]!r}: {exc.message}", **where) from None
+        except OSError as exc:
+            raise FormatError(
+                f"cannot read external data {location[:200]!r}: {exc.strerror or exc}", **where
+            ) from None
+        stat = os.fstat(f.fileno())
+        try:
+            linked = os.lstat(full)
+        except OSError:  # gone since it was opened
+            linked = None
+        found = (stat.st_dev, stat.st_ino)
+        if linked is None or found != (linked.st_dev, linked.st_ino) or found != (ident or found):
+            f.close()
+            raise FormatError(f"external data file {location[:200]!r} changed", **where)
+        return f
+
+    def check_disjoint(self) -> None:
+        """No byte of an external file serves two tensors: each file's ranges sorted
+        once, and each compared with the one before it (ranges sorted by start, the
+        first overlap there is always lies between neighbours)."""
+        for spans in self.ranges.values():
+            spans.sort()
+            for before, (offset, end, key, location) in zip(spans, spans[1:]):
+                if offset < before[1]:
+                    raise FormatError(
+                        f"external data [{offset}, +{end - offset}) of {location[:200]!r} "
+                        f"overlaps the bytes of {before[2][:80]!r}: each tensor has its own",
+                        path=self.path,
+                        obj=key,
+                    )
+
+    def read(self, spot: tuple, key: str) -> bytes:
+        """The bytes :meth:`place` gave, from the file it checked."""
+        location, offset, length = spot
+        where = {"path": self.path, "obj": key}
+        f = self.handles.pop(location, None)
+        if f is None:
+            full, ident, _ = self.files[location]
+            f = self._open(full, location, where, ident)
+            if len(self.handles) >= self._OPEN_AT_ONCE:
+                self.handles.popitem(last=False)[1].close()
+        self.handles[location] = f
         try:
             f.seek(offset)
             data = f.read(length)
@@ -350,9 +423,9 @@ def _external_bytes(tensor, base_dir, path, key, declared, spans) -> bytes:
             raise FormatError(
                 f"cannot read external data {location[:200]!r}: {exc.strerror or exc}", **where
             ) from None
-    if len(data) != length:
-        raise FormatError(f"external data {location[:200]!r} shrank while read", **where)
-    return data
+        if len(data) != length:
+            raise FormatError(f"external data {location[:200]!r} shrank while read", **where)
+        return data
 
 
 # where a TensorProto may keep its values; onnx's to_array reads raw_data (or external

@@ -327,12 +327,16 @@ def dequantize(
     return out
 
 
-def dequantize_read(obj: Any, path: Any, name: str, **kwargs: Any) -> np.ndarray:
+def dequantize_read(
+    obj: Any, path: Any, name: str, role: Optional[str] = None, **kwargs: Any
+) -> np.ndarray:
     """:func:`dequantize` for an object read from ``path`` under ``name`` (``stats``,
-    ``ztensor dequantize``): a Tensor knows no file, so a refusal (a convention it
-    does not implement, sizes that do not fit) is given the file and object here."""
+    ``ztensor dequantize``, the checkpoint view), or with ``role`` (``qweight``,
+    ``qzeros``, ``scales``, ``g_idx``) that one of its GPTQ tensors (:func:`to_gptq`):
+    a Tensor knows no file, so a refusal (a convention it does not implement, sizes
+    that do not fit) is given the file and object here, the one place for both."""
     try:
-        return dequantize(obj, **kwargs)
+        return dequantize(obj, **kwargs) if role is None else to_gptq(obj)[role]
     except ZTensorError as exc:
         exc.locate(path, name)
         raise

@@ -156,9 +156,10 @@ def refuse_unchecked_file(f, name) -> None:
       whole into memory (gigabytes for a 4 KB tensor) and its first bytes taken as
       the tensor, and no request was held to one version of the file;
     * one whose store records a version that its reads do not carry (gcsfs's
-      generation, adlfs's ETag, an s3fs file opened with ``size=``): an object
-      replaced between two reads was read as one object's manifest over the other's
-      bytes.  The rule is :func:`open_url`'s for a URL (:func:`_version_held`); a
+      generation, adlfs's ETag, an s3fs file opened with ``size=``), or whose cache
+      fetches or keeps blocks outside the file's own reads (a ``blockcache::`` file):
+      an object replaced between two reads was read as one object's manifest over
+      the other's bytes.  The rule is :func:`open_url`'s for a URL (:func:`_version_held`); a
       file object has no ``storage_options`` to opt in with, so the caller gives
       the URL with ``storage_options={"ztensor_allow_unversioned": True}``.
 
@@ -947,8 +948,26 @@ def _version_held(f, url):
     reads in parallel), or the file's own reads do (:func:`_reads_held`: reads one
     after another, through the file).  The one rule refusing a store that cannot be
     pinned, for a URL (:func:`open_url`, unless the caller opts in) and for a file
-    object the caller opened (:func:`refuse_unchecked_file`)."""
-    return _pin_travels(f, url) or _reads_held(f)
+    object the caller opened (:func:`refuse_unchecked_file`).  Whichever it is, a
+    cache of the file's that fetches or keeps blocks outside its reads
+    (:func:`_cache_held`) is not held."""
+    return _cache_held(f) and (_pin_travels(f, url) or _reads_held(f))
+
+
+def _cache_held(f):
+    """Whether the open fsspec file ``f``'s cache holds only bytes of ``f``'s own
+    reads (none: ztensor opens a URL with ``cache_type="none"``; fsspec's read-ahead,
+    block and byte caches of a caller's file fill through the file, so its pin).
+    Not so for a cache that fetches by path beside the file (a ``multi_fetcher``:
+    the ``blockcache::`` filesystem's, fsspec's ``cat_ranges`` carrying none of the
+    file's pin: a replacement while read mixed its blocks with the first
+    version's), or that keeps its blocks in a file of its own (``location``: blocks
+    saved by earlier opens, of whatever version the object was then).  Such a file
+    is refused, never read with its cache dropped: the file is the caller's."""
+    cache = getattr(f, "cache", None)
+    return (
+        getattr(cache, "multi_fetcher", None) is None and getattr(cache, "location", None) is None
+    )
 
 
 # what an fsspec file's details name a version by (s3fs, gcsfs, adlfs)
