@@ -19,7 +19,7 @@ from ztensor.container.reader import open_bytes
 from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, SafetensorError, UnsupportedError
 from ztensor.objects import shape_problem
-from ztensor.tensor import Tensor
+from ztensor.tensor import Tensor, caller_shape
 
 # torch-style names -> (numpy little-endian storage, logical type), and the names of
 # the types numpy holds as bits: both from the one dtype table (dtypes.ROWS);
@@ -28,14 +28,18 @@ _TORCH_NAMES = dtypes.TORCH_KINDS
 _NAME_OF = dtypes.ML_NAMES
 
 
-def _arrays(tensor_dict: Any):
+def _arrays(tensor_dict: Any, path: Any):
     """(name, array, logical type) of each dtype/shape/bytes dict, every field checked
-    first: any bad value is a FormatError naming the tensor, never numpy's error."""
+    first: any bad value is a FormatError naming the tensor and ``path`` (the file
+    being written: ``serialize`` names its bytes, ``_save.named_as_bytes``), never
+    numpy's error."""
     if not isinstance(tensor_dict, dict):
-        raise SafetensorError(f"expected a dict of tensors, got {type(tensor_dict).__name__}")
+        raise SafetensorError(
+            f"expected a dict of tensors, got {type(tensor_dict).__name__}", path=path
+        )
     for name, info in _save.canonical_order(tensor_dict):  # one order: same tensors, same bytes
         if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
-            raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", obj=name)
+            raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", path=path, obj=name)
         dtype_name = info["dtype"]
         kind = (
             _TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
@@ -43,26 +47,32 @@ def _arrays(tensor_dict: Any):
             else None
         )
         if kind is None:
-            raise FormatError(f"unknown dtype {show(dtype_name)}", obj=name)
-        shape = info["shape"]
-        if not isinstance(shape, (list, tuple)) or not all(
-            type(d) is int and d >= 0 for d in shape
-        ):
-            raise FormatError("shape must be a list of sizes", obj=name)
+            raise FormatError(f"unknown dtype {show(dtype_name)}", path=path, obj=name)
+        # the one rule for a caller's shape (numpy integers taken, bools and
+        # negatives refused), its TypeError a FormatError naming the tensor here
+        try:
+            shape = caller_shape(info["shape"])
+        except (TypeError, FormatError) as exc:
+            raise FormatError(
+                f"shape must be a list of sizes: {exc}",
+                path=path,
+                obj=name,
+            ) from None
         dtype = np.dtype(kind[0])
         # numpy's own limits (a dimension or an extent of 2**63 or more), as the reader
         # states them (objects.shape_problem), before numpy is asked
         problem = shape_problem(shape, dtype.itemsize)
         if problem:
-            raise FormatError(f"shape: {problem}", obj=name)
+            raise FormatError(f"shape: {problem}", path=path, obj=name)
         try:
             data = memoryview(info["data"]).cast("B")
         except (TypeError, ValueError) as exc:
-            raise FormatError(f"'data' must be bytes-like: {exc}", obj=name) from None
+            raise FormatError(f"'data' must be bytes-like: {exc}", path=path, obj=name) from None
         if len(data) != math.prod(shape) * dtype.itemsize:
             raise FormatError(
                 f"{len(data)} bytes of data, shape {list(shape)} of "
                 f"{dtype_name} needs {math.prod(shape) * dtype.itemsize}",
+                path=path,
                 obj=name,
             )
         yield name, np.frombuffer(data, dtype).reshape(shape), kind[1]
@@ -74,7 +84,7 @@ def serialize_file(
     """Write tensors given as dtype/shape/bytes dicts to a zTensor file."""
 
     with Writer(filename, attributes=_save.str_metadata(metadata)) as w:
-        for name, arr, ltype in _arrays(tensor_dict):
+        for name, arr, ltype in _arrays(tensor_dict, filename):
             w.write(name, Tensor({"data": arr}, types={"data": ltype} if ltype else None))
 
 

@@ -9,16 +9,34 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from ztensor import spec
+from ztensor.errors import FormatError
 
 
 def caller_shape(shape: Any) -> tuple:
-    """A shape a caller gives (``Tensor``, ``Writer.stream``) as a tuple of Python
-    ints: ``operator.index``, not ``int``, so a dimension of 2.5 or ``"3"`` (or a
-    shape given as the string ``"12"``) is a TypeError, never truncated or parsed
-    into a shape the caller did not give (``(0.9, 3)`` was written as ``(0, 3)``)."""
+    """A shape a caller gives (``Tensor``, ``Writer.stream``, ``Writer.write``,
+    ``serialize``) as a tuple of non-negative Python ints: the one rule every path
+    that takes a shape from a caller applies.  ``operator.index``, not ``int``, so a
+    dimension of 2.5, 2.0 or ``"3"`` (or a shape given as the string ``"12"``) is a
+    TypeError, never truncated or parsed into a shape the caller did not give
+    (``(0.9, 3)`` was written as ``(0, 3)``); numpy integers are taken.  A bool is a
+    TypeError too (``operator.index(True)`` is 1: ``shape=(True,)`` was written as
+    ``(1,)``), and a negative dimension a FormatError (a ValueError), which numpy
+    would read as "whatever is left"."""
     if isinstance(shape, (str, bytes)):
         raise TypeError(f"a shape is a sequence of integers, not {type(shape).__name__}")
-    return tuple(operator.index(d) for d in shape)
+    try:
+        dims = list(shape)
+    except TypeError:
+        raise TypeError(f"a shape is a sequence of integers, not {type(shape).__name__}") from None
+    out = []
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)):
+            raise TypeError(f"a shape's dimensions are integers, not a bool ({d!r})")
+        d = operator.index(d)
+        if d < 0:
+            raise FormatError(f"a shape's dimensions are not negative, got {d}")
+        out.append(d)
+    return tuple(out)
 
 
 def refuse_masked(array: Any, name: Any) -> Any:

@@ -170,7 +170,7 @@ def failing_fd():
 def test_full_disk_raises_and_leaves_nothing(tmp_path):
     w = ztensor.Writer(tmp_path / "full.zt")
     fd, words = failing_fd()
-    os.dup2(fd, w._fd)                                   # every write now fails
+    os.dup2(fd, w._temp.fd)                              # every write now fails
     os.close(fd)
     with pytest.raises(ztensor.WriteError, match=words):
         w.write_numpy("big", np.ones(1 << 20))

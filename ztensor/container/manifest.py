@@ -38,11 +38,12 @@ from ztensor.container.manifest_checks import (  # noqa: F401,E501  (imported fr
     MAX_CBOR_DEPTH,
     Checker,
     Manifest,
+    check_file_totals,
     gc_paused,
     kind_of,
     refuse_repeated_keys,
 )
-from ztensor.errors import FormatError, LimitError, UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
 
 
@@ -61,6 +62,7 @@ def _decode(raw, footer, path, limits) -> Manifest:
     # (csrc/manifest_scan.h), so only a manifest it declines is scanned again
     fast = manifest_table.decode(raw, footer, path, limits, MAX_CBOR_DEPTH)
     if fast is not None:
+        check_file_totals(path, limits, len(fast), footer.manifest_size)
         return fast
     items = _check_plain(raw, path)
     data = _cbor_loads(raw, path, items)
@@ -69,10 +71,7 @@ def _decode(raw, footer, path, limits) -> Manifest:
         info = spec.VERSIONS["0.1"]
     else:
         version, attributes, objects, info = _root_v1(data, path)
-    if len(objects) > limits.max_objects:
-        raise LimitError(
-            f"{len(objects)} objects exceed the limit of {limits.max_objects}", path=path
-        )
+    check_file_totals(path, limits, len(objects), footer.manifest_size)
     # The specs are built now, while the collector is paused, and the decoded CBOR
     # containers go: the specs are a fifth as many objects for it to track later.
     checker = Checker(path, info, footer.manifest_offset, limits)

@@ -276,6 +276,27 @@ class Checker:
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
 
 
+def check_file_totals(path, limits, objects, manifest_size) -> None:
+    """LimitError naming ``path`` unless a reader with ``limits`` takes a zTensor
+    file of ``objects`` objects whose manifest is ``manifest_size`` bytes: at most
+    ``limits.max_objects`` objects, and a manifest of at most
+    ``limits.max_manifest_size`` bytes and never above the spec's 1 GiB ceiling.
+    The file-wide rules the per-object checks (:class:`Checker`) cannot see, in one
+    place: the reader applies them to every manifest it decodes (manifest._decode;
+    the footer's kernel already refused a larger manifest before reading it) and
+    the writer to the manifest it is about to write (Writer.close), so it never
+    finishes a file a default Reader refuses."""
+    most = min(limits.max_manifest_size, spec.SPEC_MAX_MANIFEST)
+    if manifest_size > most:
+        raise LimitError(
+            f"a manifest (names, shapes, attributes) of {manifest_size} bytes exceeds "
+            f"the limit of {most}",
+            path=path,
+        )
+    if objects > limits.max_objects:
+        raise LimitError(f"{objects} objects exceed the limit of {limits.max_objects}", path=path)
+
+
 def _name_is_text(name, what, **where):
     if type(name) is not str or not name:
         raise FormatError(f"{what} must be non-empty strings, got {_show(name)}", **where)

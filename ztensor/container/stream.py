@@ -36,7 +36,7 @@ class TensorStream:
         with a torn tensor is never renamed into place.
     """
 
-    def __init__(self, writer, name, shape, dtype, sink, finish, *, guard, abandon):
+    def __init__(self, writer, name, shape, dtype, sink, finish, *, guard, abandon, lock):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
@@ -50,10 +50,19 @@ class TensorStream:
         # file whose tensor is torn
         self._guard = guard
         self._abandon = abandon
+        # the writer's lock (writer._one_at_a_time): a chunk's overrun check, its
+        # write and the count of bytes written are one step, so two threads writing
+        # chunks cannot both pass the check on the same count (the overrun was seen
+        # only at close, the file lost); close and abandon take it too
+        self._lock = lock
         self._open = True
 
     def write(self, chunk: Any) -> None:
         """Append ``chunk`` (see the class doc)."""
+        with self._lock:
+            self._write(chunk)
+
+    def _write(self, chunk):
         if not self._open:
             raise FormatError("this stream is closed", path=self._writer.path, obj=self.name)
         arr = self._array_of(chunk)
@@ -103,17 +112,22 @@ class TensorStream:
 
     def close(self) -> None:
         """Finish the tensor; it must have received exactly its bytes."""
+        with self._lock:
+            self._close()
+
+    def _close(self):
         if not self._open:
             return
         self._open = False
         if self.written != self.nbytes:
-            self._abandon()
-            raise FormatError(
+            error = FormatError(
                 f"stream closed after {self.written} of {self.nbytes} bytes: "
                 "the writer is abandoned",
                 path=self._writer.path,
                 obj=self.name,
             )
+            self._abandon(error)
+            raise error
         self._finish(self._guard(self._sink.finish))
 
     def __enter__(self) -> "TensorStream":
@@ -122,9 +136,11 @@ class TensorStream:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             self.close()
-        elif self._open:  # the caller's error: the tensor is incomplete
-            self._open = False
-            self._abandon()
+            return False
+        with self._lock:
+            if self._open:  # the caller's error: the tensor is incomplete
+                self._open = False
+                self._abandon(exc)
         return False
 
 

@@ -23,6 +23,7 @@ from ztensor import dtypes, formats, kernels, spec
 from ztensor.container import v2
 from ztensor.container.footer import encode_footer
 from ztensor.container.manifest import Checker, encode_manifest, gc_paused
+from ztensor.container.manifest_checks import check_file_totals
 from ztensor.container.reader import Reader
 from ztensor.container.stream import TensorStream
 from ztensor.errors import (
@@ -80,7 +81,8 @@ def _one_at_a_time(method: _Method) -> _Method:
     writing through one Writer (or one aborting while another wrote) corrupted the
     process's memory (a segmentation fault), or gave one object the offset of
     another's bytes.  Every call that writes, and abort, goes through here (_guard
-    too, which a TensorStream's writes take), so they run one at a time."""
+    too), so they run one at a time.  A TensorStream's chunk writes and close hold
+    the same lock (stream.py), so its overrun check sees every chunk before it."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
@@ -149,13 +151,17 @@ class Writer:
         # for an edit (rewrite): the version of the file it is built from, taken by
         # the caller before it opened that file (an object store holds no version)
         self._replaces: Any = _replaces if self._upload is None else None
-        self._fd, self._tmp = (
+        self._temp = (
             atomic.create_temp(self._target, label=self.path)
             if self._upload is None
-            else self._upload.create_temp()
+            else atomic.Temp(*self._upload.create_temp())
         )
         self._state = "open"
-        self._blobs = kernels.BlobWriter(self._fd, 0, path=self.path)
+        try:
+            self._blobs = kernels.BlobWriter(self._temp.fd, 0, path=self.path)
+        except BaseException as exc:
+            atomic.note_leftover(exc, self._temp.discard())
+            raise
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
@@ -242,9 +248,8 @@ class Writer:
             blobs.pad(spec.ALIGNMENT)
             offset = blobs.pos
             blobs.write(array.reshape(-1).view(np.uint8))
-        except BaseException:
-            self.abort()
-            self._state = "failed"
+        except BaseException as exc:
+            self._abandon(exc)
             raise
         # a plain entry, not an ObjectSpec: manifest.encode_manifest takes both
         self._objects[name] = (array.shape, storage, offset, array.nbytes)
@@ -313,26 +318,17 @@ class Writer:
         if checksum not in (None, "crc32c", "sha256"):
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(attributes, self.path, name)
-        shape = caller_shape(shape)  # 0.9 is no dimension (int() made it 0)
+        shape = self._shape_of(name, shape)  # 0.9 is no dimension (int() made it 0)
         dtype = np.dtype(dtype)
         storage, ltype = self._storage_of(name, "data", dtype, type)
-
-        class _Sized:  # what the reader's check needs of the array: its size
-            nbytes = (
-                math.prod(int(d) for d in shape) * dtype.itemsize
-                if all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
-                else 0
-            )
-
         self._check_as_reader(
             name,
             "dense",
             shape,
             attributes,
-            [("data", _Sized, storage, ltype)],
+            [("data", _Nbytes(math.prod(shape) * dtype.itemsize), storage, ltype)],
             ("data",) if level else (),
         )
-        shape = tuple(int(d) for d in shape)
         sink = self._guard(
             components.ComponentSink,
             self._blobs,
@@ -351,7 +347,15 @@ class Writer:
             self._objects[name] = ObjectSpec(name, shape, "dense", attributes, {"data": comp})
 
         return TensorStream(
-            self, name, shape, dtype, sink, finish, guard=self._guard, abandon=self._abandon
+            self,
+            name,
+            shape,
+            dtype,
+            sink,
+            finish,
+            guard=self._guard,
+            abandon=self._abandon,
+            lock=self._lock,
         )
 
     @_one_at_a_time
@@ -447,22 +451,49 @@ class Writer:
             try:
                 for name in old.keys():
                     writer.copy_from(old, name)
-            except BaseException:
-                writer.abort()
+            except BaseException as exc:
+                try:
+                    writer.abort()
+                except WriteError as leftover:  # a temporary file stayed: said on exc
+                    atomic.note_leftover(exc, leftover.message)
                 raise
         return writer
 
     @classmethod
     def rewrite(cls, path: Union[str, "os.PathLike[str]"], version: Any, **kwargs: Any) -> "Writer":
         """A Writer that replaces the file at ``path`` with a new version built from
-        it (the edits: :meth:`append`, ``replace_tensor``, ``remove_tensors``).
-        ``version`` is ``atomic.identity(path)`` taken BEFORE the old file was opened
-        for reading: :meth:`close` renames the new file over the old one only while
-        that is still the version it was built from; a file another process replaced
-        or rewrote meanwhile is a WriteError, nothing written, the other process's
-        change kept (atomic.require_unchanged).  Taken after the open, a replacement
-        landing between the open and this call was the version compared against,
-        and the edit built from the older file dropped it without a word."""
+        it (the edits: :meth:`append`, ``replace_tensor``, ``remove_tensors``; and a
+        caller's own edit, docs/editing.md).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file being edited (a local path: an object store keeps no version,
+            and ``version`` is then ignored).
+        version : tuple or None
+            ``ztensor.io.atomic.identity(path)`` (device, inode, size, modification
+            time; None when no file is there), taken BEFORE the old file was opened
+            for reading.  :meth:`close` renames the new file over the old one only
+            while that is still this version; a file another process replaced or
+            rewrote meanwhile is a WriteError naming ``path``, nothing written, the
+            other process's change kept (atomic.require_unchanged).  Taken after the
+            open, a replacement landing between the open and this call was the
+            version compared against, and the edit built from the older file dropped
+            it without a word.
+        **kwargs
+            The :class:`Writer`'s own options (``attributes``, ``fsync``,
+            ``storage_options``).
+
+        Examples
+        --------
+        >>> version = ztensor.io.atomic.identity("model.zt")
+        >>> with ztensor.Reader("model.zt") as old, ztensor.Writer.rewrite(
+        ...     "model.zt", version, attributes=dict(old.attributes)
+        ... ) as new:
+        ...     for name in old.keys():
+        ...         if not name.startswith("optimizer."):
+        ...             new.copy_from(old, name)
+        """
         return cls(path, _replaces=version, **kwargs)
 
     @_one_at_a_time
@@ -504,6 +535,8 @@ class Writer:
     def _write_object(self, name, fmt, shape, arrays, types, attributes, compress, checksum):
         self._require_open()
         self._check_name(name)
+        # a Tensor's shape is checked when it is made, but it is a plain attribute
+        shape = self._shape_of(name, shape)
         level = _zstd_level(compress, self.path)
         checksum = None if checksum == "none" else checksum  # the reference's spelling
         if checksum not in (None, "crc32c", "sha256"):
@@ -641,6 +674,17 @@ class Writer:
             ltype = explicit
         return storage, ltype
 
+    def _shape_of(self, name, shape):
+        """``shape`` by the one rule for a caller's shape (tensor.caller_shape),
+        its errors naming this file and object."""
+        try:
+            return caller_shape(shape)
+        except FormatError as exc:
+            exc.locate(self.path, name)
+            raise
+        except TypeError as exc:
+            raise TypeError(f"{self.path}: object {name!r}: {exc}") from None
+
     def _check_name(self, name):
         attrs.check_name(name, "object names", path=self.path)
         if name in self._objects:
@@ -663,45 +707,41 @@ class Writer:
         self._guard(self._blobs.flush)
         try:
             if self._fsync:
-                os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+                os.fsync(self._temp.fd)
+            self._temp.close()
             if self._upload is not None:  # WriteError naming the URL; no object left
-                self._guard(self._upload.commit, self._tmp)
+                self._guard(self._upload.commit, self._temp.path)
             else:
                 if self._replaces is not None:  # an edit: the file is still its source
                     self._guard(atomic.require_unchanged, self._target, self._replaces, self.path)
-                os.replace(self._tmp, self._target)
+                # by path: a folder renamed meanwhile is an error here, not a file
+                # written under the new name (the temporary file is then removed
+                # where it went: atomic.Temp.discard)
+                os.replace(self._temp.path, self._target)
+            self._temp.done()
         except WriteError:
             raise
         except OSError as exc:
-            self.abort()
-            raise WriteError(
+            error = WriteError(
                 f"cannot finish the file: {exc.strerror}", path=self.path, errno=exc.errno
-            ) from exc
+            )
+            self._abandon(error)
+            raise error from exc
         self._size = self._blobs.pos
         self._blobs.close()
         self._state = "closed"
 
     def _check_readable(self, manifest) -> None:
         """LimitError naming the file unless a reader with the default limits takes
-        this many objects and a manifest this size (at most the spec's 1 GiB): the
-        per-object checks (manifest.Checker) cannot see either, and a file written
-        past them was one every default Reader refused."""
-        limits = spec.DEFAULT_LIMITS
-        most = min(limits.max_manifest_size, spec.SPEC_MAX_MANIFEST)
-        if len(manifest) > most:
-            raise LimitError(
-                f"the manifest (names, shapes, attributes) would be {len(manifest)} "
-                f"bytes, above the {most} a reader takes: nothing was written",
-                path=self.path,
-            )
-        if len(self._objects) > limits.max_objects:
-            raise LimitError(
-                f"{len(self._objects)} objects, above the {limits.max_objects} a reader "
-                "takes: nothing was written",
-                path=self.path,
-            )
+        this many objects and a manifest this size: the reader's own rule
+        (manifest_checks.check_file_totals), which the per-object checks
+        (manifest.Checker) cannot see; a file written past it was one every default
+        Reader refused.  Nothing is written then: the old file is kept."""
+        try:
+            check_file_totals(self.path, spec.DEFAULT_LIMITS, len(self._objects), len(manifest))
+        except LimitError as exc:
+            exc.rename(self.path, "a reader refuses such a file: nothing was written")
+            raise
 
     def finish(self) -> int:
         """:meth:`close`, returning the file's size in bytes (the reference
@@ -711,35 +751,43 @@ class Writer:
 
     @_one_at_a_time
     def abort(self) -> None:
-        """Drop everything written so far; the final name is left untouched."""
-        if self._state == "closed":
-            return
+        """Drop everything written so far; the final name is left untouched.  A
+        temporary file that cannot be removed is a WriteError naming the path and,
+        in its message, the temporary file."""
+        problem = self._discard()
+        if problem is not None:
+            raise WriteError(f"the write was abandoned, but {problem}", path=self.path)
+
+    @_one_at_a_time
+    def _discard(self):
+        """Close the writer and remove its temporary file (wherever its folder went:
+        atomic.Temp.discard); None, or why the file could not be removed."""
+        if self._state in ("closed", "failed"):  # already discarded
+            return None
         self._state = "closed"
         self._blobs.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        try:
-            os.unlink(self._tmp)
-        except FileNotFoundError:
-            pass
+        return self._temp.discard()
 
     @_one_at_a_time
     def _guard(self, fn, *args, **kwargs):
         """Run a step that writes bytes; after a failure the file is abandoned."""
         try:
             return fn(*args, **kwargs)
-        except BaseException:
-            self.abort()
-            self._state = "failed"
+        except BaseException as exc:
+            self._abandon(exc)
             raise
 
-    def _abandon(self):
+    @_one_at_a_time
+    def _abandon(self, error=None):
         """Drop the file after a failure that leaves it torn (a stream closed short,
-        or left by an error): :meth:`abort`, and the writer reports itself failed.
-        Handed to TensorStream (streaming.py), as is :meth:`_guard`."""
-        self.abort()
+        or left by an error), and the writer reports itself failed; a temporary file
+        that could not be removed is said in ``error``, the error being raised
+        (atomic.note_leftover).  Handed to TensorStream (stream.py), as is
+        :meth:`_guard`."""
+        problem = self._discard()
         self._state = "failed"
+        if error is not None:
+            atomic.note_leftover(error, problem)
 
     def _require_open(self):
         if self._state != "open":
@@ -748,8 +796,10 @@ class Writer:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:
             self.close()
+        elif exc is not None:
+            atomic.note_leftover(exc, self._discard())
         else:
-            self.abort()
+            self._discard()
         return False
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -759,14 +809,15 @@ class Writer:
         if getattr(self, "_state", "closed") == "open":
             # nothing was promised to the final name: drop the temporary file, and
             # say so, as Python does for a file never closed
+            shown = repr(self)
+            problem = self._discard()
             warnings.warn(
-                f"{self!r} was never closed: {len(self._objects)} objects "
-                "discarded, the file was not written",
+                f"{shown} was never closed: {len(self._objects)} objects "
+                "discarded, the file was not written" + (f"; {problem}" if problem else ""),
                 ResourceWarning,
                 stacklevel=2,
                 source=self,
             )
-            self.abort()
 
     def __repr__(self) -> str:
         state = "finished" if self._state == "closed" else self._state  # the reference's word

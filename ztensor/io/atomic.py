@@ -16,7 +16,7 @@ import secrets
 import stat
 from typing import Any, Callable
 
-from ztensor.errors import WriteError
+from ztensor.errors import WriteError, ZTensorError
 
 
 def final_target(path):
@@ -73,8 +73,70 @@ def require_unchanged(path, expected, label) -> None:
         )
 
 
-def create_temp(path, mode=None, label=None):
-    """A new hidden file beside ``path``, as ``(fd, temporary path)``.  When ``path``
+class Temp:
+    """A file being built beside the file it will become (:func:`create_temp`): its
+    descriptor ``fd`` (None once closed), its ``path``, and a descriptor of its
+    folder, by which :meth:`discard` finds it again wherever that folder went: a
+    folder renamed while the file was being written left the temporary file inside
+    it, removed by its old path (which named nothing)."""
+
+    def __init__(self, fd: int, path: str, folder_fd: Any = None) -> None:
+        self.fd: Any = fd
+        self.path = path
+        self._folder_fd = folder_fd
+
+    def close(self) -> None:
+        """Close the file's descriptor (not its folder's: :meth:`discard` may follow)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+    def done(self) -> None:
+        """The file was renamed into place: only its folder's descriptor is left."""
+        self.close()
+        if self._folder_fd is not None:
+            fd, self._folder_fd = self._folder_fd, None
+            os.close(fd)
+
+    def discard(self) -> Any:
+        """Close and remove the file, wherever its folder now is.  None once it is
+        gone; else why it could not be removed (its path included), for the error
+        the caller raises or is raising: a failed write leaves the old file or
+        nothing, and a temporary file it cannot remove is said, never left quietly."""
+        try:
+            self.close()
+        except OSError:
+            pass  # a descriptor that no longer closes cleanly: the removal decides
+        problem = None
+        try:
+            if self._folder_fd is not None:
+                os.unlink(os.path.basename(self.path), dir_fd=self._folder_fd)
+            else:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass  # gone with its folder (removed whole), or never written
+        except OSError as exc:
+            problem = (
+                f"its temporary file {self.path!r} could not be removed "
+                f"({exc.strerror or exc}): delete it by hand"
+            )
+        self.done()
+        return problem
+
+
+def _folder_descriptor(folder):
+    """A descriptor of ``folder`` for Temp.discard, or None where this system has no
+    ``dir_fd`` removal (Windows: a folder holding an open file cannot be renamed)."""
+    if os.unlink not in os.supports_dir_fd or not hasattr(os, "O_DIRECTORY"):
+        return None
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None  # a folder one may write in but not read: removal by path
+
+
+def create_temp(path, mode=None, label=None) -> Temp:
+    """A new hidden file beside ``path``, as a :class:`Temp`.  When ``path``
     exists, the new file gets its permission bits (re-saving a 0600 file keeps it
     0600); otherwise ``mode`` (the bits of a file removed before it was replaced),
     else the umask's.  The name fits the folder's name limit however long
@@ -116,8 +178,22 @@ def create_temp(path, mode=None, label=None):
                 os.fchmod(fd, mode)
             except (OSError, AttributeError):
                 pass  # a filesystem without modes: the umask's are what it has
-        return fd, tmp
+        return Temp(fd, tmp, _folder_descriptor(folder))
     raise WriteError("cannot find a free temporary name", path=label)
+
+
+def note_leftover(exc: BaseException, problem: Any) -> None:
+    """Add ``problem`` (:meth:`Temp.discard`'s answer, if not None) to ``exc``, the
+    error a failed write is raising: to its message when it is a ZTensorError, else
+    as a note (Python 3.11+; before, the error goes as it is)."""
+    if problem is None:
+        return
+    if isinstance(exc, ZTensorError) and exc.path is not None:
+        exc.rename(exc.path, problem)  # the same path, the problem added
+        return
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(problem)
 
 
 def replace_atomically(
@@ -127,27 +203,30 @@ def replace_atomically(
     writers that open the file themselves) into a temporary file beside ``path``'s
     final target, renamed into place once complete (with ``path``'s permission bits,
     else ``mode``: see :func:`create_temp`).  On any failure the temporary file is
-    removed and ``path`` is untouched; an OSError becomes a WriteError naming
-    ``path``."""
+    removed (wherever its folder went: :meth:`Temp.discard`; one that cannot be is
+    said in the error) and ``path`` is untouched; an OSError becomes a WriteError
+    naming ``path``."""
     target = final_target(path)
-    fd, tmp = create_temp(target, mode, label=path)
+    temp = create_temp(target, mode, label=path)
     try:
         if by_name:
-            os.close(fd)
-            write(tmp)
+            temp.close()
+            write(temp.path)
         else:
+            fd, temp.fd = temp.fd, None
             with os.fdopen(fd, "wb") as f:
                 write(f)
-        os.replace(tmp, target)
+        os.replace(temp.path, target)
+        temp.done()
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        problem = temp.discard()
         if isinstance(exc, OSError) and not isinstance(exc, WriteError):
-            raise WriteError(
+            error = WriteError(
                 f"cannot write the file: {exc.strerror or exc}", path=path, errno=exc.errno
-            ) from exc
+            )
+            note_leftover(error, problem)
+            raise error from exc
+        note_leftover(exc, problem)
         raise
 
 
@@ -164,7 +243,9 @@ __all__ = [
     "final_target",
     "identity",
     "require_unchanged",
+    "Temp",
     "create_temp",
+    "note_leftover",
     "replace_atomically",
     "write_json_atomically",
 ]
