@@ -1,5 +1,6 @@
 """Hand-made files for the hostile suites: a v1 container around any manifest (or
-raw manifest bytes), zstd components, and the "open, read everything" oracle."""
+raw manifest bytes), zstd components, seek tables and files re-laid around them,
+and the "open, read everything" oracle."""
 import struct
 
 import cbor2
@@ -64,6 +65,41 @@ RAW = np.arange(1000, dtype="<f4").tobytes()
 def streamed(data, **kw):
     c = zstandard.ZstdCompressor(**kw).compressobj()
     return c.compress(data) + c.flush()
+
+
+# ------------------------------------------------------------------ seek tables
+SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1  # zstd's seekable format: frame, footer magic
+
+
+def seek_table(entries, checksums=None):
+    """A seek table's skippable frame, as zstd's seekable format lays it out
+    (little-endian on any host): (compressed, decoded) sizes per frame, and with
+    ``checksums`` the descriptor's checksum flag and a u32 after each entry."""
+    body = b""
+    for i, (c, d) in enumerate(entries):
+        body += struct.pack("<II", c, d)
+        if checksums is not None:
+            body += struct.pack("<I", checksums[i])
+    flag = 0x80 if checksums is not None else 0
+    body += struct.pack("<IBI", len(entries), flag, SEEKABLE)
+    return struct.pack("<II", SKIPPABLE, len(body)) + body
+
+
+def relaid(src, dst, stored, name="x"):
+    """Writes ``dst``: ``src`` (a v1.2 file whose last-written object is ``name``)
+    with that object's data component's stored bytes replaced by ``stored`` (frames
+    and a :func:`seek_table`, say; values in them little-endian, as a file holds
+    them: ``x.astype("<f4").tobytes()``, never the host's order).  Returns ``dst``."""
+    whole = src.read_bytes()
+    size = struct.unpack("<Q", whole[-16:-8])[0]
+    m = cbor2.loads(whole[-16 - size : -16])
+    comp = m["objects"][name]["components"]["data"]
+    body = whole[: comp["offset"]] + stored
+    body += bytes(-len(body) % 64)
+    comp["length"] = len(stored)
+    encoded = cbor2.dumps(m)
+    dst.write_bytes(body + encoded + struct.pack("<Q", len(encoded)) + b"ZTEN1000")
+    return dst
 
 
 # ------------------------------------------------------------------ the two manifest paths

@@ -1021,7 +1021,8 @@ def gen_sharded(d: Draw, ctx: Ctx) -> Case:
 # ----------------------------------------------------------------- HTTP
 @dataclass
 class Answer:
-    """How the fake server answers one request (honest where a field says so)."""
+    """How the fake server (tests/http_servers.HostileHTTP) answers one request
+    (honest where a field says so)."""
 
     status: int = 0            # 0: what an honest server sends (200 or 206)
     content_range: str = "right"   # right, absent, wrong-start, wrong-total, garbage, star
@@ -1273,109 +1274,3 @@ class address_space_cap:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, self.old)
         return False
-
-
-# ----------------------------------------------------------------- a lying HTTP server
-class HostileHTTP:
-    """A loopback HTTP server (127.0.0.1, a thread) that serves ``files`` and answers
-    request i by ``plan[i]`` (honestly once the plan runs out).  Like a naive static
-    server it percent-decodes and normalises the path, so a request that climbs out of
-    a folder reaches what lies above it; ``requests`` records every (method, raw path,
-    Range) asked for.  Each response closes its connection (HTTP/1.0): a body shorter
-    than its Content-Length ends in an error, never a wait."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-        self.files: Dict[str, bytes] = {}
-        self.plan: List[Answer] = []
-        self.requests: List[Tuple[str, str, Optional[str]]] = []
-        self._lock = threading.Lock()
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                owner._answer(self, head=True)
-
-            def do_GET(self):
-                owner._answer(self, head=False)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def reset(self, files: Dict[str, bytes], plan: List[Answer]) -> None:
-        with self._lock:
-            self.files, self.plan, self.requests = dict(files), list(plan), []
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def _answer(self, h: Any, head: bool) -> None:
-        import posixpath
-        from urllib.parse import unquote, urlsplit
-        with self._lock:
-            self.requests.append(("HEAD" if head else "GET", h.path, h.headers.get("Range")))
-            plan = self.plan.pop(0) if self.plan else Answer()
-            local = posixpath.normpath(unquote(urlsplit(h.path).path))
-            data = self.files.get(local)
-        if data is None:
-            h.send_response(404)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
-            return
-        total = len(data)
-        start, end, ranged = 0, total - 1, False
-        rng = h.headers.get("Range") or ""
-        if rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            try:
-                start = int(a) if a else max(0, total - int(b))
-                end = min(int(b), total - 1) if (a and b) else total - 1
-                ranged = True
-            except ValueError:
-                pass
-        body = data[start:end + 1] if ranged else data
-        status = plan.status or (206 if ranged else 200)
-        if plan.body == "truncated":
-            body = body[:len(body) // 2]
-        elif plan.body == "extra":
-            body = body + b"\0" * 7
-        elif plan.body == "empty":
-            body = b""
-        elif plan.body == "flipped":
-            body = bytes(x ^ 0x55 for x in body)
-        elif plan.body == "whole":
-            body = data
-        cr = {"right": f"bytes {start}-{end}/{total}", "absent": None,
-              "wrong-start": f"bytes {start + 1}-{end + 1}/{total}",
-              "wrong-total": f"bytes {start}-{end}/{total * 2 + 1}", "garbage": "bytes x-y/z",
-              "star": f"bytes {start}-{end}/*", "huge": f"bytes 0-{1 << 62}/{1 << 62}"}
-        length = {"right": len(body), "absent": None, "short": max(0, len(body) - 3),
-                  "long": len(body) + 5, "huge": 1 << 40, "negative": -1}[plan.length]
-        try:
-            h.send_response(status if 100 <= status <= 599 else 200)
-            if status == 302:
-                h.send_header("Location", h.path)
-            if ranged and cr[plan.content_range] is not None:
-                h.send_header("Content-Range", cr[plan.content_range])
-            if plan.accept_ranges:
-                h.send_header("Accept-Ranges", "bytes")
-            if length is not None:
-                h.send_header("Content-Length", str(length))
-            # a version (ztensor reads no URL whose server names none): one fixed time
-            h.send_header("Last-Modified", "Sat, 09 Sep 2001 01:46:40 GMT")
-            h.end_headers()
-            if not head:
-                h.wfile.write(body)
-        except OSError:
-            pass

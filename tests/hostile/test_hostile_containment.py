@@ -11,13 +11,11 @@ that file's bytes and nothing else.
   happened, never wrong bytes or a bare ValueError.
 
 Every hostile file here is made by the real writer (h5py, ztensor, json); the HTTP
-server is a small one of our own on 127.0.0.1, in a thread.
+server is a small one of our own on 127.0.0.1, in a thread (tests/http_servers.py).
 """
 import contextlib
-import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +24,7 @@ import urllib.parse
 
 import numpy as np
 import pytest
+from http_servers import LoopbackHTTP, free_port, send
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -333,119 +332,85 @@ def test_a_shard_name_is_one_plain_file_name(name):
 
 # ---------------------------------------------------------------- a hostile server
 
-class Hostile(http.server.BaseHTTPRequestHandler):
+class Hostile(LoopbackHTTP):
     """Serves ``files`` (path -> bytes) with range requests, misbehaving as
-    ``mode`` says.  Every path asked for is recorded in ``asked``."""
+    ``mode["how"]`` says.  Every path asked for is recorded in ``asked``."""
 
-    files = {}
-    mode = {"how": "honest"}
-    asked = []
+    def __init__(self):
+        self.files, self.mode, self.asked = {}, {"how": "honest"}, []
+        super().__init__()
 
-    def log_message(self, *args):
-        pass
-
-    def do_HEAD(self):
-        self._answer(head=True)
-
-    def do_GET(self):
-        self._answer(head=False)
-
-    def _send(self, status, body, headers=(), head=False):
-        self.send_response(status)
-        for key, value in headers:
-            self.send_header(key, value)
+    @staticmethod
+    def _send(h, status, body, headers=(), head=False):
         # a version (ztensor reads no URL whose server names none): one fixed time
-        self.send_header("Last-Modified", "Sat, 09 Sep 2001 01:46:40 GMT")
-        self.end_headers()
-        if not head:
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
+        send(h, status, body, [*headers, ("Last-Modified", "Sat, 09 Sep 2001 01:46:40 GMT")],
+             head)
 
-    def _answer(self, head):
+    def answer(self, h, head):
         how = self.mode["how"]
-        path = urllib.parse.unquote(self.path)
-        self.asked.append(self.path)
+        path = urllib.parse.unquote(h.path)
+        self.asked.append(h.path)
         if how == "slow":
             time.sleep(3)
         if how in ("403", "404", "500"):
-            return self._send(int(how), b"no", [("Content-Length", "2")], head)
+            return self._send(h, int(how), b"no", [("Content-Length", "2")], head)
         data = self.files.get(path)
         if data is None:
-            return self._send(404, b"", [("Content-Length", "0")], head)
+            return self._send(h, 404, b"", [("Content-Length", "0")], head)
         size = len(data)
         if head:
             claimed = 1 << 50 if how == "huge-size" else size
-            return self._send(200, b"", [("Content-Length", str(claimed)),
-                                         ("Accept-Ranges", "bytes")], head)
-        asked = self.headers.get("Range")
+            return self._send(h, 200, b"", [("Content-Length", str(claimed)),
+                                            ("Accept-Ranges", "bytes")], head)
+        asked = h.headers.get("Range")
         if not asked:
-            return self._send(200, data, [("Content-Length", str(size))])
+            return self._send(h, 200, data, [("Content-Length", str(size))])
         first, last = (int(x) for x in asked[6:].split("-"))
         last = min(last, size - 1)
         if first >= size and how != "huge-size":
-            return self._send(416, b"", [("Content-Range", f"bytes */{size}"),
-                                         ("Content-Length", "0")])
+            return self._send(h, 416, b"", [("Content-Range", f"bytes */{size}"),
+                                            ("Content-Length", "0")])
         body = data[first:last + 1]
         rng = f"bytes {first}-{last}/{size}"
         if how == "whole":
-            return self._send(200, data, [("Content-Length", str(size))])
+            return self._send(h, 200, data, [("Content-Length", str(size))])
         if how == "more":
             body += b"X" * 4096
         elif how == "more-unannounced":       # no length: the body ends at the close
-            self.send_response(206)
-            self.send_header("Content-Range", rng)
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body + b"X" * 4096)
-            return
+            return send(h, 206, body + b"X" * 4096, [("Content-Range", rng)])
         elif how == "endless":
-            self.send_response(206)
-            self.send_header("Content-Range", rng)
-            self.end_headers()
+            h.send_response(206)
+            h.send_header("Content-Range", rng)
+            h.end_headers()
             with contextlib.suppress(OSError):
                 for _ in range(64):           # 64 MiB at most: bounded either way
-                    self.wfile.write(b"\0" * (1 << 20))
+                    h.wfile.write(b"\0" * (1 << 20))
             return
         elif how == "huge-length":
-            self.send_response(206)
-            self.send_header("Content-Range", rng)
-            self.send_header("Content-Length", str(1 << 45))
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
-            return
+            return send(h, 206, body, [("Content-Range", rng), ("Content-Length", str(1 << 45))])
         elif how == "fewer":
-            return self._send(206, body[:len(body) // 2],
+            return self._send(h, 206, body[:len(body) // 2],
                               [("Content-Range", rng),
                                ("Content-Length", str(len(body) // 2))])
         elif how == "gzip":   # other bytes of the right length, compressed: a range
             import gzip       # is of the stored bytes, so any encoding is refused
             body = gzip.compress(b"\0" * len(body))
-            return self._send(206, body, [("Content-Range", rng), ("Content-Encoding", "gzip"),
-                                          ("Content-Length", str(len(body)))])
+            return self._send(h, 206, body, [("Content-Range", rng), ("Content-Encoding", "gzip"),
+                                             ("Content-Length", str(len(body)))])
         elif how == "wrong-range":
             other = max(0, first - 64)
             body = data[other:other + len(body)]
             rng = f"bytes {other}-{other + len(body) - 1}/{size}"
-        self._send(206, body, [("Content-Range", rng), ("Content-Length", str(len(body)))])
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+        self._send(h, 206, body, [("Content-Range", rng), ("Content-Length", str(len(body)))])
 
 
 @pytest.fixture
 def hostile(tmp_path):
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
-    Hostile.files, Hostile.mode, Hostile.asked = {}, {"how": "honest"}, []
-    server = _Server(("127.0.0.1", 0), Hostile)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", Hostile
-    server.shutdown()
-    server.server_close()
-    thread.join(10)
+    server = Hostile()
+    yield server.url(), server
+    server.close()
 
 
 def _model_bytes(tmp_path):
@@ -499,12 +464,6 @@ def test_a_server_that_claims_a_huge_file(hostile, tmp_path):
         ztensor.Reader(f"{url}/m.zt")
 
 
-def _closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("how,words,builtin", [
     ("404", "404 Not Found", FileNotFoundError),
     ("403", "403 Forbidden", PermissionError),
@@ -518,7 +477,7 @@ def test_network_failures_say_what_went_wrong(hostile, tmp_path, monkeypatch, ho
     server.files["/m.zt"] = _model_bytes(tmp_path)
     monkeypatch.setattr(source, "URL_TIMEOUT", 1.0)
     if how == "refused":
-        url = f"http://127.0.0.1:{_closed_port()}"
+        url = f"http://127.0.0.1:{free_port()}"
     else:
         server.mode["how"] = how
     with pytest.raises(ztensor.ZTensorError, match=words) as exc:

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 import ztensor
 import hostile_strategies as hs
+from http_servers import HostileHTTP
 
 
 def examples(most):
@@ -127,7 +128,7 @@ def test_sharded_indexes(ctx):
 def server():
     pytest.importorskip("aiohttp")
     pytest.importorskip("fsspec")
-    srv = hs.HostileHTTP()
+    srv = HostileHTTP(honest=hs.Answer)
     yield srv
     srv.close()
 

@@ -13,17 +13,14 @@ keeps it.
   100 000 characters, a redirect loop, a URL gone between a dask graph and its
   compute.
 """
-import hashlib
-import http.server
 import json
 import os
 import posixpath
-import threading
 import unicodedata
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pytest
+from http_servers import web  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,94 +32,6 @@ try:  # the nginx fixture of tests/test_remote.py (a real server on loopback)
     from test_remote import NGINX, server  # noqa: F401  (server: a fixture)
 except ImportError:
     NGINX = None
-
-
-# ----------------------------------------------------------------- a loopback server
-class Server:
-    """A loopback HTTP/1.1 server (a thread) serving ``files`` by path with ranges,
-    an ``ETag`` per file (``tags``) and ``If-Match`` honoured as RFC 9110 says (412
-    when the tag differs), like nginx; a file given no tag has one made from its
-    bytes, unless ``versioned`` is False (a server naming no version, which ztensor
-    reads only when told to: source._pinned_version).  ``nfkc``: it normalises the
-    decoded path to NFKC before looking it up, as a server that folds Unicode does.
-    ``routes``: path -> handler(h) for anything else.  ``requests`` records each path
-    asked."""
-
-    def __init__(self, nfkc=False, versioned=True):
-        self.files, self.tags, self.routes, self.requests = {}, {}, {}, []
-        self.versioned = versioned
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                owner.answer(self, head=True)
-
-            def do_GET(self):
-                owner.answer(self, head=False)
-
-        self.nfkc = nfkc
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def url(self, path):
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def answer(self, h, head):
-        path = posixpath.normpath(unquote(urlsplit(h.path).path))
-        if self.nfkc:
-            path = posixpath.normpath(unicodedata.normalize("NFKC", path))
-        self.requests.append(path)
-        if path in self.routes:
-            return self.routes[path](h)
-        data, tag = self.files.get(path), self.tags.get(path)
-        if tag is None and data is not None and self.versioned:
-            tag = '"%s"' % hashlib.sha256(data).hexdigest()[:32]
-        if data is None or (h.headers.get("If-Match") not in (None, tag)):
-            h.send_response(404 if data is None else 412)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
-            return
-        rng = h.headers.get("Range")
-        if rng:
-            first, _, last = rng[6:].partition("-")
-            first, last = int(first), min(int(last), len(data) - 1)
-            body = data[first:last + 1]
-            h.send_response(206)
-            h.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
-        else:
-            body = data
-            h.send_response(200)
-        h.send_header("Content-Length", str(len(body)))
-        h.send_header("Accept-Ranges", "bytes")
-        if tag:
-            h.send_header("ETag", tag)
-        h.end_headers()
-        if not head:
-            h.wfile.write(body)
-
-
-@pytest.fixture
-def web():
-    pytest.importorskip("fsspec")
-    pytest.importorskip("aiohttp")
-    made = []
-
-    def make(**kw):
-        made.append(Server(**kw))
-        return made[-1]
-    yield make
-    for s in made:
-        s.close()
 
 
 def two_versions(tmp_path):
@@ -174,7 +83,7 @@ def test_shard_names_that_normalise_to_an_escape_are_refused(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["\uff0e\uff0e\uff0fsecret.zt", "\u2025\uff0fsecret.zt",
                                   "\uff0e\uff0e\uff05\uff12\uff46secret.zt"])
-def test_a_server_that_folds_unicode_is_not_led_out_of_the_folder(web, tmp_path, name):
+def test_a_server_that_folds_unicode_is_not_led_out_of_the_folder(web, tmp_path, name):  # noqa: F811
     """The index's shard is percent-encoded into its URL; a server that decodes it
     and folds it to NFKC (as some do, to match file names) sees ``../secret.zt``.
     Before the fix the shard above the checkpoint's folder was read and its tensor
@@ -234,7 +143,7 @@ def test_shard_refusals_are_bounded_and_name_the_index(tmp_path):
 
 
 # ----------------------------------------------------------------- one version per read
-def test_a_file_replaced_on_the_server_while_open_is_an_error(web, tmp_path):
+def test_a_file_replaced_on_the_server_while_open_is_an_error(web, tmp_path):  # noqa: F811
     """The manifest of v1 read with the bytes of v2: x came back as v2's y (sevens),
     silently.  Now every range request carries If-Match: the ETag of the HEAD."""
     one, two, x = two_versions(tmp_path)
@@ -250,7 +159,7 @@ def test_a_file_replaced_on_the_server_while_open_is_an_error(web, tmp_path):
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), -x)
 
 
-def test_a_weak_etag_pins_nothing(web, tmp_path):
+def test_a_weak_etag_pins_nothing(web, tmp_path):  # noqa: F811
     """If-Match compares strongly: a weak ETag never matches, so pinning one would
     make every read a 412.  It names no version then: read only when the caller
     says so (source._pinned_version)."""
@@ -281,7 +190,7 @@ def test_nginx_replacing_a_file_while_open_is_an_error(server, tmp_path):
         np.testing.assert_array_equal(r.read_numpy("x", copy=True), -x)
 
 
-def test_a_redirect_loop_says_so(web):
+def test_a_redirect_loop_says_so(web):  # noqa: F811
     """aiohttp's TooManyRedirects is a ClientResponseError of status 0: it read as
     'HTTP 0 error'."""
     server = web()
@@ -298,7 +207,7 @@ def test_a_redirect_loop_says_so(web):
 
 
 # ----------------------------------------------------------------- dask
-def test_dask_url_gone_before_compute_says_404(web, tmp_path):
+def test_dask_url_gone_before_compute_says_404(web, tmp_path):  # noqa: F811
     """A worker's look-up of the file's version (dask._identity) let fsspec's bare
     FileNotFoundError out: no status, not a ZTensorError."""
     pytest.importorskip("dask")  # an optional dependency: the clean-wheel run has none

@@ -21,9 +21,9 @@ import ztensor
 from ztensor.errors import NetworkTimeoutError
 from ztensor.io import source as src
 
-from test_hostile_redteam_dist import Server, two_versions, web  # noqa: F401  (web: a fixture)
+from test_hostile_redteam_dist import two_versions
 
-from http_servers import RawServer, nginx
+from http_servers import RawServer, VersionedFiles, nginx, web  # noqa: F401  (web: a fixture)
 
 
 def _redirect(to):
@@ -93,7 +93,7 @@ def test_a_server_ignoring_if_match_is_still_held_to_the_version(web, tmp_path):
     one, two, _ = two_versions(tmp_path)
     server = web()
     server.files["/m.zt"], server.tags["/m.zt"] = one, '"v1"'
-    answer = Server.answer
+    answer = VersionedFiles.answer
 
     def careless(self, h, head):       # ignores the condition, names its version
         del h.headers["If-Match"]
@@ -116,7 +116,7 @@ def test_last_modified_pin_catches_an_older_copy(web, tmp_path):
     one, two, _ = two_versions(tmp_path)
     server = web(versioned=False)   # no ETag: Last-Modified alone
     stamp = {"/m.zt": email.utils.formatdate(2_000_000_000, usegmt=True)}
-    answer = Server.answer
+    answer = VersionedFiles.answer
 
     class Dated:  # the handler's send_header, adding the file's Last-Modified
         def __init__(self, h):

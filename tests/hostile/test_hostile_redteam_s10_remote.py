@@ -26,8 +26,8 @@ import ztensor
 from ztensor import sharded
 from ztensor.errors import NetworkConnectionError
 
-from test_hostile_redteam_dist import two_versions, web  # noqa: F401  (web: a fixture)
-from http_servers import raw, serving  # noqa: F401  (raw: a fixture)
+from test_hostile_redteam_dist import two_versions
+from http_servers import raw, serving, web  # noqa: F401  (raw, web: fixtures)
 
 try:  # moto's S3 server on loopback, as tests/test_object_store.py starts it
     from test_object_store import bucket, moto_server  # noqa: F401  (fixtures)

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 import pytest
-from http_servers import RawServer, raw, serving  # noqa: F401  (raw: a fixture)
+from http_servers import NOT_FOUND, RawServer, raw, serving  # noqa: F401  (raw: a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hostile_redteam_dist import two_versions
@@ -121,7 +121,7 @@ SECRET = "s3cr3tT0ken"
 
 
 def _not_found(method, asked, headers):
-    return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    return NOT_FOUND
 
 
 def _lying(data):

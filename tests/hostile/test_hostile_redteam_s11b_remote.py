@@ -23,7 +23,6 @@ one function keeping its rule.
   (errors.without_secrets).
 """
 import os
-import socket
 import threading
 import time
 
@@ -142,27 +141,12 @@ def test_file_urls_are_not_paths_in_the_current_folder(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ 3. URL forms
-class _RawServer6(RawServer):
-    """RawServer on the IPv6 loopback."""
-
-    def __init__(self, reply):  # noqa: D107 (same as RawServer, another family)
-        self.reply = reply
-        self.stop = threading.Event()
-        self.sock = socket.socket(socket.AF_INET6)
-        self.sock.bind(("::1", 0))
-        self.sock.listen(16)
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def url(self, path="/m.zt"):
-        return f"http://[::1]:{self.sock.getsockname()[1]}{path}"
-
-
 def test_an_ipv6_literal_host_is_read(tmp_path):
     """fsspec's url_to_fs splits a URL at every '::' (its chains): the server at
     ``http://[::1]:port/m.zt`` was asked for ``http://[`` ("not found").  HTTP(S)
     filesystems are now made by protocol, the URL whole (source.url_filesystem)."""
     try:
-        server = _RawServer6(serving(_file(tmp_path)[0]))
+        server = RawServer(serving(_file(tmp_path)[0]), host="::1")
     except OSError:
         pytest.skip("no IPv6 loopback here")
     try:

@@ -10,21 +10,13 @@ from __future__ import annotations
 import struct
 import time
 
-import cbor2
 import numpy as np
 import pytest
+from crafted import relaid, seek_table  # tests/ is on sys.path: conftest.py
 
 import ztensor
 from ztensor.safe import safe_open
 from ztensor.tools.stats import tensor_stats
-
-SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
-
-
-def table(entries):
-    body = b"".join(struct.pack("<II", c, d) for c, d in entries)
-    body += struct.pack("<IBI", len(entries), 0, SEEKABLE)
-    return struct.pack("<II", SKIPPABLE, len(body)) + body
 
 
 @pytest.fixture(scope="module")
@@ -45,26 +37,12 @@ def seekable_file(tmp_path_factory):
     return path, x, stored[:c0], stored[c0 : c0 + c1], entries
 
 
-def relaid(src, dst, stored):
-    """``src`` (one zstd object "x") with the component's stored bytes replaced."""
-    raw = src.read_bytes()
-    size = struct.unpack("<Q", raw[-16:-8])[0]
-    manifest = cbor2.loads(raw[-16 - size : -16])
-    comp = manifest["objects"]["x"]["components"]["data"]
-    body = raw[: comp["offset"]] + stored
-    body += bytes(-len(body) % 64)
-    comp["length"] = len(stored)
-    m = cbor2.dumps(manifest)
-    dst.write_bytes(body + m + struct.pack("<Q", len(m)) + b"ZTEN1000")
-    return dst
-
-
 def test_stats_refuses_a_seek_table_every_read_refuses(seekable_file, tmp_path):
     """Frames whose declared decoded sizes are shifted by 4 bytes (the sums still
     add up): every read refused it, but stats streamed the component as one stream
     and gave figures (read_component_chunks ignored the table)."""
     src, x, f0, f1, [(c0, d0), (c1, d1)] = seekable_file
-    path = relaid(src, tmp_path / "shift.zt", f0 + f1 + table([(c0, d0 - 4), (c1, d1 + 4)]))
+    path = relaid(src, tmp_path / "shift.zt", f0 + f1 + seek_table([(c0, d0 - 4), (c1, d1 + 4)]))
     with ztensor.Reader(str(path)) as r:
         with pytest.raises(ztensor.FormatError):
             r.read_numpy("x")
@@ -72,7 +50,7 @@ def test_stats_refuses_a_seek_table_every_read_refuses(seekable_file, tmp_path):
             tensor_stats(r, "x")
     assert err.value.obj == "x" and err.value.path == str(path)
     # the honest table still streams
-    good = relaid(src, tmp_path / "good.zt", f0 + f1 + table([(c0, d0), (c1, d1)]))
+    good = relaid(src, tmp_path / "good.zt", f0 + f1 + seek_table([(c0, d0), (c1, d1)]))
     with ztensor.Reader(str(good)) as r:
         assert tensor_stats(r, "x")["count"] == x.size
 
@@ -84,7 +62,7 @@ def test_a_seek_table_of_many_empty_frames_costs_what_its_bytes_cost(seekable_fi
     one reused decoder (seekable.decode_frames): about 0.6 s a read here."""
     src, x, f0, f1, [(c0, d0), (c1, d1)] = seekable_file
     entries = [(0, 0)] * 200_000 + [(c0, d0), (c1, d1)]
-    path = relaid(src, tmp_path / "empty.zt", f0 + f1 + table(entries))
+    path = relaid(src, tmp_path / "empty.zt", f0 + f1 + seek_table(entries))
     start = time.perf_counter()
     with ztensor.Reader(str(path)) as r:
         np.testing.assert_array_equal(r.read_numpy("x"), x)

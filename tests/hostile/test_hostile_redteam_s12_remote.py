@@ -28,7 +28,7 @@ import pickle
 
 import numpy as np
 import pytest
-from http_servers import RawServer, raw, serving  # noqa: F401  (raw: a fixture)
+from http_servers import RawServer, raw, serving, serving_files  # noqa: F401  (raw: a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hostile_redteam_dist import two_versions
@@ -44,18 +44,6 @@ except ImportError:  # pragma: no cover
 
 SECRET = "S3CRETq9"
 ALLOW = {"ztensor_allow_unversioned": True}
-
-
-def _routes(files):
-    """A RawServer reply serving ``files`` (request path -> bytes) honestly."""
-    replies = {path: serving(data) for path, data in files.items()}
-
-    def reply(method, asked, headers):
-        path = headers[":path"].split("?")[0]
-        if path not in replies:
-            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        return replies[path](method, asked, headers)
-    return reply
 
 
 def _lying_after_open(data):
@@ -110,7 +98,7 @@ def test_reprs_show_no_secret_after_a_space(raw, tmp_path):
     to its space, and showed the rest (Reader.__repr__, Writer.__repr__ and
     ShardedReader.__repr__ pass their path to errors.without_secrets)."""
     one, _, _ = two_versions(tmp_path)
-    server = raw(_routes({"/m.zt": one}))
+    server = raw(serving_files({"/m.zt": one}))
     with ztensor.Reader(server.url(f"/m.zt?v=a b&sig={SECRET}")) as r:
         assert SECRET not in repr(r) and "/m.zt?v=***&sig=***" in repr(r), repr(r)
     w = ztensor.Writer(f"memory://s12/m.zt?v=a b&sig={SECRET}")
@@ -467,7 +455,7 @@ def test_a_remote_index_names_no_shard_elsewhere(raw, tmp_path, shard):
 
     def home(method, asked, headers):
         seen.append(headers[":path"])
-        return _routes({"/ck/m.zt.index.json": index, "/m.zt": one})(method, asked, headers)
+        return serving_files({"/ck/m.zt.index.json": index, "/m.zt": one})(method, asked, headers)
     server = raw(home)
     with pytest.raises(ztensor.FormatError, match="not a file beside the index"):
         with ztensor.open_sharded(server.url("/ck/m.zt.index.json")) as s:
@@ -486,7 +474,7 @@ def test_the_command_prints_a_url_with_a_space_without_secrets(raw, tmp_path, co
     import sys
 
     one, _, _ = two_versions(tmp_path)
-    server = raw(_routes({"/m.zt": one}))
+    server = raw(serving_files({"/m.zt": one}))
     url = server.url(f"/m.zt?v=a b&sig={SECRET}")
     args = [url, url] if command[0] == "diff" else [url]
     done = subprocess.run([sys.executable, "-m", "ztensor", *command, *args],
@@ -517,7 +505,7 @@ def test_from_pretrained_over_a_url_warns_without_its_credentials(raw, tmp_path)
     tensors["not.in.the.model"] = torch.ones(3)
     ztensor.torch.save_file(tensors, str(weights[0]))
     files = {f"/m/{p.name}": p.read_bytes() for p in folder.iterdir()}
-    server = raw(_routes(files))
+    server = raw(serving_files(files))
     scheme, rest = server.url(f"/m/{weights[0].name}").split("://", 1)
     url = f"{scheme}://alice:{SECRET}@{rest}"
     with warnings.catch_warnings(record=True) as seen:

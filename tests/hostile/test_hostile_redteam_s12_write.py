@@ -352,26 +352,67 @@ def test_one_writer_written_from_several_threads(tmp_path):
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
 
 
+class _Held:
+    """An array-like whose conversion (np.asarray, inside write_numpy) says it has
+    begun and then waits to be let go: a write held in progress for as long as the
+    test needs, whatever the machine's speed."""
+
+    def __init__(self, values):
+        self.values, self.inside, self.go = values, threading.Event(), threading.Event()
+
+    def __array__(self, dtype=None, copy=None):
+        self.inside.set()
+        assert self.go.wait(120), "the test never let the write go"  # a hang guard
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
 def test_abort_from_another_thread_while_writing(tmp_path):
+    """abort() from another thread while a write is in progress waits for that
+    write (the C BlobWriter closed under a write crashed the process, or tore the
+    file), then drops the file; the writing thread's next call says the writer is
+    closed.  Writer's lock (container.writer._one_at_a_time) keeps them apart."""
     path = str(tmp_path / "x.zt")
     ztnp.save_file({"old": np.ones(1)}, path)
     w = Writer(path)
-    failures = []
+    w.write_numpy("before", np.ones(1 << 14), compress=True)
+    held = _Held(np.arange(1 << 14, dtype=np.float64))
+    aborted = threading.Event()
+    outcome = {}
 
-    def work():
+    def write():
         try:
-            for i in range(200):
-                w.write_numpy(f"t{i}", np.ones(1 << 14), compress=True)
-        except ztensor.ClosedError:
-            pass  # aborted under it: the next call says so
-        except BaseException as exc:  # noqa: BLE001 (any other is the failure)
-            failures.append(exc)
+            w.write_numpy("during", held, compress=True)
+            outcome["during"] = "written"
+            assert aborted.wait(120)  # the abort has run: this call comes after it
+            w.write_numpy("after", np.ones(4))
+            outcome["after"] = "written"
+        except BaseException as exc:  # noqa: BLE001 (judged below)
+            outcome.setdefault("during", exc)
+            outcome["after"] = exc
 
-    th = threading.Thread(target=work)
-    th.start()
-    w.abort()
-    th.join()
-    assert failures == []
+    def abort():
+        try:
+            w.abort()
+            outcome["abort"] = "done"
+        except BaseException as exc:  # noqa: BLE001 (judged below)
+            outcome["abort"] = exc
+        aborted.set()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert held.inside.wait(120), outcome  # the write is under way, inside write_numpy
+    aborter = threading.Thread(target=abort, daemon=True)
+    aborter.start()
+    # an abort that did not wait for the write would be done long before this: the
+    # one that waits stays blocked however long the write is held
+    aborter.join(0.5)
+    assert aborter.is_alive() and "abort" not in outcome, outcome
+    held.go.set()
+    for th in (aborter, writer):
+        th.join(120)
+        assert not th.is_alive(), outcome  # a hang guard, not a speed
+    assert outcome["during"] == "written" and outcome["abort"] == "done", outcome
+    assert isinstance(outcome["after"], ztensor.ClosedError), outcome
     assert _names(path) == ["old"] and _temps(tmp_path) == []
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from http_servers import raw, serving  # noqa: F401  (the fixture)
+from http_servers import NOT_FOUND, raw, serving, serving_files  # noqa: F401  (the fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -174,6 +174,18 @@ def test_a_config_whose_buffer_would_be_huge_is_refused_before_allocation(tmp_pa
 
 
 # ------------------------------------------------------------------ storage_options
+def _gpt2_files(transformers, tmp_path):
+    """A small GPT-2 (seeded) saved by ztensor.transformers.save_pretrained, and its
+    folder's files as a server holds them under /m/: (model, path -> bytes)."""
+    import ztensor.transformers as ztf
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=32, n_layer=1, n_head=4, vocab_size=64, n_positions=32))
+    folder = tmp_path / "m"
+    ztf.save_pretrained(model, folder)
+    return model, {"/m/" + p.name: p.read_bytes() for p in folder.iterdir()}
+
+
 def test_from_pretrained_and_load_file_take_storage_options(tmp_path, raw):  # noqa: F811
     """A server naming no version is refused unless storage_options opt in; the
     configs were opened without the caller's storage_options, so the opt-in (or
@@ -181,20 +193,8 @@ def test_from_pretrained_and_load_file_take_storage_options(tmp_path, raw):  # n
     transformers = pytest.importorskip("transformers")
     import ztensor.torch as zt
     import ztensor.transformers as ztf
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_embd=32, n_layer=1, n_head=4, vocab_size=64, n_positions=32))
-    folder = tmp_path / "m"
-    ztf.save_pretrained(model, folder)
-    files = {"/m/" + p.name: p.read_bytes() for p in folder.iterdir()}
-
-    def reply(method, asked, headers):
-        data = files.get(headers[":path"])
-        if data is None:
-            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        return serving(data, etag=None)(method, asked, headers)
-
-    server = raw(reply)
+    model, files = _gpt2_files(transformers, tmp_path)
+    server = raw(serving_files(files, etag=None))
     index = server.url("/m/model.zt.index.json")
     with pytest.raises(ztensor.UnsupportedError):
         ztf.from_pretrained(transformers.GPT2LMHeadModel, index)
@@ -391,8 +391,10 @@ def test_a_stream_chunk_that_would_overrun_is_refused_before_it_is_copied(tmp_pa
 
 
 def test_pickle_values_no_attribute_holds_are_counted_not_dropped_unsaid(tmp_path):
-    """None values were neither kept nor counted in pickle.omitted_attributes (bytes
-    come through torch.save's protocol 2 as _codecs.encode, refused as code)."""
+    """None values were neither kept nor counted in pickle.omitted_attributes.  (A
+    bytes value, which torch.save's protocol 2 writes as a call of _codecs.encode,
+    is read in that one form, encode(latin-1 text, "latin1"): foreign.pytorch's
+    _Load.encode; any other call of it is a FormatError.)"""
     path = str(tmp_path / "c.pt")
     torch.save({"w": torch.ones(2), "nothing": None, "scheduler": {"last": None},
                 "epoch": 3}, path)
@@ -421,12 +423,7 @@ def test_a_config_replaced_while_read_is_refused(tmp_path, raw):  # noqa: F811
     replaced between the HEAD and the GET was read as the other file."""
     transformers = pytest.importorskip("transformers")
     import ztensor.transformers as ztf
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_embd=32, n_layer=1, n_head=4, vocab_size=64, n_positions=32))
-    folder = tmp_path / "m"
-    ztf.save_pretrained(model, folder)
-    files = {"/m/" + p.name: p.read_bytes() for p in folder.iterdir()}
+    model, files = _gpt2_files(transformers, tmp_path)
     asked = {"n": 0}
 
     def config_now():
@@ -440,7 +437,7 @@ def test_a_config_replaced_while_read_is_refused(tmp_path, raw):  # noqa: F811
             return serving(config_now, etag=None)(method, asked_range, headers)
         data = files.get(path)
         if data is None:
-            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            return NOT_FOUND
         return serving(data, etag=None)(method, asked_range, headers)
 
     server = raw(reply)

@@ -16,41 +16,12 @@ import cbor2
 import numpy as np
 import pytest
 import zstandard
+from crafted import relaid, seek_table  # tests/ is on sys.path: conftest.py
 
 import ztensor
 from ztensor.io import seekable
 from ztensor.safe import safe_open
 from ztensor.tools.stats import tensor_stats
-
-SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
-
-
-def table(entries, checksums=None):
-    """A seek table's skippable frame: (compressed, decoded) per frame, and with
-    ``checksums`` the descriptor's checksum flag and a u32 after each entry."""
-    body = b""
-    for i, (c, d) in enumerate(entries):
-        body += struct.pack("<II", c, d)
-        if checksums is not None:
-            body += struct.pack("<I", checksums[i])
-    flag = 0x80 if checksums is not None else 0
-    body += struct.pack("<IBI", len(entries), flag, SEEKABLE)
-    return struct.pack("<II", SKIPPABLE, len(body)) + body
-
-
-def relaid(src, dst, stored, name="x"):
-    """``src`` (a v1.2 file whose last-written object is ``name``) with that object's
-    data component's stored bytes replaced by ``stored``."""
-    raw = src.read_bytes()
-    size = struct.unpack("<Q", raw[-16:-8])[0]
-    manifest = cbor2.loads(raw[-16 - size : -16])
-    comp = manifest["objects"][name]["components"]["data"]
-    body = raw[: comp["offset"]] + stored
-    body += bytes(-len(body) % 64)
-    comp["length"] = len(stored)
-    m = cbor2.dumps(manifest)
-    dst.write_bytes(body + m + struct.pack("<Q", len(m)) + b"ZTEN1000")
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +81,10 @@ def test_tiny_frames_that_lie_about_their_sizes_are_refused_by_every_read(writte
     frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0), (c1, d1) = entries[:2]
     lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
-    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
+    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + seek_table(lying))
     every_read_refuses(path, rows=(0, 1))
     # the same frames with an honest table read on every path
-    good = relaid(src, tmp_path / "good.zt", b"".join(frames) + table(entries))
+    good = relaid(src, tmp_path / "good.zt", b"".join(frames) + seek_table(entries))
     with ztensor.Reader(str(good)) as r:
         np.testing.assert_array_equal(r.read_numpy("x"), x)
         assert tensor_stats(r, "x")["count"] == x.size
@@ -132,7 +103,7 @@ def test_a_slice_across_two_lying_frames_is_refused_not_shifted(written, tmp_pat
     at = len(stored) - (8 + 8 * count + 9) + 8
     (c0, d0), (c1, d1) = [struct.unpack_from("<II", stored, at + 8 * i) for i in range(2)]
     frames = stored[: c0 + c1]
-    path = relaid(src, tmp_path / "shift.zt", frames + table([(c0, d0 - 4), (c1, d1 + 4)]))
+    path = relaid(src, tmp_path / "shift.zt", frames + seek_table([(c0, d0 - 4), (c1, d1 + 4)]))
     with safe_open(str(path), "np") as f:
         with pytest.raises(ztensor.FormatError) as err:
             f.get_slice("x")[250:260]  # rows 250..259 straddle the 1 MiB boundary
@@ -147,7 +118,7 @@ def test_dask_chunks_refuse_a_lying_table(written, tmp_path):
     frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0), (c1, d1) = entries[:2]
     lying = [(c0, d0 - 4), (c1, d1 + 4)] + entries[2:]
-    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + table(lying))
+    path = relaid(src, tmp_path / "tiny.zt", b"".join(frames) + seek_table(lying))
     arr = ztensor.dask.from_zt(str(path), "x", rows=64)
     with pytest.raises(ztensor.FormatError) as err:
         arr[:64].compute(scheduler="synchronous")
@@ -162,7 +133,7 @@ def test_a_frame_stored_in_zero_bytes_cannot_declare_decoded_bytes(written, tmp_
     frames, entries = frames_of(x.astype("<f4").tobytes(), 4096)
     (c0, d0) = entries[0]
     lying = [(0, 4), (c0, d0 - 4)] + entries[1:]
-    path = relaid(src, tmp_path / "zero.zt", b"".join(frames) + table(lying))
+    path = relaid(src, tmp_path / "zero.zt", b"".join(frames) + seek_table(lying))
     every_read_refuses(path, rows=(0, 1))
 
 
@@ -193,7 +164,7 @@ def checksummed(x, step=256 << 10):
 def test_a_table_with_checksums_reads_when_they_match(written, tmp_path):
     src, x = written
     frames, entries, sums = checksummed(x)
-    path = relaid(src, tmp_path / "sums.zt", b"".join(frames) + table(entries, sums))
+    path = relaid(src, tmp_path / "sums.zt", b"".join(frames) + seek_table(entries, sums))
     with ztensor.Reader(str(path)) as r:
         np.testing.assert_array_equal(r.read_numpy("x"), x)
         out = np.empty_like(x)
@@ -215,7 +186,7 @@ def test_a_frame_whose_bytes_differ_from_its_checksum_is_refused(written, tmp_pa
     swapped = zstandard.ZstdCompressor(level=1).compress(other.astype("<f4").tobytes()[3 * (256 << 10) : 4 * (256 << 10)])
     frames[3] = swapped
     entries[3] = (len(swapped), 256 << 10)
-    path = relaid(src, tmp_path / "splice.zt", b"".join(frames) + table(entries, sums))
+    path = relaid(src, tmp_path / "splice.zt", b"".join(frames) + seek_table(entries, sums))
     every_read_refuses(path, exc=ztensor.ChecksumError, rows=(200, 201))
     with safe_open(str(path), "np") as f:  # frames the slice does not touch still read
         np.testing.assert_array_equal(f.get_slice("x")[0:100], x[0:100])
@@ -227,7 +198,7 @@ def test_tiny_checksummed_frames_are_checked_too(written, tmp_path):
     src, x = written
     frames, entries, sums = checksummed(x, step=1024)
     sums[7] ^= 1
-    path = relaid(src, tmp_path / "tinysum.zt", b"".join(frames) + table(entries, sums))
+    path = relaid(src, tmp_path / "tinysum.zt", b"".join(frames) + seek_table(entries, sums))
     every_read_refuses(path, exc=ztensor.ChecksumError, rows=(1, 2))  # frame 7: row 1
 
 
@@ -347,7 +318,7 @@ def test_every_read_agrees_on_any_seek_table(small, tmp_path_factory, cuts, shif
         lying = by != 0
     sums = [seekable.frame_checksum(p) for p in parts] if checksums else None
     path = relaid(src, tmp_path_factory.mktemp("p") / "p.zt",
-                  b"".join(frames) + table([tuple(e) for e in entries], sums))
+                  b"".join(frames) + seek_table([tuple(e) for e in entries], sums))
     got = outcomes(path, x, (rows[0], max(rows[1], rows[0] + 1)))
     whole = {got["whole"], got["into"], got["stats"]}
     assert len(whole) == 1, got  # whole reads, read_into and stats agree

@@ -6,43 +6,17 @@ zstd's seekable format lays out other writers' tables."""
 
 from __future__ import annotations
 
-import struct
 import tracemalloc
 
-import cbor2
 import numpy as np
 import pytest
 import zstandard
-from http_servers import raw, serving  # noqa: F401  (raw: a fixture)
+from crafted import relaid, seek_table  # tests/ is on sys.path: conftest.py
+from http_servers import raw, serving_files  # noqa: F401  (raw: a fixture)
 
 import ztensor
 from ztensor import spec
 from ztensor.safe import safe_open
-
-SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
-
-
-def _seek_table(entries):
-    """A seek table's skippable frame: (compressed, decoded) per frame."""
-    body = b"".join(struct.pack("<II", c, d) for c, d in entries)
-    body += struct.pack("<IBI", len(entries), 0, SEEKABLE)
-    return struct.pack("<II", SKIPPABLE, len(body)) + body
-
-
-def _relaid(src, dst, stored, name="x"):
-    """``src`` (a v1.2 file) with object ``name``'s data component's stored bytes
-    replaced by ``stored`` (the last object written)."""
-    whole = src.read_bytes()
-    size = struct.unpack("<Q", whole[-16:-8])[0]
-    manifest = cbor2.loads(whole[-16 - size : -16])
-    comp = manifest["objects"][name]["components"]["data"]
-    body = whole[: comp["offset"]] + stored
-    body += bytes(-len(body) % 64)
-    comp["length"] = len(stored)
-    m = cbor2.dumps(manifest)
-    dst.write_bytes(body + m + struct.pack("<Q", len(m)) + b"ZTEN1000")
-    return dst
-
 
 # ---- d21ae55 (seekable.decode_frames): a slice's work follows the frames it reads.
 # decode_frames turned the WHOLE table's offsets into Python lists on every call, so
@@ -61,8 +35,8 @@ def test_a_slice_of_a_long_seek_table_allocates_for_its_frames_only(tmp_path):
     values = x.astype("<f4").tobytes()  # the file's byte order on any host
     cctx = zstandard.ZstdCompressor(level=1)
     frames = [cctx.compress(values[i * row : (i + 1) * row]) for i in range(frames_count)]
-    stored = b"".join(frames) + _seek_table([(len(f), row) for f in frames])
-    path = _relaid(src, tmp_path / "many.zt", stored)
+    stored = b"".join(frames) + seek_table([(len(f), row) for f in frames])
+    path = relaid(src, tmp_path / "many.zt", stored)
     with safe_open(str(path), "np") as f:
         piece = f.get_slice("x")
         np.testing.assert_array_equal(piece[0:1], x[0:1])  # the table parsed once
@@ -117,18 +91,6 @@ def test_a_compressed_sparse_object_is_checked_at_the_size_it_is_written(tmp_pat
 _SECRET = "S3CRETr7"
 
 
-def _serving_files(files):
-    replies = {path: serving(data) for path, data in files.items()}
-
-    def reply(method, asked, headers):
-        path = headers[":path"].split("?")[0]
-        if path not in replies:
-            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        return replies[path](method, asked, headers)
-
-    return reply
-
-
 def test_from_pretrained_over_a_url_keeps_no_credentials_in_the_models_config(raw, tmp_path):  # noqa: F811
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("torch")
@@ -141,7 +103,7 @@ def test_from_pretrained_over_a_url_keeps_no_credentials_in_the_models_config(ra
     ztf.save_pretrained(model, folder)
     weights = sorted(folder.glob("*.zt"))
     files = {f"/m/{p.name}": p.read_bytes() for p in folder.iterdir()}
-    server = raw(_serving_files(files))
+    server = raw(serving_files(files))
     scheme, rest = server.url(f"/m/{weights[0].name}").split("://", 1)
     url = f"{scheme}://alice:{_SECRET}@{rest}?sig={_SECRET}"
     loaded = ztf.from_pretrained(transformers.AutoModelForCausalLM, url)

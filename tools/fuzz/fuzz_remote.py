@@ -5,7 +5,7 @@
    parallel range requests) returns blobs of any length, over a valid .zt file;
 1. ``Reader(url)`` against a loopback HTTP server (127.0.0.1, a thread) that answers
    each request as drawn: status, Content-Range, Content-Length, Accept-Ranges, body
-   (tests/hostile_strategies.py's HostileHTTP and http_answers);
+   (tests/http_servers.py's HostileHTTP, tests/hostile_strategies.py's http_answers);
 2. ``open_sharded(url)`` of a served index with hostile shard names: every request
    must stay in the index's folder (the server decodes %2f and '..' as a naive static
    server does) and no byte of the secret above it comes back.
@@ -20,11 +20,12 @@ import atheris
 from common import LIMITS, run
 import hostile  # noqa: E402
 from hostile import hs
+from http_servers import HostileHTTP  # tests/, on the path once hostile is imported
 
 import ztensor
 
 CTX = hs.Ctx()
-SERVER = hs.HostileHTTP()
+SERVER = HostileHTTP(honest=hs.Answer)
 COUNT = [0]
 
 
