@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "byteswap.h"
+#include "copy.h"
 #include "zt_simd.h"
 
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -96,7 +97,7 @@ zt_status zt_bswap(const void *src, void *dst, size_t count, size_t width) {
     }
 #endif
     switch (width) {
-    case 1: if (s != d && count) memcpy(d, s, count); return ZT_OK;
+    case 1: return zt_copy(s, d, count);
     case 2:
     case 4:
     case 8: swap_portable(s, d, count, width); return ZT_OK;

@@ -182,3 +182,60 @@ def test_inference_tensors_are_left_to_torch(tmp_path):
 
     got, _ = _both(tmp_path, make, _full())
     assert "RuntimeError" in got and "inference" in got.lower()
+
+
+class Big(torch.nn.Module):
+    """Tensors past 1 MiB of every kind of dtype: load_model copies these with the
+    streaming copy kernel (frameworks.torch_bridge.copy_into), not torch's copy_."""
+
+    DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.bool,
+              torch.complex64, torch.float8_e4m3fn)
+
+    def __init__(self):
+        super().__init__()
+        for i, dtype in enumerate(self.DTYPES):
+            self.register_buffer(f"b{i}", torch.zeros(600_001 + i, dtype=dtype))
+
+
+def test_large_tensors_are_copied_bit_for_bit_by_the_streaming_kernel(tmp_path):
+    g = torch.Generator().manual_seed(3)
+    tensors = {}
+    for i, dtype in enumerate(Big.DTYPES):  # random bits: NaN payloads and all
+        bits = torch.randint(0, 256, (Big().get_buffer(f"b{i}").nbytes,), generator=g,
+                             dtype=torch.uint8)
+        tensors[f"b{i}"] = bits.view(dtype) if dtype != torch.bool else bits.bool()
+    path = str(tmp_path / "big.zt")
+    zt.save_file(tensors, path)
+    model = Big()
+    assert zt.load_model(model, path) == ([], [])
+    for name, want in tensors.items():
+        got = model.get_buffer(name)
+        assert got.dtype == want.dtype
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), name
+
+
+def test_copy_into_falls_back_to_torch_where_the_kernel_cannot_go():
+    from ztensor.frameworks.torch_bridge import copy_into
+
+    src = torch.arange(1 << 19, dtype=torch.float32)  # 2 MiB
+    cases = {
+        "non-contiguous target": (torch.zeros(2 << 19)[::2], src),
+        "non-contiguous value": (torch.zeros(1 << 19), torch.arange(2 << 19, dtype=torch.float32)[::2]),
+        "dtype conversion": (torch.zeros(1 << 19, dtype=torch.float64), src),
+        "broadcast": (torch.zeros(4, 1 << 17), torch.arange(1 << 17, dtype=torch.float32)),
+    }
+    for label, (target, value) in cases.items():
+        want = target.clone().copy_(value)
+        copy_into(target, value)
+        assert torch.equal(target, want), label
+    def overlapping(copy):  # two views of one buffer: whatever copy_ does, we do
+        whole = torch.arange(1 << 20, dtype=torch.float32)
+        try:
+            copy(whole[: 1 << 19], whole[1 << 18 : (1 << 18) + (1 << 19)])
+        except RuntimeError as exc:
+            return str(exc)
+        return whole
+
+    ours, torchs = overlapping(copy_into), overlapping(torch.Tensor.copy_)
+    assert type(ours) is type(torchs)
+    assert ours == torchs if isinstance(torchs, str) else torch.equal(ours, torchs)

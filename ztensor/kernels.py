@@ -64,6 +64,7 @@ if backend == "c":  # the numpy fallback decodes and encodes manifests through c
     manifest_encode = _impl.manifest_encode  # type: ignore[attr-defined]
     # read_numpy's zero-copy hot path over the manifest's tables
     ViewTable = _impl.ViewTable  # type: ignore[attr-defined]
+copy = _impl.copy
 copy_spans = _impl.copy_spans
 range_resident = _impl.range_resident
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
@@ -137,6 +138,7 @@ __all__ = [
     "cbor_scan",
     "cbor_check_canonical",
     "xxh3_64",
+    "copy",
     "copy_spans",
     "ggml_dequant",
     "cpu_threads",

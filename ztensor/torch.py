@@ -34,6 +34,7 @@ from ztensor.errors import FormatError
 from ztensor.foreign.names import NameTable
 from ztensor.frameworks.staging import for_device as staging_for
 from ztensor.frameworks.torch_bridge import (
+    copy_into,
     is_cpu,
     numpy_to_torch_plain,
     object_to_torch,
@@ -521,7 +522,7 @@ def _copy_plainly(
                 )
                 continue
             try:
-                target.copy_(value)
+                copy_into(target, value)
             except Exception as exc:  # torch's own wording, and its going on
                 errors.append(
                     f'While copying the parameter named "{key}", whose dimensions in the '

@@ -43,12 +43,17 @@ def outcomes(call):
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0], [4], [8]),
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [(1 << 64) - 1], [0], [2]),
     lambda k: k.copy_spans(U8, np.zeros(8, np.uint8), [0, 1], [0], [1]),
+    lambda k: k.copy(U8[:8], np.zeros(4, np.uint8)),
+    lambda k: k.copy(U8[:0], np.zeros(4, np.uint8)),
+    lambda k: (lambda b: k.copy(b[:40], b[8:48]))(np.zeros(64, np.uint8)),
+    lambda k: (lambda b: k.copy(b[8:48], b[:40]))(np.zeros(64, np.uint8)),
     lambda k: k.ggml_dequant(34, U8[:34], np.zeros(128, np.uint8)),
     lambda k: k.ggml_dequant(8, U8[:33], np.zeros(128, np.uint8)),
     lambda k: k.ggml_dequant(8, U8[:34], np.zeros(64, np.uint8)),
 ], ids=["bswap-width-3", "bswap-negative", "bswap-lengths", "fp8-kind-9", "fp8-to-bf16",
         "fp8-src-type-7", "unpack-bits-5", "unpack-short", "bf16-odd", "cbor-depth-0",
-        "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts", "ggml-type",
+        "copy-past-src", "copy-past-dst", "copy-wraps", "copy-counts", "copy-lengths",
+    "copy-empty-src", "copy-overlap-ahead", "copy-overlap-behind", "ggml-type",
         "ggml-partial-block", "ggml-short-out"])
 def test_bad_calls_raise_the_same_error_on_both_backends(call):
     seen = outcomes(call)
@@ -65,6 +70,29 @@ def test_copy_spans_copies_on_both_backends():
         impl.copy_spans(src, dst, np.array([10, 0, 63], np.uint64),
                         np.array([0, 8, 15], np.uint64), np.array([5, 3, 1], np.uint64))
         assert dst.tolist() == [10, 11, 12, 13, 14, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 63]
+
+
+@pytest.mark.parametrize("simd", [True, False])
+def test_copy_copies_every_byte_on_both_backends(simd):
+    """kernels.copy against numpy at lengths around the streaming threshold (1 MiB,
+    csrc/copy.c) and the 128-byte loop, at odd offsets of both buffers: the streamed
+    path must match byte for byte, and touch nothing outside the destination."""
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 256, (1 << 20) + 4096, dtype=np.uint8)
+    old = kernels.set_simd(simd)
+    try:
+        for impl in IMPLS:
+            for n in (0, 1, 127, 129, (1 << 20) - 1, 1 << 20, (1 << 20) + 77):
+                for so, do in ((0, 0), (3, 17), (31, 1)):
+                    dst = np.full(n + 64, 0xA5, np.uint8)
+                    impl.copy(src[so : so + n], dst[do : do + n])
+                    assert np.array_equal(dst[do : do + n], src[so : so + n]), (impl, n, so, do)
+                    assert (dst[:do] == 0xA5).all() and (dst[do + n :] == 0xA5).all()
+            same = src.copy()
+            impl.copy(same, same)  # one buffer given twice: nothing to move
+            assert np.array_equal(same, src)
+    finally:
+        kernels.set_simd(old)
 
 
 def dequant_args(**over):

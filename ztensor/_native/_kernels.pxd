@@ -35,6 +35,9 @@ cdef extern from "footer.h":
 cdef extern from "byteswap.h":
     zt_status zt_bswap(const void *src, void *dst, size_t count, size_t width) nogil
 
+cdef extern from "copy.h":
+    zt_status zt_copy(const void *src, void *dst, size_t n) nogil
+
 cdef extern from "residency.h":
     int zt_range_resident(const void *addr, size_t len) nogil
 

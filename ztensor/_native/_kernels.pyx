@@ -13,7 +13,6 @@ the Python copies (tests/test_c_constants.py).
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy
 
 import numpy as np
 
@@ -450,10 +449,28 @@ def copy_spans(const uint8_t[::1] src, uint8_t[::1] dst, src_offsets, dst_offset
         return
     cdef const uint8_t *sp = &src[0] if src.shape[0] else NULL
     cdef uint8_t *dp = &dst[0] if dst.shape[0] else NULL
+    cdef zt_status st = ZT_OK
     with nogil:
         for i in range(count):
             if n[i]:
-                memcpy(dp + d[i], sp + s[i], n[i])
+                st = zt_copy(sp + s[i], dp + d[i], n[i])
+                if st != ZT_OK:
+                    break
+    _raise_for_status(st, "copy_spans")
+
+
+def copy(const uint8_t[::1] src, uint8_t[::1] dst):
+    """dst[:] = src, the GIL released; large copies stream past the cache
+    (csrc/copy.c).  The buffers have one length and must not overlap."""
+    cdef size_t n = src.shape[0]
+    if n == 0 or dst.shape[0] == 0:
+        _contract.copy(n, dst.shape[0], 0, 0)
+        return
+    _contract.copy(n, dst.shape[0], <size_t>&src[0], <size_t>&dst[0])
+    cdef zt_status st
+    with nogil:
+        st = zt_copy(&src[0], &dst[0], n)
+    _raise_for_status(st, "copy")
 
 
 def set_simd(bint on):

@@ -58,6 +58,14 @@ def bswap(n_src: int, n_dst: int, width: int) -> None:
         fail("bswap", "buffers must have equal length, a multiple of width")
 
 
+def copy(n_src: int, n_dst: int, src_at: int, dst_at: int) -> None:
+    """One length; the ranges [src_at, +n) and [dst_at, +n) are one or disjoint."""
+    if n_dst != n_src:
+        fail("copy", "buffers must have equal length")
+    if src_at != dst_at and src_at < dst_at + n_dst and dst_at < src_at + n_src:
+        fail("copy", "the buffers overlap")
+
+
 def copy_spans(src_size: int, dst_size: int, src_offsets, dst_offsets, lengths):
     """The three span columns as contiguous uint64 arrays, checked."""
     import numpy as np

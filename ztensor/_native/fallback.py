@@ -78,6 +78,14 @@ def range_resident(buf):
     return True if len(memoryview(buf)) == 0 else None
 
 
+def copy(src, dst):
+    """dst[:] = src (one length; the buffers must not overlap)."""
+    src = np.frombuffer(src, np.uint8)
+    dst = np.frombuffer(dst, np.uint8)  # raises for a read-only dst, as C's wrapper does
+    _contract.copy(src.size, dst.size, src.ctypes.data, dst.ctypes.data)
+    np.copyto(dst, src)
+
+
 def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
     """dst[d:d+n] = src[s:s+n] for each span."""
     src = np.frombuffer(src, np.uint8)

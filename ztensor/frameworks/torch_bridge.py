@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ztensor import dtypes
+from ztensor import dtypes, kernels
 from ztensor.errors import UnsupportedError, memory_is_a_limit
 from ztensor.frameworks import LazyModule, staging
 from ztensor.io import components
@@ -249,3 +249,38 @@ def numpy_to_torch_plain(arr, device, sync=True):
     return _from_numpy(
         np.array(arr, dtype=arr.dtype.newbyteorder("=") if arr.dtype.itemsize > 1 else arr.dtype)
     )
+
+
+# Below this, torch's own copy_ is as fast and cheaper to call than a kernel call.
+_KERNEL_COPY_BYTES = 1 << 20
+
+
+def copy_into(target: torch.Tensor, value: torch.Tensor) -> None:
+    """``target.copy_(value)``.  A large copy between contiguous CPU tensors of one
+    dtype and shape is the streaming copy kernel's (``kernels.copy``), whose
+    non-temporal stores skip reading the destination into the cache first: loading
+    a checkpoint into a model is mostly this copy (docs/benchmarks.md, session 13).
+    Anything else, and tensors sharing memory, go through ``copy_``."""
+    if (
+        target.nbytes >= _KERNEL_COPY_BYTES
+        and target.device.type == "cpu"
+        and value.device.type == "cpu"
+        and target.dtype == value.dtype
+        and target.shape == value.shape
+        and target.is_contiguous()
+        and value.is_contiguous()
+        and not (target.requires_grad or value.requires_grad)
+        and not (target.is_conj() or target.is_neg() or value.is_conj() or value.is_neg())
+        and type(target) is torch.Tensor
+        and type(value) is torch.Tensor
+    ):
+        src, dst = _bytes_of(value), _bytes_of(target)
+        if not np.may_share_memory(src, dst):
+            kernels.copy(src, dst)
+            return
+    target.copy_(value)
+
+
+def _bytes_of(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor's bytes as a flat uint8 array over its memory."""
+    return t.reshape(-1).view(torch.uint8).numpy()
