@@ -192,3 +192,90 @@ def test_every_usage_error_is_one_line(capsys):
         code, _, err = _run(argv, capsys)
         assert code == 2 and err.count("\n") == 1 and "\x1b" not in err, (argv, err)
         assert err.startswith("ztensor"), err
+
+
+# ------------------------------------------------------------------ red team
+def _corrupted(path):
+    """A real .zt file whose second tensor's bytes no longer match its crc32c."""
+    with ztensor.Writer(path) as w:
+        w.write_numpy("a", np.arange(100.0), checksum="crc32c")
+        w.write_numpy("b", np.arange(100.0) + 5, checksum="crc32c")
+    with ztensor.Reader(path) as r:
+        offset = r.metadata("b").components["data"].offset
+    data = bytearray(path.read_bytes())
+    data[offset + 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("name", ["out.zt", "out.safetensors", "out.npz", "out.gguf"])
+def test_convert_never_launders_a_corrupted_tensor(tmp_path, capsys, name):
+    """``convert`` of a .zt whose tensor fails its digest wrote the damaged bytes,
+    exit 0, the digest dropped (``ztensor verify`` then called the output sound),
+    or with ``--checksum`` a fresh digest over them.  Every tensor a conversion
+    reads is checked (``convert_inputs.READ_OPTIONS``): one line naming the object,
+    exit 2, no output, an existing one untouched."""
+    src = _corrupted(tmp_path / "in.zt")
+    out = tmp_path / name
+    extra = ["--checksum", "sha256"] if name.endswith(".zt") else []
+    code, _, err = _run(["convert", src, out, *extra], capsys)
+    assert code == 2 and _one_error_line(err) and "'b'" in err and "mismatch" in err, err
+    assert not out.exists()
+    out.write_bytes(b"keep me")
+    code, _, err = _run(["convert", "--force", src, out], capsys)
+    assert code == 2 and out.read_bytes() == b"keep me"
+    assert sorted(os.listdir(tmp_path)) == sorted(["in.zt", name])  # no temporary left
+
+
+def test_dequantize_and_checkpoints_never_launder_a_corrupted_tensor(tmp_path, capsys):
+    """The same for ``dequantize`` and a checkpoint's shards (into a directory, and
+    merged into one file)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    _corrupted(folder / "model.zt")
+    for argv, out in ((["dequantize", folder / "model.zt"], tmp_path / "dq.zt"),
+                      (["convert", folder], tmp_path / "outdir"),
+                      (["convert", folder], tmp_path / "merged.safetensors"),
+                      (["convert", folder], tmp_path / "merged.zt")):
+        code, _, err = _run([*argv, out], capsys)
+        assert code == 2 and _one_error_line(err) and "mismatch" in err, (argv, err)
+        assert not out.exists(), argv
+
+
+def test_diff_takes_checkpoints_and_names_the_file_of_its_limit(tmp_path, capsys):
+    """``ztensor diff`` refused a checkpoint directory ("open it with
+    ztensor.open_sharded", advice for Python) where ``ls``, ``info``, ``stats`` and
+    ``verify`` take one (``cli.cmd_diff`` opens through ``cli._open_any``); and its
+    ``--max-elements`` refusal named the object but no file
+    (``cli._value_difference``)."""
+    st = pytest.importorskip("safetensors.numpy")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, value in ((one, 1.0), (two, 2.0)):
+        folder.mkdir()
+        st.save_file({"w": np.full(4, value, np.float32), "same": np.zeros(2, np.float32)},
+                     str(folder / "model.safetensors"))
+    code, text, err = _run(["diff", "--json", one, two], capsys)
+    assert code == 1 and err == "", err
+    changes = json.loads(text)["changes"]
+    assert [c["name"] for c in changes] == ["w"]
+    assert _run(["diff", one, one], capsys)[:2] == (0, "identical\n")
+    code, _, err = _run(["diff", "--max-elements", "1", one, two], capsys)
+    assert code == 2 and _one_error_line(err), err
+    assert err.startswith(f"ztensor: {one}: object "), err
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux /proc")
+@pytest.mark.parametrize(
+    "argv", [["convert", "MEM", "OUT"], ["dequantize", "MEM", "OUT"], ["diff", "GOOD", "MEM"],
+             ["diff", "MEM", "GOOD"]]
+)
+def test_an_os_error_naming_no_file_is_said_of_the_input(source, tmp_path, capsys, argv):
+    """Reading ``/proc/self/mem`` fails with EIO, and Python's OSError names no file:
+    ``convert``, ``dequantize`` and ``diff`` printed ``ztensor: Input/output error``,
+    which of the two files unsaid (``cli._run``, ``cli._open_any``)."""
+    where = {"MEM": "/proc/self/mem", "GOOD": str(source), "OUT": str(tmp_path / "o.zt")}
+    argv = [where.get(a, a) for a in argv]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and _one_error_line(err), err
+    assert err.startswith("ztensor: /proc/self/mem: "), err
+    assert not (tmp_path / "o.zt").exists()

@@ -13,6 +13,7 @@
 
 Bad input files print one line (``ztensor: <file>: <problem>``) and exit 2, never a
 traceback.  ``verify`` and ``diff`` exit 1 when the file is broken / the files differ.
+Output lost to a closed pipe is never success (``_status``: 141, or the 1 or 2 found).
 Long work shows progress on a terminal (stderr), unless ``--quiet``.
 """
 
@@ -47,6 +48,7 @@ from ztensor.errors import (
 from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
+from ztensor.tools import convert_inputs
 from ztensor.tools.convert import convert
 from ztensor.tools.stats import (
     DEFAULT_MAX_ELEMENTS,
@@ -271,10 +273,17 @@ def _is_sharded(path):
 
 
 def _open_any(path):
-    """A Reader, or a ShardedReader for a checkpoint directory or index file."""
-    if _is_sharded(path):
-        return open_sharded(path)
-    return Reader(path)
+    """A Reader, or a ShardedReader for a checkpoint directory or index file.  An
+    OSError naming no file (``EIO`` reading ``/proc/self/mem``) is given ``path``:
+    ``diff`` has two inputs, and its line must say which one failed."""
+    try:
+        if _is_sharded(path):
+            return open_sharded(path)
+        return Reader(path)
+    except OSError as exc:
+        if not exc.filename and not isinstance(exc, ZTensorError):
+            exc.filename = path
+        raise
 
 
 def cmd_verify(args, out):
@@ -568,7 +577,8 @@ def cmd_dequantize(args, out):
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
     converted = 0
-    with Reader(args.input) as reader, Writer(args.output, attributes=reader.attributes) as writer:
+    reader = convert_inputs.input_reader(args.input)  # digests checked as it reads
+    with reader, Writer(args.output, attributes=reader.attributes) as writer:
         progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
         for name in reader.keys():
             obj = reader.read(name)
@@ -589,7 +599,9 @@ def _decodable(obj):
 
 
 def cmd_diff(args, out):
-    with Reader(args.a) as a, Reader(args.b) as b:
+    # a checkpoint directory or index on either side, as ls, info, stats and verify
+    # take one (it was "open a checkpoint directory with ztensor.open_sharded")
+    with _open_any(args.a) as a, _open_any(args.b) as b:
         names_a, names_b = set(a.keys()), set(b.keys())
         changes = [{"name": n, "change": "removed"} for n in sorted(names_a - names_b)]
         changes += [{"name": n, "change": "added"} for n in sorted(names_b - names_a)]
@@ -643,7 +655,7 @@ def _compare(a, b, name, max_elements):
         x, y = np.asarray(ta.components[role]), np.asarray(tb.components[role])
         if x.shape != y.shape or x.dtype != y.dtype:
             return {role: f"{x.dtype}{list(x.shape)} -> {y.dtype}{list(y.shape)}"}
-        difference = _value_difference(x, y, max_elements, name)
+        difference = _value_difference(x, y, max_elements, name, a.path)
         if difference:
             return {role: difference}
     return None
@@ -683,11 +695,12 @@ def _attribute_difference(x, y):
 _DIFF_CHUNK = 1 << 18  # elements per step: a few MiB of scratch whatever the size
 
 
-def _value_difference(x, y, max_elements, name):
+def _value_difference(x, y, max_elements, name, path):
     """None when the stored elements are identical bit for bit, else a summary.
     Walks both arrays in chunks: peak memory is a few chunks, not copies of both.
     Axes that repeat one element in both (stride 0: torch's expand) are compared
-    once; more than ``max_elements`` distinct elements is a LimitError (stats.py)."""
+    once; more than ``max_elements`` distinct elements is a LimitError (stats.py)
+    naming ``path`` (the first file) and the object: it named the object alone."""
 
     total = x.size
     repeat = 1
@@ -701,6 +714,7 @@ def _value_difference(x, y, max_elements, name):
         raise LimitError(
             f"{x.size} elements to compare, more than the limit of "
             f"{max_elements}: raise it with --max-elements N",
+            path=path,
             obj=name,
         )
     floating = x.dtype.kind in "fc" or x.dtype.name in ("bfloat16",) or "float8" in x.dtype.name
@@ -1072,9 +1086,11 @@ def _run(args, out) -> int:
         else:
             # the OS names no file for some failures (an EIO while reading, an empty
             # name): a command of one input names that input, so the line says which
+            # (convert and dequantize too: what they write fails as a WriteError
+            # naming the output)
             name = exc.filename
-            if not name and len(COMMANDS[args.command][2]) == 1:
-                name = args.file
+            if not name:  # None or '' (diff's own '' is kept: it names the file)
+                name = getattr(args, "file", getattr(args, "input", name))
             label = "" if name is None else os.fsdecode(name) or "''"
             text = f"{label}: {exc.strerror or exc}".lstrip(": ")
         _say(_printable(text))

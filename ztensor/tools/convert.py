@@ -150,7 +150,7 @@ class _Counter:
 def _convert_file(source, target, compress, checksum, counter):
 
     kind = exporters.format_for(target)  # the output's name says its format
-    with Reader(source) as reader:
+    with convert_inputs.input_reader(source) as reader:
         if kind != "zt":  # each exporter plans, then writes
             return exporters.writer_for(kind)(reader, target, progress=counter.add)
         exporters.plan_zt(reader)  # what .zt cannot hold, refused before the file exists
@@ -497,7 +497,9 @@ class _MergedReader:
         file = self._file_of[name]
         if file != self._file:
             self.close()
-            self._reader = self._checkpoint.open_shard(file, unlisted_ok=True)
+            self._reader = self._checkpoint.open_shard(
+                file, unlisted_ok=True, **convert_inputs.READ_OPTIONS
+            )
             self._file = file
         return self._reader
 

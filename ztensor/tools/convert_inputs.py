@@ -7,6 +7,13 @@ formats themselves live in ``ztensor/foreign/`` (one module each, shared with
 come out as v1.2).  Tensors come in the canonical order (``_save.canonical_order``,
 by name), not the input's, so a conversion gives the same ``.zt`` bytes for the
 same tensors however the input file ordered them.
+
+Every ``.zt`` input a conversion reads is read through :data:`READ_OPTIONS`: each
+component's digest is checked as it is read, so a corrupted tensor stops the
+conversion (a ``ChecksumError`` naming it, nothing written) instead of being
+copied, its digest dropped or a new one (``--checksum``) computed over the
+damaged bytes: the one moment corruption could be laundered into a file that
+``ztensor verify`` then calls sound.
 """
 
 from __future__ import annotations
@@ -23,6 +30,14 @@ from ztensor.tensor import Tensor
 PathLike = Union[str, "os.PathLike[str]"]
 # (file attributes, iterator of (name, Tensor)): one tensor at a time
 Opened = Tuple[Dict[str, Any], Iterator[Tuple[str, Tensor]]]
+# the Reader options of every input a conversion (convert, dequantize, a checkpoint's
+# shards) reads tensors from: digests checked on each read (the module doc says why)
+READ_OPTIONS: Dict[str, Any] = {"verify": True}
+
+
+def input_reader(path: PathLike) -> Reader:
+    """A Reader of a conversion's input file, with :data:`READ_OPTIONS`."""
+    return Reader(path, **READ_OPTIONS)
 
 
 def open_any(path: PathLike) -> Opened:
@@ -53,7 +68,7 @@ def open_any(path: PathLike) -> Opened:
 
 def open_zt(path: PathLike) -> Opened:
 
-    reader = Reader(path)
+    reader = input_reader(path)
 
     def tensors():
         with reader:
