@@ -17,6 +17,24 @@ Breaks found and fixed (each test below fails without its fix):
 * the reader held a manifest to ``Limits.max_manifest_size`` alone, the writer to
   that and the spec's 1 GiB ceiling: two copies of one rule, which differed
   (``manifest_checks.check_file_totals``, for both).
+
+Red team of the write path (variants nobody listed):
+
+* a writer dropped with a stream open (state "streaming") kept its temporary file:
+  ``Writer.__del__`` cleaned up an "open" writer only.
+* a stream chunk of no bytes (a list, a str, None, a strided memoryview) was a bare
+  TypeError (``TensorStream._array_of``: a FormatError naming the file and stream).
+* a ragged list given to write_numpy, write or replace_tensor was numpy's bare
+  ValueError (``writer.array_of``, the one conversion).
+* replace_tensor's shape/type mismatch was a bare ValueError (now a FormatError,
+  still a ValueError, naming the file and object).
+* ``write_numpy(type="bf16")`` of complex or bool values, or of uint16 bits, was an
+  error naming no file or object (``writer._encode_as``).
+* a Tensor whose ``types`` was set to a non-dict was a bare AttributeError.
+* ``compress=np.int64(5)`` was refused: a numpy int is a level (``writer._zstd_level``).
+* checked, not broken: a full disk (RLIMIT_FSIZE) in save_file, a stream and an
+  append leaves the old file, its mode and no temporary file
+  (test_a_full_disk_leaves_the_old_file_its_mode_and_no_temporary).
 """
 
 from __future__ import annotations
@@ -280,3 +298,146 @@ def test_reader_and_writer_hold_a_manifest_to_one_ceiling(tmp_path, monkeypatch)
     assert write.value.path == path and "nothing was written" in str(write.value)
     monkeypatch.setattr(spec, "SPEC_MAX_MANIFEST", 1 << 30)
     assert len(_names(path)) == 20  # the old file kept
+
+
+# ---------------------------------------------------------------- red team, round 13
+def test_a_writer_dropped_with_its_stream_open_keeps_no_temporary(tmp_path):
+    """A stream never closed holds its writer; both dropped together left the
+    temporary file (``__del__`` cleaned up an "open" writer only, not a
+    "streaming" one), and said nothing."""
+    import gc
+    import warnings
+
+    def dropped():
+        w = Writer(str(tmp_path / "x.zt"))
+        s = w.stream("s", (4,), np.float32)
+        s.write(np.ones(2, np.float32))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dropped()
+        gc.collect()
+    assert _temps(tmp_path) == [] and os.listdir(tmp_path) == []
+    assert any("never closed" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [[1.0, 2.0], "abcdefgh", None, memoryview(np.ones((4, 2), np.float32))[::2]],
+    ids=["list", "str", "None", "strided-memoryview"],
+)
+def test_a_chunk_of_no_bytes_is_an_error_naming_the_stream(tmp_path, chunk):
+    path = str(tmp_path / "x.zt")
+    with Writer(path) as w:
+        with w.stream("s", (2,), np.float32) as s:
+            with pytest.raises(FormatError) as info:
+                s.write(chunk)
+            assert (info.value.path, info.value.obj) == (path, "s")
+            s.write(np.array([1.0, 2.0], np.float32))  # nothing of it was written
+    with Reader(path) as r:
+        assert r.read_numpy("s").tolist() == [1.0, 2.0]
+
+
+def test_a_value_numpy_cannot_make_one_array_of_names_the_object(tmp_path):
+    """A ragged list was numpy's bare ValueError, from write_numpy, write and
+    replace_tensor alike (writer.array_of, for all)."""
+    path = str(tmp_path / "x.zt")
+    ztnp.save_file({"a": np.ones(2)}, path)
+    ragged = [[1.0], [1.0, 2.0]]
+    with pytest.raises(FormatError) as edit:
+        ztensor.replace_tensor(path, "a", ragged)
+    assert (edit.value.path, edit.value.obj) == (path, "a")
+    with Writer(path) as w:
+        with pytest.raises(FormatError) as direct:
+            w.write_numpy("r", ragged)
+        assert (direct.value.path, direct.value.obj) == (path, "r")
+        with pytest.raises(FormatError) as composite:
+            w.write("q", ztensor.Tensor({"x": ragged}, shape=(2,), format="mine"))
+        assert (composite.value.path, composite.value.obj) == (path, "q")
+        w.write_numpy("ok", [1.0, 2.0])  # a list numpy takes is still fine
+    assert _names(path) == ["ok"]
+
+
+def test_replace_tensor_of_another_shape_or_type_names_the_object(tmp_path):
+    path = str(tmp_path / "x.zt")
+    ztnp.save_file({"a": np.ones(2)}, path)
+    for data in (np.ones(3), np.ones(2, np.float32)):
+        with pytest.raises(FormatError) as info:  # a ValueError still
+            ztensor.replace_tensor(path, "a", data)
+        assert (info.value.path, info.value.obj) == (path, "a")
+    assert ztnp.load_file(path)["a"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.bool_])
+def test_an_encoding_refused_names_the_file_and_object(tmp_path, dtype):
+    path = str(tmp_path / "x.zt")
+    with Writer(path) as w:
+        with pytest.raises(ztensor.UnsupportedError) as info:
+            w.write_numpy("a", np.ones(3, dtype), type="bf16")
+        assert (info.value.path, info.value.obj) == (path, "a")
+        with pytest.raises(FormatError) as bits:
+            w.write_numpy("b", np.ones(3, np.uint16), type="bf16")
+        assert (bits.value.path, bits.value.obj) == (path, "b")
+
+
+def test_a_tensors_types_set_to_no_dict_is_refused(tmp_path):
+    path = str(tmp_path / "x.zt")
+    t = ztensor.Tensor({"data": np.ones(2)})
+    t.types = 5  # a plain attribute: was a bare AttributeError inside the writer
+    with Writer(path) as w:
+        with pytest.raises(FormatError) as info:
+            w.write("t", t)
+        assert (info.value.path, info.value.obj) == (path, "t")
+
+
+def test_a_numpy_integer_is_a_zstd_level(tmp_path):
+    path = str(tmp_path / "x.zt")
+    with Writer(path) as w:
+        w.write_numpy("a", np.zeros(1000), compress=np.int64(5))
+        with w.stream("s", (1000,), np.float64, compress=np.int32(1)) as s:
+            s.write(np.zeros(1000))
+    with Reader(path) as r:
+        assert r.metadata("a").components["data"].encoding == "zstd"
+        assert r.metadata("s").components["data"].encoding == "zstd"
+        assert r.read_numpy("a").tolist() == [0.0] * 1000
+
+
+_FULL_DISK = """
+import os, resource, signal, sys
+import numpy as np, ztensor, ztensor.numpy as ztnp
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit is EFBIG
+path = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+def streamed():
+    with ztensor.Writer(path) as w:
+        with w.stream("s", (1 << 16,), np.float64, checksum="sha256") as s:
+            for i in range(16):
+                s.write(np.random.rand(1 << 12))
+def appended():
+    with ztensor.Writer.append(path) as w:
+        w.write_numpy("more", np.ones(1 << 16))
+for how in (lambda: ztnp.save_file({"big": np.random.rand(1 << 16)}, path, compress=True),
+            streamed, appended):
+    try:
+        how()
+        print("no error")
+    except ztensor.WriteError as e:
+        assert e.path == path, e
+        print("WriteError")
+"""
+
+
+def test_a_full_disk_leaves_the_old_file_its_mode_and_no_temporary(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk: every write past 64 KiB fails."""
+    import subprocess
+
+    path = str(tmp_path / "x.zt")
+    ztnp.save_file({"old": np.arange(4.0)}, path)
+    os.chmod(path, 0o640)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, path], capture_output=True, text=True, timeout=600
+    )
+    assert proc.stdout.split() == ["WriteError"] * 3, proc.stderr[-2000:]
+    assert os.listdir(tmp_path) == ["x.zt"]
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o640)
+    assert ztnp.load_file(path)["old"].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Optional, Union
 
-import numpy as np
-
 from ztensor.container.reader import Reader
-from ztensor.container.writer import Writer, require_writable_version
+from ztensor.container.writer import Writer, array_of, require_writable_version
 from ztensor.errors import FormatError, ObjectNotFoundError
 from ztensor.frameworks.torch_bridge import to_numpy_for_writing
 from ztensor.io import atomic
@@ -87,9 +85,12 @@ def replace_tensor(
         if tuple(arr.shape) != tuple(meta.shape) or (
             current is not None and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
         ):
-            raise ValueError(
-                f"{old.path}: object {name!r}: the new data is {arr.dtype}"
-                f"{list(arr.shape)}, the object is {meta.dtype}{list(meta.shape)}"
+            # a FormatError (a ValueError, as it was) naming the file and object
+            raise FormatError(
+                f"the new data is {arr.dtype}{list(arr.shape)}, the object is "
+                f"{meta.dtype}{list(meta.shape)}",
+                path=old.path,
+                obj=name,
             )
         if compress is None:
             compress = comp.encoding == "zstd"
@@ -130,4 +131,4 @@ def _as_array(data, name, path):
     if type(data).__module__.startswith("torch"):
         arr, _ = to_numpy_for_writing(data, name, path)
         return arr
-    return np.asarray(data)
+    return array_of(data, path, name)  # the Writer's own conversion

@@ -93,7 +93,15 @@ class TensorStream:
                     obj=self.name,
                 )
             return chunk
-        return np.frombuffer(memoryview(chunk).cast("B"), np.uint8)
+        try:
+            return np.frombuffer(memoryview(chunk).cast("B"), np.uint8)
+        except (TypeError, ValueError) as exc:  # not bytes-like, or not contiguous
+            raise FormatError(
+                "a chunk is a numpy array, a torch tensor or contiguous bytes, not "
+                f"{type(chunk).__name__} ({exc})",
+                path=self._writer.path,
+                obj=self.name,
+            ) from None
 
     def _little_endian_bytes(self, arr):
         """The elements of ``arr`` (within the tensor's size) as little-endian bytes."""

@@ -224,7 +224,7 @@ class Writer:
             and self._write_plain(name, array)
         ):
             return
-        arr, types = _encode_as(np.asarray(array), type, saturate)
+        arr, types = _encode_as(array_of(array, self.path, name), type, saturate, self.path, name)
         self._write_object(
             name, "dense", arr.shape, {"data": arr}, types, attributes, compress, checksum
         )
@@ -544,6 +544,13 @@ class Writer:
         attributes = _check_attributes(attributes, self.path, name)
         if not isinstance(arrays, dict) or not arrays and fmt == "dense":
             raise FormatError("an object needs a dict of components", path=self.path, obj=name)
+        if not isinstance(types, dict):  # a Tensor's plain attribute, set after it was made
+            raise FormatError(
+                "types must be a dict of role name -> type name, not "
+                f"{builtins.type(types).__name__}",
+                path=self.path,
+                obj=name,
+            )
         for role in arrays:
             attrs.check_name(role, "component names", path=self.path, obj=name)
         prepared = [
@@ -614,7 +621,7 @@ class Writer:
 
     def _prepare(self, name, role, arr, explicit):
         """(C-contiguous array, storage dtype, logical type) of one component."""
-        arr = np.asarray(refuse_masked(arr, name))
+        arr = array_of(arr, self.path, name, role)
         storage, ltype = self._storage_of(name, role, arr.dtype, explicit)
         if not arr.flags.c_contiguous:
             # a view may show far more elements than it holds (np.broadcast_to, a
@@ -806,7 +813,8 @@ class Writer:
         raise refuse_copy(self, self.path)  # a copy's __del__ would abort this file
 
     def __del__(self):
-        if getattr(self, "_state", "closed") == "open":
+        # "streaming": a stream never closed holds the writer, and both went together
+        if getattr(self, "_state", "closed") in ("open", "streaming"):
             # nothing was promised to the final name: drop the temporary file, and
             # say so, as Python does for a file never closed
             shown = repr(self)
@@ -854,16 +862,40 @@ class _BoolSink:
 FP8_MAX = {"f8_e4m3fn": 448.0, "f8_e5m2": 57344.0, "f8_e4m3fnuz": 240.0, "f8_e5m2fnuz": 57344.0}
 
 
-def _encode_as(arr, type_name, saturate=False):
+def array_of(value: Any, path: Any, name: Any, role: str = "data") -> np.ndarray:
+    """``value`` (an array, or what numpy makes one of) as a numpy array to write:
+    the one conversion every writing call makes (write_numpy, write, the edits'
+    replace_tensor).  A masked array is refused (tensor.refuse_masked); a value
+    numpy cannot make one array of (a ragged list, a list of arrays of other
+    shapes) is a FormatError naming the file and the object, where it was numpy's
+    bare ValueError."""
+    refuse_masked(value, name)
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise FormatError(
+            f"cannot make one array of this {builtins.type(value).__name__}: {exc}",
+            path=path,
+            obj=name,
+            component=role,
+        ) from None
+
+
+def _encode_as(arr, type_name, saturate=False, path=None, name=None):
     """(array to store, types) for write_numpy's ``type=``: it always means "encode
     these values".  uint8/uint16 input is refused: such arrays are as likely to be
-    FP8/bf16 bit patterns as numbers, and guessing wrong changes every value."""
+    FP8/bf16 bit patterns as numbers, and guessing wrong changes every value.
+    Errors name ``path`` and the object ``name``."""
     if type_name is None:
         if saturate:
             raise ValueError("saturate= applies to type='f8_...' encodings only")
         return arr, {}
     if arr.dtype.kind not in "fiu":
-        raise UnsupportedError(f"type={type_name!r} needs real numbers, not {arr.dtype}")
+        raise UnsupportedError(
+            f"type={type_name!r} needs real numbers, not {arr.dtype}", path=path, obj=name
+        )
     if type_name in ("bf16", "bfloat16", *dtypes.FP8_TYPES) and arr.dtype in (
         np.dtype(np.uint8),
         np.dtype(np.uint16),
@@ -872,7 +904,9 @@ def _encode_as(arr, type_name, saturate=False):
             f"type={type_name!r} encodes values, and {arr.dtype} data may "
             "already be encoded bits: pass float values to encode, or store "
             "bits as they are with write(name, Tensor({'data': codes}, "
-            f"types={{'data': {type_name!r}}}))"
+            f"types={{'data': {type_name!r}}}))",
+            path=path,
+            obj=name,
         )
     if type_name in ("bf16", "bfloat16"):
         return floatconv.float32_to_bf16(arr), {"data": "bf16"}
@@ -887,6 +921,8 @@ def _encode_as(arr, type_name, saturate=False):
 
 
 def _zstd_level(compress, path):
+    if isinstance(compress, np.integer):  # a numpy int is a level too (np.bool_ is not one)
+        compress = int(compress)
     if compress is None or compress is False or (type(compress) is int and compress == 0):
         return 0
     if compress is True:
