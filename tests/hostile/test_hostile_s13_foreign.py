@@ -205,3 +205,112 @@ def test_a_callers_file_with_its_own_readahead_cache_still_reads(bucket, tmp_pat
                 client.put_object(Bucket=name, Key="m.zt", Body=two)
                 with pytest.raises(ztensor.FormatError, match="changed on the server"):
                     r.read_numpy("y", copy=True)
+
+
+# ---------------------------------------------------------------- torch's lazy bits
+
+
+def _resolved(t):
+    import torch
+
+    t = t.resolve_conj().resolve_neg()
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def test_torch_conjugate_and_negative_views_read_as_torch_load_gives_them(tmp_path):
+    """torch.save of a conjugate view (``x.conj()``) or a negative one (its
+    ``.imag``, ``torch._neg_view``) writes the storage's plain values and a metadata
+    argument ``{"conj": True}`` / ``{"neg": True}``; the reader dropped it and gave the
+    conjugate's values (``1+1j`` for ``1-1j``), silently."""
+    torch = pytest.importorskip("torch")
+    base = torch.complex(torch.arange(4.0), torch.ones(4))
+    state = {
+        "plain": base,
+        "conj": base.conj(),  # one storage, three views of it
+        "conj_slice": base.conj()[1:3],
+        "neg_conj": torch._neg_view(base.conj()),
+        "imag_of_conj": torch.complex(torch.arange(3.0), torch.ones(3)).conj().imag,
+        "bf16_neg": torch._neg_view(torch.arange(4.0).to(torch.bfloat16)),
+        "int_neg": torch._neg_view(torch.arange(4, dtype=torch.int32)),
+        "expanded_conj": torch.complex(torch.ones(1), torch.ones(1)).conj().expand(1000),
+    }
+    assert state["conj"].is_conj() and state["imag_of_conj"].is_neg()
+    path = tmp_path / "lazy.pt"
+    torch.save(state, path)
+    want = {k: _resolved(v) for k, v in torch.load(path, weights_only=True).items()}
+    with ztensor.Reader(path) as r:
+        for key, value in want.items():
+            got = r.read_numpy(key)
+            got = got.view(np.int16) if key == "bf16_neg" else got
+            np.testing.assert_array_equal(got, value, err_msg=key)
+        # the storage is resolved once, the stride-0 view stays a view of it
+        assert r.read_numpy("expanded_conj").strides == (0,)
+
+
+def _lazy_checkpoint(tmp_path, metadata, storage="ComplexFloatStorage", data=None):
+    """A torch.save checkpoint of one tensor ``a`` whose rebuild call's metadata
+    argument is ``metadata`` (the pickle written by hand: torch.save writes only
+    ``{"conj": True}`` / ``{"neg": True}``)."""
+    torch = pytest.importorskip("torch")
+    import collections
+    import io
+    import pickle
+    import zipfile
+
+    data = np.arange(8, dtype=np.float32).tobytes() if data is None else data
+    cls = getattr(torch, storage)
+    numel = len(data) // {"ComplexFloatStorage": 8, "FloatStorage": 4, "BoolStorage": 1}[storage]
+
+    class Marker:
+        pass
+
+    class Rebuild:
+        def __reduce__(self):
+            return torch._utils._rebuild_tensor_v2, (
+                Marker(), 0, (numel,), (1,), False, collections.OrderedDict(), metadata,
+            )
+
+    class P(pickle.Pickler):
+        def persistent_id(self, obj):
+            return ("storage", cls, "0", "cpu", numel) if isinstance(obj, Marker) else None
+
+    buf = io.BytesIO()
+    P(buf, protocol=2).dump({"a": Rebuild()})
+    path = tmp_path / "m.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("m/data.pkl", buf.getvalue())
+        z.writestr("m/byteorder", "little")
+        z.writestr("m/data/0", data)
+        z.writestr("m/version", "3\n")
+    return path
+
+
+@pytest.mark.parametrize("metadata", [{"conj": False}, {"conj": 1}, {"neg": None}, [("conj", True)]])
+def test_torch_lazy_bit_metadata_other_than_torch_writes_is_refused(tmp_path, metadata):
+    """torch.load sets the bit when the key is there, whatever its value
+    (``{"conj": False}`` conjugates): a reader taking the value at its word gives
+    other numbers, so only what torch.save writes is read."""
+    path = _lazy_checkpoint(tmp_path, metadata)
+    with pytest.raises(FormatError, match="metadata") as info:
+        ztensor.Reader(path)
+    assert info.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    "metadata, storage, data",
+    [({"conj": True}, "FloatStorage", None), ({"neg": True}, "BoolStorage", b"\0\1\0\1")],
+)
+def test_torch_lazy_bit_on_a_type_torch_cannot_resolve_is_refused(
+    tmp_path, metadata, storage, data
+):
+    path = _lazy_checkpoint(tmp_path, metadata, storage, data)
+    with pytest.raises(ztensor.UnsupportedError, match="lazy") as info:
+        ztensor.Reader(path)
+    assert info.value.path == str(path) and info.value.obj == "a"
+
+
+def test_torch_lazy_bit_metadata_with_other_keys_reads(tmp_path):
+    """Keys torch ignores are ignored; the values are the storage's."""
+    path = _lazy_checkpoint(tmp_path, {"other": True}, "FloatStorage")
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("a"), np.arange(8, dtype=np.float32))

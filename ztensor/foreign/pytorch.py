@@ -144,14 +144,51 @@ class _StorageRef:
 
 
 class _TensorRecord:
-    """A rebuilt tensor: its storage, checked geometry and element type; its array is
-    made once the storages are read."""
+    """A rebuilt tensor: its storage, checked geometry, element type (``torch``: the
+    name torch gives it) and torch's lazy bits (``bits``: ``"conj"``, ``"neg"``, see
+    :func:`_lazy_bits`); its array is made once the storages are read."""
 
-    __slots__ = ("storage", "offset", "size", "stride", "dtype", "ltype")
+    __slots__ = ("storage", "offset", "size", "stride", "dtype", "ltype", "torch", "bits")
 
-    def __init__(self, storage, offset, size, stride, dtype, ltype):
+    def __init__(self, storage, offset, size, stride, dtype, ltype, torch="", bits=()):
         self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
-        self.dtype, self.ltype = dtype, ltype
+        self.dtype, self.ltype, self.torch, self.bits = dtype, ltype, torch, bits
+
+
+# torch's lazy bits (torch._utils.get_tensor_metadata, the metadata argument of the
+# rebuild functions): a tensor saved with its conjugate or negative bit set holds the
+# storage's values conjugated or negated, and torch.load gives them so.  Bit -> the
+# torch types torch resolves it for (resolve_conj, resolve_neg; others fail there)
+_LAZY_BITS = {
+    "conj": frozenset({"complex64", "complex128"}),
+    "neg": frozenset(
+        {"float64", "float32", "float16", "bfloat16", "complex64", "complex128"}
+        | {"int8", "int16", "int32", "int64", "uint8"}
+    ),
+}
+
+
+def _lazy_bits(metadata) -> tuple:
+    """The lazy bits a rebuild function's ``metadata`` sets: None or a dict, as
+    torch.save writes it (``{"conj": True}``, ``{"neg": True}``; other keys torch
+    ignores).  torch.load sets a bit whenever its key is there, whatever the value,
+    so a value other than True (``{"conj": False}``) is a FormatError: another reader
+    would take it at its word.  Dropping the bits read a conjugated tensor as its
+    conjugate's values."""
+    if metadata is None:
+        return ()
+    if not isinstance(metadata, dict):
+        raise FormatError(f"a tensor's metadata is {_kind(metadata)}, not a dict")
+    bits = []
+    for bit in _LAZY_BITS:
+        if bit in metadata:
+            if metadata[bit] is not True:
+                raise FormatError(
+                    f"a tensor's metadata gives {bit!r} as {_show(metadata[bit])}: "
+                    "torch.save writes True, and torch.load sets the bit whatever the value"
+                )
+            bits.append(bit)
+    return tuple(bits)
 
 
 def _kind(value) -> str:
@@ -209,7 +246,7 @@ class _Load:
         self.storages: Dict[str, _StorageRef] = {}  # key -> its first reference
 
     # ---- the functions the allowlist maps to (torch._utils' signatures)
-    def rebuild(self, storage, offset, size, stride, dtype_name=None) -> _TensorRecord:
+    def rebuild(self, storage, offset, size, stride, dtype_name=None, bits=()) -> _TensorRecord:
         if not isinstance(storage, _StorageRef):
             raise FormatError(
                 f"a tensor whose storage is {_kind(storage)}, not a storage reference"
@@ -245,13 +282,14 @@ class _Load:
             )
         # a dimension of one element never moves: its stride is never used
         stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))
-        return _TensorRecord(storage, offset, tuple(size), stride, dtype, ltype)
+        torch_name = _STORAGE_CLASSES.get(name, name)
+        return _TensorRecord(storage, offset, tuple(size), stride, dtype, ltype, torch_name, bits)
 
     def rebuild_tensor_v2(
         self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None
     ):
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
-        return self.rebuild(storage, offset, size, stride)
+        return self.rebuild(storage, offset, size, stride, bits=_lazy_bits(metadata))
 
     def rebuild_tensor_v3(
         self,
@@ -267,7 +305,7 @@ class _Load:
         if not isinstance(dtype, _DType):
             raise FormatError("_rebuild_tensor_v3 without a known dtype")
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
-        return self.rebuild(storage, offset, size, stride, dtype.name)
+        return self.rebuild(storage, offset, size, stride, dtype.name, _lazy_bits(metadata))
 
     def rebuild_parameter(self, data, requires_grad=False, hooks=None, state=None):
         if not isinstance(data, _TensorRecord):
@@ -594,7 +632,7 @@ def _open(name, archive, limits) -> ForeignFile:
     elements: Dict[Tuple[str, np.dtype], np.ndarray] = {}
     entries = {}
     for key, record in tensors.items():
-        arr = _view(_elements(arrays, elements, record, order), record, name, key)
+        arr = _view(_elements(arrays, elements, record, order, name, key), record, name, key)
         tensor = Tensor(
             {"data": arr}, shape=arr.shape, types={"data": record.ltype} if record.ltype else None
         )
@@ -634,24 +672,48 @@ def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
     return arrays
 
 
-def _elements(arrays, cache, record, order) -> np.ndarray:
+def _elements(arrays, cache, record, order, path, obj) -> np.ndarray:
     """A storage's bytes as elements of the tensor's (little-endian) dtype: a view, or
     for a big-endian checkpoint one swapped copy of the storage per dtype, so its
-    tensors are what a little-endian checkpoint's are.  The storage is swapped, never
-    the tensor: a stride-0 view of a few bytes stays a view (a big-endian view of
-    strided elements could not be swapped later without copying all of it)."""
+    tensors are what a little-endian checkpoint's are; for a tensor saved with torch's
+    lazy bits (:func:`_lazy_bits`), one copy of those elements conjugated or negated
+    per storage, dtype and bits, as torch.load resolves them.  The storage is swapped
+    or resolved, never the tensor: a stride-0 view of a few bytes stays a view (a
+    big-endian view of strided elements could not be swapped later without copying
+    all of it), and memory stays within a few copies of the bytes present."""
     dtype = record.dtype
     raw = arrays[record.storage.member]
     count = record.storage.nbytes // dtype.itemsize
     if order == "little" or dtype.itemsize == 1:
-        return raw[: count * dtype.itemsize].view(dtype)
-    key = (record.storage.member, dtype)  # not the count: one copy however many refer
+        plain = raw[: count * dtype.itemsize].view(dtype)
+    else:
+        key = (record.storage.member, dtype)  # not the count: one copy however many refer
+        if key not in cache:
+            whole = raw.size // dtype.itemsize * dtype.itemsize
+            swapped = raw[:whole].view(dtype.newbyteorder(">")).astype(dtype)
+            swapped.flags.writeable = False
+            cache[key] = swapped
+        plain = cache[key][:count]
+    if not record.bits:
+        return plain
+    for bit in record.bits:
+        if record.torch not in _LAZY_BITS[bit]:
+            raise UnsupportedError(
+                f"a {record.torch} tensor saved with torch's lazy {bit!r} bit, which "
+                "torch resolves for none of that type",
+                path=path,
+                obj=obj,
+            )
+    key = (record.storage.member, dtype, record.bits)
     if key not in cache:
-        whole = raw.size // dtype.itemsize * dtype.itemsize
-        swapped = raw[:whole].view(dtype.newbyteorder(">")).astype(dtype)
-        swapped.flags.writeable = False
-        cache[key] = swapped
-    return cache[key][:count]
+        resolved = np.conjugate(plain) if "conj" in record.bits else plain
+        if "neg" in record.bits and record.ltype:  # bfloat16, kept as its bits: the sign bit
+            resolved = resolved ^ np.array(1 << (8 * dtype.itemsize - 1), dtype)
+        elif "neg" in record.bits:
+            resolved = np.negative(resolved)
+        resolved.flags.writeable = False
+        cache[key] = resolved
+    return cache[key]
 
 
 def _view(elements, record, path, key):
