@@ -7,6 +7,8 @@
 * GPTQ int4 4096x4096 group 128 -> f32 and -> f16: ztensor.dequantize vs a
   vectorized numpy reference (the AutoGPTQ formula) and memcpy of the output size.
 * Byte swap of 256 MiB (4-byte elements) vs memcpy of the same size.
+* Copy of 256 MiB (``kernels.copy``, streaming stores) vs memcpy (numpy ``copyto``)
+  and torch's ``copy_`` (what ``load_model`` used before), when torch is installed.
 
 GB/s counts output bytes.  Output buffers are pre-touched for every contender
 (the kernels write into a preallocated array), so page faults do not decide.
@@ -125,6 +127,23 @@ def bench_bswap(repeat):
     row("byte swap u32 (256 MiB)", n, res, base)
 
 
+def bench_copy(repeat):
+    n = 256 << 20
+    src = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+    dst = np.zeros(n, np.uint8)
+    res = {"ztensor": median(lambda: kernels.copy(src, dst), repeat),
+           "portable loop": portable(lambda: median(lambda: kernels.copy(src, dst), repeat))}
+    base = {"memcpy": median(lambda: np.copyto(dst, src), repeat)}
+    try:
+        import torch
+    except ImportError:
+        pass
+    else:
+        s, d = torch.from_numpy(src), torch.from_numpy(dst)
+        base["torch copy_"] = median(lambda: d.copy_(s), repeat)
+    row("copy (256 MiB)", n, res, base)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
@@ -135,6 +154,7 @@ def main():
     bench_fp8(args.repeat)
     bench_gptq(args.repeat, threads)
     bench_bswap(args.repeat)
+    bench_copy(args.repeat)
 
 
 if __name__ == "__main__":
