@@ -106,7 +106,8 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
             place(tensor, key, "Constant node")
         external.check_disjoint()
         entries = {}
-        skipped, skipped_constants = [], []
+        skipped: list = []
+        skipped_constants: list = []
         for key, tensor, what, spot in plan:
             if tensor is None:
                 skipped_constants.append(key)

@@ -629,7 +629,8 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
-    elements: Dict[Tuple[str, np.dtype], np.ndarray] = {}
+    # (member, dtype) -> a big-endian storage swapped; (member, dtype, bits) -> resolved
+    elements: Dict[tuple, np.ndarray] = {}
     entries = {}
     for key, record in tensors.items():
         arr = _view(_elements(arrays, elements, record, order, name, key), record, name, key)
@@ -704,16 +705,16 @@ def _elements(arrays, cache, record, order, path, obj) -> np.ndarray:
                 path=path,
                 obj=obj,
             )
-    key = (record.storage.member, dtype, record.bits)
-    if key not in cache:
+    bits_key = (record.storage.member, dtype, record.bits)
+    if bits_key not in cache:
         resolved = np.conjugate(plain) if "conj" in record.bits else plain
         if "neg" in record.bits and record.ltype:  # bfloat16, kept as its bits: the sign bit
             resolved = resolved ^ np.array(1 << (8 * dtype.itemsize - 1), dtype)
         elif "neg" in record.bits:
             resolved = np.negative(resolved)
         resolved.flags.writeable = False
-        cache[key] = resolved
-    return cache[key]
+        cache[bits_key] = resolved
+    return cache[bits_key]
 
 
 def _view(elements, record, path, key):
