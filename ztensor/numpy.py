@@ -27,10 +27,10 @@ def save_file(
     tensors: Dict[str, np.ndarray],
     filename: Any,
     metadata: Optional[Dict[str, str]] = None,
+    compression: Any = None,
     *,
     compress: Any = None,
     checksum: Optional[str] = None,
-    compression: Any = None,
     storage_options: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Write ``tensors`` (name -> array) to ``filename`` as a zTensor file.
@@ -46,8 +46,8 @@ def save_file(
         spelling.
     checksum : None, "crc32c" or "sha256"
     compression : bool or int
-        The same as ``compress``, as the reference ztensor 1.2.3 spells it (pass
-        one of the two: both is a TypeError).
+        The same as ``compress``, as the reference ztensor 1.2.3 spells it, and
+        fourth positionally as there (pass one of the two: both is a TypeError).
     storage_options : dict, optional
         For an fsspec URL (``s3://...``): its filesystem's options (credentials,
         endpoint); the object appears complete or not at all (see Writer).
@@ -68,15 +68,16 @@ def save_file(
 
 def load_file(
     filename: Any,
-    *,
     copy: bool = False,
+    *,
     dequantize: bool = False,
     threads: Optional[int] = None,
     storage_options: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
     read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
-    owned arrays, copied in ``threads`` threads (default: every core).
+    owned arrays, copied in ``threads`` threads (default: every core).  ``copy`` is
+    second positionally, as in the reference ztensor.
 
     Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
@@ -111,10 +112,10 @@ def _load_reader(
 def save(
     tensors: Dict[str, np.ndarray],
     metadata: Optional[Dict[str, str]] = None,
+    compression: Any = None,
     *,
     compress: Any = None,
     checksum: Optional[str] = None,
-    compression: Any = None,
 ) -> bytes:
     """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
     ``checksum`` as for :func:`save_file`)."""

@@ -26,6 +26,7 @@ from ztensor.errors import (
     refuse_copy,
 )
 from ztensor.formats import dense
+from ztensor.frameworks.staging import torch_device
 from ztensor.frameworks.torch_bridge import numpy_to_torch, numpy_to_torch_plain, object_to_torch
 from ztensor.io import components, seekable, values
 
@@ -40,8 +41,11 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     filename : str or os.PathLike
     framework : "np" or "pt"
         What ``get_tensor`` returns: numpy arrays, or torch tensors (torch needed).
-    device : str
-        torch device for ``framework="pt"``.
+    device : str, int, torch.device or None
+        torch device for ``framework="pt"`` (None: the CPU); one torch cannot use here
+        is an UnsupportedError when the file is opened.  numpy arrays live on the
+        CPU: ``framework="np"`` with another device is refused, as safetensors
+        refuses it.
     storage_options : dict, optional
         fsspec's options for a URL's filesystem (credentials, endpoint), as
         :class:`ztensor.Reader` takes them.
@@ -59,7 +63,16 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
-        self._device = device
+        where = filename if isinstance(filename, (str, os.PathLike)) else None
+        if self._framework == "pt":
+            self._device: Any = torch_device(device, where)
+        elif device is None or str(device).partition(":")[0] == "cpu":
+            self._device = "cpu"
+        else:  # numpy has no other device: silently giving CPU arrays hid the mistake
+            raise UnsupportedError(
+                f"device {device!r} is not supported for framework numpy (the CPU only)",
+                path=where,
+            )
         self._dequantize = dequantize
         self._checkpoint = None
         self._decoded: Dict[str, Any] = {}  # zstd components decoded for slices, by name

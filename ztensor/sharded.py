@@ -21,6 +21,7 @@ Reader API over all shards, each shard opened on first use.
 from __future__ import annotations
 
 import contextlib
+import fractions
 import functools
 import os
 import re
@@ -79,7 +80,12 @@ def parse_size(size: Union[int, str]) -> int:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(size))
     if not m or m.group(2).upper() not in _UNITS:
         raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    # exact decimal arithmetic: a float overflowed for a long number of digits
+    # (an OverflowError from int(inf)) and rounded "1.1GB" by binary fractions
+    try:
+        value = int(fractions.Fraction(m.group(1)) * _UNITS[m.group(2).upper()])
+    except ValueError:  # past Python's digit limit for int(str)
+        raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}") from None
     if value <= 0:
         raise ValueError(f"max_shard_size must be positive, got {size!r}")
     return value

@@ -33,6 +33,7 @@ from ztensor.container.writer import Writer
 from ztensor.errors import FormatError
 from ztensor.foreign.names import NameTable
 from ztensor.frameworks.staging import for_device as staging_for
+from ztensor.frameworks.staging import torch_device
 from ztensor.frameworks.torch_bridge import (
     copy_into,
     is_cpu,
@@ -141,7 +142,9 @@ def _names_to_remove(
     for shared in groups:
         complete = {n for n in shared if _is_complete(state_dict[n])}
         if not complete:
-            raise RuntimeError(
+            # a FormatError, as every shared-memory refusal here (the module's
+            # docstring): both the RuntimeError safetensors raises and a ZTensorError
+            raise FormatError(
                 "Error while trying to find names to remove to save state dict, but found no "
                 f"suitable name to keep for saving amongst: {shared}. None is covering the "
                 "entire storage. Refusing to save/load the model since you could be storing "
@@ -195,17 +198,18 @@ def save_file(
     tensors: Dict[str, torch.Tensor],
     filename: Any,
     metadata: Optional[Dict[str, str]] = None,
+    compression: Any = None,
     *,
     compress: Any = None,
     checksum: Optional[str] = None,
-    compression: Any = None,
     storage_options: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Write ``tensors`` (name -> torch.Tensor) as a zTensor file.
 
     ``compress``: zstd for every tensor (True: level 3; an int: that level), the
     Writer's spelling; ``compression`` is the same, as the reference ztensor 1.2.3
-    spells it (not both).  ``checksum``: None, ``"crc32c"`` or ``"sha256"``.
+    spells it, fourth positionally as there (not both).  ``checksum``: None,
+    ``"crc32c"`` or ``"sha256"``.
 
     Tensors may live on any device and have any strides (they are stored as
     contiguous copies).  Tensors that overlap in memory are refused, as
@@ -234,8 +238,8 @@ def save_file(
 def load_file(
     filename: Any,
     device: Any = "cpu",
-    *,
     copy: bool = False,
+    *,
     dequantize: bool = False,
     threads: Optional[int] = None,
     storage_options: Optional[Dict[str, Any]] = None,
@@ -253,7 +257,13 @@ def load_file(
     that tensor only, never the file.  Quantized (GPTQ) objects come under GPTQ
     checkpoint names, or dequantized with ``dequantize=True`` (see
     :func:`ztensor.numpy.load_file`).  ``storage_options`` go to fsspec for a URL
-    (credentials, ``ztensor_allow_unversioned``: see docs/remote.md)."""
+    (credentials, ``ztensor_allow_unversioned``: see docs/remote.md).
+
+    ``device``: anything ``torch.device`` takes, or None (the CPU); one torch cannot
+    use here is an UnsupportedError before the file is read
+    (:func:`ztensor.frameworks.staging.torch_device`).  ``copy`` is third
+    positionally, as in the reference ztensor."""
+    device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
         parts = _shard_by_shard(filename, device, copy, dequantize, threads, storage_options)
@@ -377,10 +387,10 @@ def _stored_bytes(reader, name):
 def save(
     tensors: Dict[str, torch.Tensor],
     metadata: Optional[Dict[str, str]] = None,
+    compression: Any = None,
     *,
     compress: Any = None,
     checksum: Optional[str] = None,
-    compression: Any = None,
 ) -> bytes:
     """The zTensor file for ``tensors``, as bytes (``compress``/``compression``,
     ``checksum`` as for :func:`save_file`)."""
@@ -396,7 +406,8 @@ def save(
 def load(data: bytes, device: Any = "cpu") -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor from a zTensor (or safetensors) file's bytes (owned copies):
     what :func:`load_file` gives for that file with ``copy=True`` (quantized objects
-    under their GPTQ checkpoint names)."""
+    under their GPTQ checkpoint names); ``device`` as for :func:`load_file`."""
+    device = torch_device(device, "<bytes>")
     with open_bytes(data) as r:
         return _load_reader(r, device, copy=True, dequantize=False, threads=None)
 
@@ -424,7 +435,8 @@ def save_model(
     state_dict = model.state_dict()
     for kept, dropped in _remove_duplicate_names(state_dict).items():
         for name in dropped:
-            metadata = {} if metadata is None else metadata
+            # a copy: the caller's dict, reused for another model, kept this one's names
+            metadata = {} if metadata is None else dict(metadata)
             metadata.setdefault(name, kept)
             del state_dict[name]
     if force_contiguous:
@@ -434,7 +446,8 @@ def save_model(
         save_sharded(
             state_dict,
             filename,
-            max_shard_size=max_shard_size or "5GB",
+            # as given: 0 or False is refused by parse_size, never taken as 5GB
+            max_shard_size="5GB" if max_shard_size is None else max_shard_size,
             metadata=metadata,
             compress=compress,
             checksum=checksum,
@@ -548,7 +561,11 @@ def _require_module(model: Any) -> None:
 
 
 def load_model(
-    model: torch.nn.Module, filename: Any, strict: bool = True, device: Any = "cpu"
+    model: torch.nn.Module,
+    filename: Any,
+    strict: bool = True,
+    device: Any = "cpu",
+    copy: bool = False,
 ) -> Tuple[List[str], List[str]]:
     """Load a file written by :func:`save_model` (or any state dict file) into
     ``model``; tied weights dropped at save time are not reported missing.
@@ -565,12 +582,17 @@ def load_model(
     stay loaded; the refused shard changes nothing.  Memory shared by the model's
     tensors in a way :func:`_remove_duplicate_names` cannot resolve is refused
     before anything is read, as safetensors refuses it; ``load_state_dict``'s own
-    RuntimeError (a size mismatch) leaves what it copied, as with safetensors."""
+    RuntimeError (a size mismatch) leaves what it copied, as with safetensors.
+
+    ``copy`` is the reference ztensor's (fifth, as there): the tensors are read as
+    owned copies before they are copied into the model (the model owns its memory
+    either way); ``device`` as for :func:`load_file`, checked before anything is read."""
     # safetensors' load_model finds the names to remove before it loads: the same
     # refusal (a shared group with no tensor covering its memory) comes first here.
     # Loading copies into the model's tensors in place, so the state dict and its
     # groups of shared tensors found now still hold once it is loaded.
     _require_module(model)
+    device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)
     _names_to_remove(groups, model_state)
@@ -578,9 +600,9 @@ def load_model(
     missing: Optional[Set[str]] = None
     unexpected: List[str] = []
     if sharded.is_checkpoint(filename):
-        parts = _shard_by_shard(filename, device, False, False, None)
+        parts = _shard_by_shard(filename, device, copy, False, None)
     else:
-        parts = ((filename, load_file(filename, device=device)) for _ in (0,))
+        parts = ((filename, load_file(filename, device=device, copy=copy)) for _ in (0,))
     plainly = _loads_plainly(model, model_state)
     for _, part in parts:
         names.update(part)

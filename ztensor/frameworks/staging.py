@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 import numpy as np
 
+from ztensor.errors import UnsupportedError
 from ztensor.frameworks import LazyModule
 
 if TYPE_CHECKING:  # the real module's types for the annotations (torch ships py.typed)
@@ -33,11 +34,47 @@ _ALIGN = 64  # chunk sizes are multiples of this: whole elements, up to complex1
 
 _lock = threading.Lock()
 _by_device: Dict[torch.device, "Staging"] = {}
+_reachable: set = set()  # devices torch allocated on once (checked once per process)
+
+
+def torch_device(device: Any, path: Any = None) -> "torch.device":
+    """THE rule for a caller's ``device=`` argument: the ``torch.device`` it names,
+    one torch can put tensors on, else an UnsupportedError naming ``path`` and the
+    device, before any byte is read.  None is the CPU, as safetensors takes it.
+
+    ``"cuda"`` on a machine without CUDA, ``"mps"`` or ``"xla"`` without their
+    backends, ``1`` without an accelerator or ``"bogus"`` were each torch's own error
+    from the middle of a load (an AssertionError, a NotImplementedError, a
+    RuntimeError about pinned memory), after the file was opened.  ``meta`` is taken:
+    its tensors get their shape and dtype only."""
+    if device is None:
+        device = "cpu"
+    if isinstance(device, bytes):  # torch.device takes b"cpu" too; the message shows text
+        device = device.decode("utf-8", "replace")
+    try:
+        found = device if isinstance(device, torch.device) else torch.device(device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise UnsupportedError(
+            f"device {device!r} is not a torch device: {str(exc).splitlines()[0]}", path=path
+        ) from None
+    if found.type in ("cpu", "meta") or found in _reachable:
+        return found
+    try:
+        if found.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("torch has no CUDA device here")
+        torch.empty(0, device=found)
+    except Exception as exc:  # torch's refusals come as several classes
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnsupportedError(
+            f"device {str(found)!r} is not available: {said}", path=path
+        ) from None
+    _reachable.add(found)
+    return found
 
 
 def for_device(device: Any) -> "Staging":
-    """The process's staging buffer for ``device``."""
-    device = torch.device(device)
+    """The process's staging buffer for ``device`` (checked by :func:`torch_device`)."""
+    device = torch_device(device)
     with _lock:
         found = _by_device.get(device)
         if found is None:
@@ -158,4 +195,4 @@ def _host_units(arr: np.ndarray):
     return units, units.dtype.itemsize
 
 
-__all__ = ["Staging", "for_device", "release", "CAPACITY"]
+__all__ = ["Staging", "for_device", "release", "torch_device", "CAPACITY"]

@@ -80,7 +80,9 @@ def to_numpy_for_writing(t: torch.Tensor, name: str, path: Any = None):
 
 
 def is_cpu(device) -> bool:
-    return torch.device(device).type == "cpu"
+    # staging.torch_device: the one rule for a caller's device (None is the CPU; one
+    # torch cannot use is an UnsupportedError, not torch's own error mid-read)
+    return staging.torch_device(device).type == "cpu"
 
 
 def torch_bits_for(spec, arr, **where):
