@@ -24,7 +24,11 @@ _U64 = 1 << 64
 _MAX_DIM = 1 << 63
 # root map > objects > object > attributes > 64 attribute levels, with room to spare
 MAX_CBOR_DEPTH = 4 + attrs.MAX_DEPTH + 4
-_DIGEST = re.compile(r"^(sha256:[0-9a-fA-F]{64}|crc32c:0[xX][0-9a-fA-F]{1,8})$")
+# the digests a read verifies (io/digests.py), each in its one well-formed spelling;
+# matched whole (fullmatch: ``$`` would take a trailing newline, which the
+# comparison then reads as a mismatch, or for crc32c, through int(), as a match)
+_DIGEST = re.compile(r"sha256:[0-9a-fA-F]{64}|crc32c:0[xX][0-9a-fA-F]{1,8}|xxh3:[0-9a-fA-F]{16}")
+_VERIFIED = ("sha256", "crc32c", "xxh3")
 
 
 class Manifest:
@@ -270,9 +274,7 @@ class Checker:
         if type(digest) is not str or ":" not in digest:
             self.fail(f"'digest' must be a string 'algorithm:hex', got {_show(digest)}", name, role)
         algorithm = digest.split(":", 1)[0].lower()
-        if algorithm in ("sha256", "crc32c") and not _DIGEST.match(
-            algorithm + digest[len(algorithm) :]
-        ):
+        if algorithm in _VERIFIED and not _DIGEST.fullmatch(algorithm + digest[len(algorithm) :]):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
 
 

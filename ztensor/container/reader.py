@@ -39,7 +39,7 @@ from ztensor.errors import (
     refuse_copy,
     without_secrets,
 )
-from ztensor.formats import dense
+from ztensor.formats import dense, sparse
 from ztensor.frameworks.torch_bridge import object_to_torch
 from ztensor.io import components, digests, floats
 from ztensor.io import values as logical
@@ -503,7 +503,12 @@ class Reader:
             arrays["values"] = logical.as_elements(
                 arrays["values"], obj.legacy[1], None, path=self.path, obj=name
             )
-            return Tensor(arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes)
+            # bf16 values come back as their bits without ml_dtypes: the type says so,
+            # as formats.types_of says it for a v1.x object's components
+            types = {"values": "bf16"} if obj.legacy[1] == "bf16" else None
+            return Tensor(
+                arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes, types=types
+            )
         arrays = {
             role: logical.as_elements(
                 self._component(obj, comp, copy),
@@ -536,7 +541,7 @@ class Reader:
             import scipy.sparse  # noqa: F401 - optional
         except ImportError:
             return obj
-        return obj.to_scipy()
+        return sparse.to_scipy(obj, path=self.path, obj=name)
 
     def verify(
         self,

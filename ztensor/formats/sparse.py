@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ztensor.errors import FormatError
+from ztensor import dtypes
+from ztensor.errors import FormatError, UnsupportedError
 
 FORMATS = ("sparse_csr", "sparse_coo")
 ROLES = {"sparse_csr": ("values", "indices", "indptr"), "sparse_coo": ("values", "coords")}
@@ -156,12 +157,15 @@ def from_scipy(matrix: Any):
     )
 
 
-def to_scipy(t: Any) -> Any:
-    """A checked sparse object as a scipy.sparse array (scipy required)."""
+def to_scipy(t: Any, **where: Any) -> Any:
+    """A checked sparse object as a scipy.sparse array (scipy required).
+    UnsupportedError (a ValueError, as scipy's own refusal is) naming ``where``
+    (path, obj) when its values are of a type scipy.sparse cannot hold
+    (:func:`scipy_values`)."""
     import scipy.sparse
 
-    validate(t)
-    values = np.asarray(t.components["values"])
+    validate(t, **where)
+    values = scipy_values(t, **where)
     # scipy.sparse takes native byte order only; file views are little-endian, which on a
     # big-endian host means a (native) copy
     values = values.astype(values.dtype.newbyteorder("="), copy=False)
@@ -173,6 +177,24 @@ def to_scipy(t: Any) -> Any:
     ndim = len(t.shape)
     coords = _as_intp(t.components["coords"]).reshape(ndim, -1)
     return scipy.sparse.coo_array((values, tuple(coords)), shape=t.shape)
+
+
+def scipy_values(t: Any, **where: Any) -> np.ndarray:
+    """THE rule for which sparse values have a scipy form: ``values`` unless they
+    are f16, bf16 or FP8 (scipy.sparse holds bool, integers, float32/float64 and
+    complex only).  Those are an UnsupportedError naming ``where``, never scipy's
+    bare ValueError, and never, without ml_dtypes, their bit patterns (uint16 or
+    uint8, the type kept in ``t.types``) handed to scipy as if they were values."""
+    values = np.asarray(t.components["values"])
+    ltype = t.types.get("values") if isinstance(getattr(t, "types", None), dict) else None
+    kind, size = values.dtype.kind, values.dtype.itemsize
+    if ltype in dtypes.BITS_DTYPES or not (kind in "biuc" or (kind == "f" and size >= 4)):
+        raise UnsupportedError(
+            f"scipy.sparse cannot hold {ltype or values.dtype} values: read the "
+            "object with Reader.read() (its components as arrays)",
+            **where,
+        )
+    return values
 
 
 def _as_intp(arr):

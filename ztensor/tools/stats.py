@@ -232,12 +232,13 @@ def _values(reader, name, max_elements):
     if meta.format in ("sparse_csr", "sparse_coo"):
         tensor = reader.read(name)  # the read checks its layout first
         # a v0.1 sparse object is one blob in the manifest: its values' storage type
-        # comes from the read, whose types name any logical type
+        # is the one the lifted spec remembers (bf16 bits need decoding without
+        # ml_dtypes, which _as_float knows by the storage type)
         comp = meta.components.get("values")
         return (
             *_in_memory(tensor.components["values"], reader, name, max_elements),
-            comp.dtype if comp is not None else None,
-            comp.type if comp is not None else tensor.types.get("values"),
+            comp.dtype if comp is not None else meta.legacy[1],
+            comp.type if comp is not None else None,
             "stored values",
         )
     if meta.format in ("quantized_group", "gguf_blocks"):
