@@ -224,3 +224,41 @@ def test_property_a_respelled_right_digest_is_refused_at_open_or_verifies(algori
         assert got == "open" or (algorithm == "crc32c" and set(prefix) <= {"0"} and not suffix)
     fast, general, _ = decode_both_ways(data)
     assert (fast[0] == "FormatError") == (general[0] == "FormatError") == (got == "open")
+
+
+# ------------------------------------------------------------------ read_into leaves nothing refused
+@pytest.fixture
+def bool_zstd(tmp_path):
+    """A bool object written compressed by the Writer (64 elements)."""
+    path = tmp_path / "b.zt"
+    with ztensor.Writer(path) as w:
+        w.write_numpy("b", np.arange(64) % 3 == 0, compress=True)
+    return path
+
+
+@pytest.mark.parametrize("decoded", [b"\x02" * 50, b"\x02" * 80, b"\x01" * 63 + b"\x02"],
+                         ids=["short", "long", "bad-byte"])
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_read_into_a_bool_destination_holds_no_refused_byte(bool_zstd, tmp_path, decoded,
+                                                            framework):
+    """A zstd stream that decodes to fewer or more bytes than declared fills the
+    caller's memory before its size is judged: the FormatError left 0x02 bytes in the
+    caller's bool array or tensor (only a bad byte of a stream of the right size was
+    cleared)."""
+    import zstandard
+    from crafted import relaid
+    path = relaid(bool_zstd, tmp_path / "lying.zt", zstandard.ZstdCompressor().compress(decoded),
+                  name="b")
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        dst = torch.ones(64, dtype=torch.bool)
+    else:
+        dst = np.ones(64, np.bool_)
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ztensor.FormatError) as info:
+            r.read_into("b", dst)
+        refused(info, path, "b")
+        with pytest.raises(ztensor.FormatError):
+            r.read_numpy("b")
+    raw = dst.view(np.uint8) if framework == "numpy" else dst.view(torch.uint8).numpy()
+    assert int(raw.max()) <= 1

@@ -15,7 +15,7 @@ from typing import Any, Callable, Tuple
 import numpy as np
 
 from ztensor import dtypes, kernels
-from ztensor.errors import FormatError, UnsupportedError
+from ztensor.errors import UnsupportedError, ZTensorError
 from ztensor.frameworks import staging, torch_bridge
 from ztensor.io import components
 from ztensor.io import values as logical
@@ -73,22 +73,24 @@ def read_into(reader: Any, name: str, dst: Any) -> None:
         internals.require_open()
         raw = flat.view(np.uint8)
         where = {"path": reader.path, "obj": name, "component": "data"}
-        components.read_component(
-            internals.source,
-            comp,
-            verify=internals.verify,
-            limits=internals.limits,
-            out=raw,
-            **where,
-        )
-        # the element rules (a bool byte is 0 or 1), as on every other path
         try:
+            components.read_component(
+                internals.source,
+                comp,
+                verify=internals.verify,
+                limits=internals.limits,
+                out=raw,
+                **where,
+            )
+            # the element rules (a bool byte is 0 or 1), as on every other path
             logical.as_elements(
                 raw.view(components.storage_dtype(comp)), comp.dtype, comp.type, **where
             )
-        except FormatError:
-            # the caller's memory was filled with the refused bytes: a torch bool
-            # tensor holding 0x02 misbehaves as a numpy one does, so it is cleared
+        except ZTensorError:
+            # the caller's memory holds what a refused stream decoded to (a short or
+            # long stream fills it before its size is judged) or refused bool bytes:
+            # a torch bool tensor holding 0x02 misbehaves as a numpy one does, so
+            # nothing refused is left in it
             raw.fill(0)
             raise
         width = dtypes.swap_width(target.dtype)  # 0 on little-endian hosts
