@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ztensor.errors import LimitError
+
 MAGIC_V1 = b"ZTEN1000"
 MAGIC_V0 = b"ZTEN0001"
 MAGIC_SIZE = 8
@@ -157,3 +159,40 @@ def version_info(major: int, minor: int) -> VersionInfo:
     """The row for a v1.x manifest.  Minor versions after 1.2 only add optional
     fields (spec's version policy), so they are read with the 1.2 rules."""
     return VERSIONS["1.1"] if (major, minor) <= (1, 1) else VERSIONS["1.2"]
+
+
+def check_file_totals(
+    path,
+    limits: Limits,
+    objects: int = 0,
+    manifest_size: int = 0,
+    *,
+    ceiling: int = SPEC_MAX_MANIFEST,
+) -> None:
+    """LimitError naming ``path`` (the user's input file) unless a reader with
+    ``limits`` takes a file of ``objects`` objects whose manifest (or header: the
+    names, shapes and attributes of another format) is ``manifest_size`` bytes: at
+    most ``limits.max_objects`` objects, and a manifest of at most
+    ``limits.max_manifest_size`` bytes and never above ``ceiling`` (the spec's 1 GiB
+    by default; a format whose own readers stop lower passes its bound).
+
+    THE file-wide totals rule, for every kind of input: the .zt reader applies it to
+    every manifest it decodes and the writer to the manifest it is about to write
+    (so it never finishes a file a default Reader refuses), and the v2 reader and
+    every foreign reader (safetensors, GGUF, ONNX, npy/npz, PyTorch, HDF5) to what
+    they read, so a limit reads the same, and refuses the same, whatever the input.
+    A reader that counts as it walks calls it with the count so far; one that learns
+    the manifest's size before its objects calls it twice."""
+    most = min(limits.max_manifest_size, ceiling)
+    if manifest_size > most:
+        raise LimitError(
+            f"a manifest (names, shapes, attributes) of {manifest_size} bytes exceeds "
+            f"the limit of {most}"
+            + (" (Limits.max_manifest_size)" if most == limits.max_manifest_size else ""),
+            path=path,
+        )
+    if objects > limits.max_objects:
+        raise LimitError(
+            f"{objects} objects exceed the limit of {limits.max_objects} (Limits.max_objects)",
+            path=path,
+        )

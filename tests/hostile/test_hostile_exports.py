@@ -442,7 +442,7 @@ def test_gguf_alignment_on_read(tmp_path, vtype, value, match):
 def test_gguf_reading_applies_the_limits(tmp_path):
     path = write_gguf(tmp_path / "l.gguf", {"a": np.ones((4, 16), np.float32),
                                             "b": np.ones(4, np.float32)})
-    for limits, match in [(ztensor.Limits(max_objects=1), "max_objects=1"),
+    for limits, match in [(ztensor.Limits(max_objects=1), "limit of 1 \\(Limits.max_objects\\)"),
                           (ztensor.Limits(max_rank=1), "max_rank=1"),
                           (ztensor.Limits(max_component_size=128), "max_component_size=128")]:
         with pytest.raises(ztensor.LimitError, match=match):

@@ -20,6 +20,10 @@ from ztensor.container.legacy import BYTEORDER, LEGACY, UNALIGNED
 from ztensor.errors import FormatError, LimitError
 from ztensor.objects import ComponentSpec, ObjectSpec
 
+# the file-wide totals rule lives below every reader (spec.check_file_totals), where the
+# foreign readers reach it too; the .zt reader and writer import it from here
+from ztensor.spec import check_file_totals as check_file_totals
+
 _U64 = 1 << 64
 _MAX_DIM = 1 << 63
 # root map > objects > object > attributes > 64 attribute levels, with room to spare
@@ -276,27 +280,6 @@ class Checker:
         algorithm = digest.split(":", 1)[0].lower()
         if algorithm in _VERIFIED and not _DIGEST.fullmatch(algorithm + digest[len(algorithm) :]):
             self.fail(f"malformed {algorithm} digest {_show(digest)}", name, role)
-
-
-def check_file_totals(path, limits, objects, manifest_size) -> None:
-    """LimitError naming ``path`` unless a reader with ``limits`` takes a zTensor
-    file of ``objects`` objects whose manifest is ``manifest_size`` bytes: at most
-    ``limits.max_objects`` objects, and a manifest of at most
-    ``limits.max_manifest_size`` bytes and never above the spec's 1 GiB ceiling.
-    The file-wide rules the per-object checks (:class:`Checker`) cannot see, in one
-    place: the reader applies them to every manifest it decodes (manifest._decode;
-    the footer's kernel already refused a larger manifest before reading it) and
-    the writer to the manifest it is about to write (Writer.close), so it never
-    finishes a file a default Reader refuses."""
-    most = min(limits.max_manifest_size, spec.SPEC_MAX_MANIFEST)
-    if manifest_size > most:
-        raise LimitError(
-            f"a manifest (names, shapes, attributes) of {manifest_size} bytes exceeds "
-            f"the limit of {most}",
-            path=path,
-        )
-    if objects > limits.max_objects:
-        raise LimitError(f"{objects} objects exceed the limit of {limits.max_objects}", path=path)
 
 
 def _name_is_text(name, what, **where):

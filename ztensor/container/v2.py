@@ -122,12 +122,7 @@ def read(source, limits, path):
                 "a data shard's footer must have manifest offset and hash 0", path=path
             )
         return {}, {}  # a data shard: blobs only, described by its root's manifest
-    if length > min(MAX_MANIFEST, limits.max_manifest_size):
-        raise LimitError(
-            f"manifest of {length} bytes exceeds the limit of "
-            f"{min(MAX_MANIFEST, limits.max_manifest_size)}",
-            path=path,
-        )
+    spec.check_file_totals(path, limits, manifest_size=length, ceiling=MAX_MANIFEST)
     if offset % ALIGN or offset < ALIGN or offset > size - FOOTER - length:
         raise FormatError(
             f"manifest blob [{offset}, +{length}) is not a 4096-aligned range inside the file",
@@ -181,11 +176,7 @@ class _Schema:
         if "shards" in root:
             self.shard_table(root["shards"])
         objects = root["objects"]
-        if len(objects) > self.limits.max_objects:
-            raise LimitError(
-                f"{len(objects)} objects exceed the limit of {self.limits.max_objects}",
-                path=self.path,
-            )
+        spec.check_file_totals(self.path, self.limits, len(objects))
         specs = {}
         for name, obj in objects.items():
             self.name(name, "an object name")

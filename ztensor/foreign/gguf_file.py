@@ -44,7 +44,7 @@ from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import Source
 from ztensor.objects import shape_problem
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 # ggml type id -> (name, elements per block, bytes per block, numpy dtype or None):
@@ -164,10 +164,7 @@ def open_gguf(
             f"GGUF declares {n_tensors} tensors and {n_kv} key/values (limit {MAX_COUNT})",
             path=name,
         )
-    if n_tensors > limits.max_objects:
-        raise LimitError(
-            f"GGUF declares {n_tensors} tensors (limit max_objects={limits.max_objects})", path=name
-        )
+    check_file_totals(name, limits, n_tensors)
     attributes: Dict[str, Any] = {}
     value_types: Dict[str, Any] = {}
     keys = NameTable(name, "key")  # llama.cpp and gguf-py refuse a key given twice

@@ -48,7 +48,7 @@ from ztensor.foreign.base import Entry, ForeignFile, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import ShrinkCheckedFile, open_local_input
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 MAX_DATASETS = 1_000_000
@@ -129,11 +129,10 @@ def _entries(h5py, handle, name, limits, allow_external, file_size):
         # TypeError: h5py's ObjectID.__hash__ says "cannot be hashed" when a damaged
         # file's object header cannot be read (its RuntimeError chained under it)
         raise FormatError(f"cannot walk the file's groups: {exc}", path=name) from None
-    if len(found) + len(links) > bound:
-        raise LimitError(
-            f"more than {bound} datasets and links (limits: max_objects {limits.max_objects})",
-            path=name,
-        )
+    if len(found) + len(links) > MAX_DATASETS:
+        raise LimitError(f"more than {MAX_DATASETS} datasets and links", path=name)
+    # each link not followed is named too (the hdf5_skipped_links attribute): an object
+    check_file_totals(name, limits, len(found) + len(links))
     names = NameTable(name, "dataset")
     entries = {}
     skipped = []

@@ -35,7 +35,7 @@ from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
 from ztensor.io.source import Source
 from ztensor.objects import ComponentSpec, ObjectSpec, shape_problem
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 # what numpy's readers raise on a malformed file: zipfile, zlib and lzma for .npz
@@ -69,8 +69,7 @@ def open_npy(path, limits: Limits = DEFAULT_LIMITS, *, mmap: bool = True) -> For
     regular file that was checked, and every byte viewed lies inside it)."""
     name = os.fspath(path)
     stem = os.path.splitext(os.path.basename(name))[0]
-    if limits.max_objects < 1:  # one array: the same object limit as every format
-        raise LimitError(f"1 array, above max_objects {limits.max_objects}", path=name)
+    check_file_totals(name, limits, 1)  # one array: the same object limit as every format
     source = Source(name, mmap=mmap)
     try:
         head = min(source.size, MAX_NPY_HEADER)
@@ -119,8 +118,7 @@ def _open_npz(name, archive, limits) -> ForeignFile:
     for member in archive.members:
         # numpy.savez names a member `<key>.npy`; np.load strips the suffix the same way
         key = keys.claim(member[:-4] if member.endswith(".npy") else member, member)
-        if len(keys) > limits.max_objects:
-            raise LimitError(f"more than max_objects {limits.max_objects} arrays", path=name)
+        check_file_totals(name, limits, len(keys))
         shape, fortran, dtype, offset = _member_header(archive, member, key)
         spec = _header_spec(name, key, shape, dtype, limits)
         check_held_size(

@@ -48,7 +48,7 @@ from ztensor.foreign.base import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
 from ztensor.io.source import open_local_input
 from ztensor.objects import shape_problem
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 
@@ -72,8 +72,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     def claim(key, origin):
         # protobuf keeps every repeated initializer; a dict would keep the last
         names.claim(key, origin)
-        if len(names) > limits.max_objects:
-            raise LimitError(f"more than max_objects {limits.max_objects} initializers", path=name)
+        check_file_totals(name, limits, len(names))
 
     # first every tensor is checked and its external range placed, and no external
     # byte may serve two tensors (_ExternalData.check_disjoint), before any is read:

@@ -60,7 +60,7 @@ from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorErr
 from ztensor.foreign.base import ForeignFile, check_held_size, eager
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 MAX_PICKLE = 256 << 20  # data.pkl holds structure, not data: far below this in practice
@@ -819,8 +819,7 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
                 )
             name = ".".join(parts) if keys else "tensor"
             tensors[names.claim(name, keys or "the whole checkpoint")] = value
-            if len(tensors) > limits.max_objects:
-                raise LimitError(f"more than max_objects {limits.max_objects} tensors", path=path)
+            check_file_totals(path, limits, len(tensors))
             continue
         children = _containers(value)
         if children is not None:

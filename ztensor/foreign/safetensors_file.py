@@ -22,7 +22,7 @@ from ztensor.foreign.base import ForeignFile, eager
 from ztensor.foreign.names import json_loads_unique
 from ztensor.io.source import Source
 from ztensor.objects import shape_problem
-from ztensor.spec import DEFAULT_LIMITS, Limits
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
 from ztensor.tensor import Tensor
 
 # the safetensors package reads no larger header (its MAX_HEADER_SIZE): one bound for
@@ -81,10 +81,8 @@ def _parse(source, name, limits) -> ForeignFile:
     if size < 8:
         raise FormatError("not a safetensors file: shorter than its 8-byte header size", path=name)
     header_len = struct.unpack("<Q", source.view(0, 8, "header size"))[0]
-    if header_len > MAX_HEADER:
-        raise LimitError(
-            f"safetensors header of {header_len} bytes exceeds {MAX_HEADER}", path=name
-        )
+    # the header is this format's manifest: names, shapes and metadata
+    check_file_totals(name, limits, manifest_size=header_len, ceiling=MAX_HEADER)
     if 8 + header_len > size:
         raise FormatError("safetensors header runs past the end of the file", path=name)
     try:
@@ -99,10 +97,7 @@ def _parse(source, name, limits) -> ForeignFile:
         raise FormatError("safetensors header is not a JSON object", path=name)
     metadata = check_metadata(header.pop(METADATA_KEY, None), name)
     start, data_len = 8 + header_len, size - 8 - header_len
-    if len(header) > limits.max_objects:
-        raise LimitError(
-            f"{len(header)} tensors, above max_objects {limits.max_objects}", path=name
-        )
+    check_file_totals(name, limits, len(header))
     parsed = sorted(
         ((k, _entry(name, k, v, data_len, limits)) for k, v in header.items()),
         key=lambda kv: (kv[1][2], kv[1][4]),  # (begin, end): an empty tensor first

@@ -1,0 +1,155 @@
+"""Session 13 (b): foreign readers' shared rules, and the sharded index over HTTP.
+
+* One rule for file totals: ``spec.check_file_totals`` (``max_objects``, and the
+  manifest's size: a safetensors header is its file's manifest) is called by the
+  .zt reader and writer, the v2 reader and every foreign reader.  Each foreign
+  reader had its own check, worded its own way ("GGUF declares ... (limit
+  max_objects=...)", "more than max_objects ... arrays"), and the safetensors
+  header's size ignored ``Limits.max_manifest_size``.
+* One rule for foreign text with no UTF-8 form: ``names.check_unicode``.  A
+  safetensors header key holding a lone surrogate (JSON ``"\\ud800"``), which the
+  safetensors package refuses, was read, and refused only on conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor.errors import FormatError, LimitError
+
+from v2files import build, dense  # tests/ is on sys.path (conftest.py)
+
+N = 3  # tensors per file (an .npy holds one)
+
+
+# ---------------------------------------------------------------- one rule for totals
+
+
+def _values(n):
+    return {f"t{i}": np.arange(4, dtype=np.float32) + i for i in range(n)}
+
+
+def _zt(path, values):
+    with ztensor.Writer(path) as w:
+        for k, v in values.items():
+            w.write_numpy(k, v)
+
+
+def _v2(path, values):
+    objects, blobs = {}, []
+    for i, (k, v) in enumerate(values.items()):
+        objects[k], blob = dense(v, 4096 * (i + 1))
+        blobs.append(blob)
+    path.write_bytes(build(objects, blobs))
+
+
+def _safetensors(path, values):
+    from safetensors.numpy import save_file
+
+    save_file(values, str(path))
+
+
+def _gguf(path, values):
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, v in values.items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _onnx(path, values):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    inits = [numpy_helper.from_array(v, k) for k, v in values.items()]
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], initializer=inits)), path)
+
+
+def _npy(path, values):
+    (value,) = values.values()
+    np.save(path, value)
+
+
+def _npz(path, values):
+    np.savez(path, **values)
+
+
+def _pytorch(path, values):
+    torch = pytest.importorskip("torch")
+    torch.save({k: torch.from_numpy(v) for k, v in values.items()}, path)
+
+
+def _hdf5(path, values):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "w") as f:
+        for k, v in values.items():
+            f.create_dataset(k, data=v)
+
+
+KINDS = {
+    "zt": (_zt, ".zt"),
+    "v2": (_v2, ".zt"),
+    "safetensors": (_safetensors, ".safetensors"),
+    "gguf": (_gguf, ".gguf"),
+    "onnx": (_onnx, ".onnx"),
+    "npy": (_npy, ".npy"),
+    "npz": (_npz, ".npz"),
+    "pytorch": (_pytorch, ".pt"),
+    "hdf5": (_hdf5, ".h5"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_max_objects_is_one_rule_for_every_input(tmp_path, kind):
+    """A file of exactly ``max_objects`` tensors reads, one more is refused: the
+    same LimitError, in the same words, naming the file, whatever the input."""
+    make, suffix = KINDS[kind]
+    n = 1 if kind == "npy" else N
+    values = {"m": np.arange(4, dtype=np.float32)} if kind == "npy" else _values(n)
+    path = tmp_path / f"m{suffix}"
+    make(path, values)
+    with ztensor.Reader(path, limits=ztensor.Limits(max_objects=n)) as r:
+        assert sorted(r.keys()) == sorted(values)
+        for k, v in values.items():
+            np.testing.assert_array_equal(r[k], v)
+    with pytest.raises(LimitError) as info:
+        ztensor.Reader(path, limits=ztensor.Limits(max_objects=n - 1))
+    assert info.value.path == str(path)
+    assert f"{n} objects exceed the limit of {n - 1}" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["v2", "safetensors"])
+def test_manifest_size_is_one_rule_for_manifests_and_headers(tmp_path, kind):
+    """``max_manifest_size`` bounds a safetensors header as it bounds a v2 manifest
+    (the header was held only to the package's 100 MB), in the same words.  (A .zt
+    manifest's size is refused earlier, by the footer's kernel, before it is read.)"""
+    make, suffix = KINDS[kind]
+    path = tmp_path / f"m{suffix}"
+    make(path, _values(N))
+    with pytest.raises(LimitError) as info:
+        ztensor.Reader(path, limits=ztensor.Limits(max_manifest_size=16))
+    assert info.value.path == str(path)
+    assert "bytes exceeds the limit of 16" in str(info.value)
+    assert "a manifest (names, shapes, attributes) of" in str(info.value)
+
+
+def test_hdf5_links_count_as_objects(tmp_path):
+    """A soft link not followed is named (``hdf5_skipped_links``), so it counts."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.ones(2, np.float32))
+        f["b"] = h5py.SoftLink("/a")
+    with ztensor.Reader(path, limits=ztensor.Limits(max_objects=2)) as r:
+        assert r.keys() == ["a"] and r.attributes["hdf5_skipped_links"] == ["/b"]
+    with pytest.raises(LimitError, match="2 objects exceed the limit of 1") as info:
+        ztensor.Reader(path, limits=ztensor.Limits(max_objects=1))
+    assert info.value.path == str(path)
