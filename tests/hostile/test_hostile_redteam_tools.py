@@ -85,11 +85,13 @@ def test_convert_to_zt_refuses_an_empty_name_naming_the_input(tmp_path, kind, ca
     ids=["name", "metadata-value", "metadata-key"],
 )
 def test_convert_to_zt_refuses_lone_surrogates_naming_the_input(tmp_path, tensors, metadata, obj):
+    # since session 13 refused at open (names.check_unicode), as the safetensors
+    # package refuses the file: a FormatError naming the input and the string
     source = _safetensors_header(tmp_path / "in.safetensors", tensors, metadata)
     before = _listing(tmp_path)
-    with pytest.raises(ztensor.UnsupportedError, match="not valid Unicode") as info:
+    with pytest.raises(ztensor.FormatError, match="not valid Unicode") as info:
         ztensor.convert(source, tmp_path / "out.zt")
-    assert info.value.path == str(source) and info.value.obj == obj
+    assert info.value.path == str(source) and "\\udc80" in str(info.value)
     assert _listing(tmp_path) == before
 
 

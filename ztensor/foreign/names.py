@@ -33,7 +33,9 @@ class NameTable:
     def claim(self, name: str, origin: Any = None) -> str:
         """Take ``name`` for the item found at ``origin`` (its path in the input,
         for the message; the name itself when omitted), or raise FormatError naming
-        both origins when another item already has it."""
+        both origins when another item already has it, or when the name has no
+        UTF-8 form (:func:`check_unicode`)."""
+        check_unicode(name, self.path, f"{self.what} name", obj=name)
         origin = name if origin is None else origin
         first = self._origins.get(name, _FREE)
         if first is not _FREE:
@@ -58,16 +60,47 @@ class NameTable:
 _FREE = object()
 
 
+def check_unicode(text: Any, path: Optional[str], what: str, obj: Any = None) -> Any:
+    """``text``, or FormatError naming ``path`` (and ``obj``) when it is a string
+    with no UTF-8 form: a lone surrogate, which JSON spells ``"\\ud800"`` and
+    Python's pickle reads from the bytes ``ED A0 80``.  THE rule for the names (and
+    header strings) a foreign file gives: every format we read stores its text as
+    UTF-8 (the safetensors package refuses such a header, and neither a .zt file nor
+    any format we export can hold such a name), so it is refused when the file is
+    opened, not when a conversion reaches it.  Applied by :meth:`NameTable.claim`
+    (every foreign reader's tensor names) and :func:`json_loads_unique` (every key
+    of a JSON header or index)."""
+    if type(text) is str and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FormatError(
+                f"{what} {_show(text)} is not valid Unicode (a lone surrogate): it has "
+                "no UTF-8 form",
+                path=path,
+                obj=obj,
+            ) from None
+    return text
+
+
 def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
     """``json.loads(text)``, refusing a key given twice in any object at any level
     (``json.loads`` keeps the last silently, so a tensor, its dtype or its shard
     would be chosen by the order of the text: the safetensors package and Hugging
-    Face's index readers disagree on such files).  Errors other than a repeated key
-    are json's own (ValueError, RecursionError) for the caller to word.  NaN and
+    Face's index readers disagree on such files), and a key with no UTF-8 form
+    (:func:`check_unicode`).  Bytes must be UTF-8, strictly: ``json.loads`` would
+    guess UTF-16 or UTF-32 from the first bytes and pass encoded surrogates
+    through, where the safetensors package and Hugging Face's index readers take
+    UTF-8 only.  Errors other than these FormatErrors are json's own (ValueError,
+    UnicodeDecodeError, RecursionError) for the caller to word.  NaN and
     Infinity, which JSON does not have (Python's reader accepts them; the
     safetensors package and Rust's readers refuse them), are a ValueError too."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8")
 
     def unique(pairs):
+        for key, _ in pairs:
+            check_unicode(key, path, what)
         found = dict(pairs)
         if len(found) != len(pairs):
             keys = NameTable(path, what)

@@ -5,8 +5,10 @@ dtype known, shape of non-negative integers that numpy can make, data_offsets
 inside the data section and exactly shape x item size, no two tensors overlapping
 (safetensors itself refuses overlaps), no key given twice in any JSON object of
 the header (``json`` would keep the last silently), ``__metadata__`` a map of
-string to string (:func:`check_metadata`).  The file is memory-mapped;
-tensors are views of it."""
+string to string (:func:`check_metadata`), every key and metadata value valid
+Unicode (a lone surrogate, ``"\\ud800"``, has no UTF-8 form: the safetensors
+package refuses the file; :func:`ztensor.foreign.names.check_unicode`).  The file
+is memory-mapped; tensors are views of it."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import numpy as np
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError
 from ztensor.foreign.base import ForeignFile, eager
-from ztensor.foreign.names import json_loads_unique
+from ztensor.foreign.names import check_unicode, json_loads_unique
 from ztensor.io.source import Source
 from ztensor.objects import shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
@@ -46,13 +48,18 @@ def check_metadata(metadata, path) -> dict:
         )
     for key, value in metadata.items():
         if type(value) is not str:
-            shown = key if len(key) <= 80 else key[:77] + "..."
             raise FormatError(
-                f"safetensors {METADATA_KEY} maps {shown!r} to {_json_kind(value)}: "
+                f"safetensors {METADATA_KEY} maps {_shown_key(key)} to {_json_kind(value)}: "
                 "its values are strings only (the safetensors package refuses the file)",
                 path=path,
             )
+        check_unicode(value, path, f"safetensors {METADATA_KEY} value of {_shown_key(key)}")
     return metadata
+
+
+def _shown_key(key) -> str:
+    """A header key as a message shows it: its repr, cut to 80 characters."""
+    return repr(key if len(key) <= 80 else key[:77] + "...")
 
 
 def _json_kind(value) -> str:
