@@ -273,3 +273,82 @@ if given is not None:
             assert exc.path == str(path)
             ours = None
         assert ours == theirs
+
+
+# ---------------------------------------------------------------- the sharded index over HTTP
+# (tests/hostile/test_hostile_containment.py holds the shard names' containment and a
+# lying server's .zt reads; these hold the index's own reads)
+
+
+@pytest.fixture
+def index_server(tmp_path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from test_hostile_containment import Hostile
+
+    ztensor.save_sharded({"a": np.arange(4.0)}, tmp_path / "ckpt")
+    server = Hostile()
+    server.files["/ckpt/model-00001-of-00001.zt"] = (
+        tmp_path / "ckpt" / "model-00001-of-00001.zt"
+    ).read_bytes()
+    index = {"metadata": {"pad": "x" * 200_000},  # several 64 KiB reads
+             "weight_map": {"a": "model-00001-of-00001.zt"}}
+    server.files["/ckpt/model.zt.index.json"] = json.dumps(index).encode()
+    yield server, server.url() + "/ckpt/model.zt.index.json"
+    server.close()
+
+
+def test_an_index_over_http_reads(index_server):
+    server, url = index_server
+    with ztensor.open_sharded(url) as r:
+        np.testing.assert_array_equal(r["a"], np.arange(4.0))
+
+
+@pytest.mark.parametrize(
+    "how", ["more", "more-unannounced", "endless", "huge-length", "fewer", "wrong-range",
+            "whole", "gzip"]
+)
+def test_an_index_served_by_a_lying_server_is_a_format_error(index_server, how):
+    """Each of the index's range reads is held to its range as a .zt file's are:
+    a lying Content-Length, a 200 for a range, another range's bytes."""
+    server, url = index_server
+    server.mode["how"] = how
+    with pytest.raises(FormatError) as info:
+        with ztensor.open_sharded(url) as r:
+            r["a"]
+    assert info.value.path == url
+
+
+def test_an_index_whose_server_claims_a_huge_size_is_refused_before_it_is_read(index_server):
+    """A HEAD saying 1 PiB: refused at once (it was read in 64 KiB range requests,
+    a thousand of them, up to the index's bound)."""
+    server, url = index_server
+    server.mode["how"] = "huge-size"
+    with pytest.raises(FormatError, match="larger than") as info:
+        ztensor.open_sharded(url)
+    assert info.value.path == url
+    assert [p for p in server.asked if p.endswith(".json")] == ["/ckpt/model.zt.index.json"] * 1
+
+
+@pytest.mark.parametrize("nesting", [b"[", b'{"x":'], ids=["lists", "objects"])
+def test_a_deeply_nested_index_over_http_is_a_format_error(index_server, nesting):
+    server, url = index_server
+    close = b"]" if nesting == b"[" else b"}"
+    server.files["/ckpt/model.zt.index.json"] = nesting * 100_000 + b"1" + close * 100_000
+    with pytest.raises(FormatError, match="not a readable index") as info:
+        ztensor.open_sharded(url)
+    assert info.value.path == url
+
+
+def test_a_shard_answered_with_another_files_bytes_is_refused(index_server, tmp_path):
+    """A server answering the shard's URL with another checkpoint's shard (its own
+    ETag, another tensor): the index's names are held to the shard's."""
+    server, url = index_server
+    ztensor.save_sharded({"b": np.arange(4.0)}, tmp_path / "other")
+    server.files["/ckpt/model-00001-of-00001.zt"] = (
+        tmp_path / "other" / "model-00001-of-00001.zt"
+    ).read_bytes()
+    with pytest.raises(FormatError, match="does not hold it") as info:
+        with ztensor.open_sharded(url) as r:
+            r["a"]
+    assert info.value.path == url

@@ -631,16 +631,24 @@ def read_small_file(path, limit, what, storage_options=None) -> bytes:
 
 
 def _read_bounded(f, limit, what, path) -> bytes:
+    size = getattr(f, "size", None)  # a URL's: the size opened
+    if size is None:
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            size = os.fstat(f.fileno()).st_size
+    if isinstance(size, int) and size > limit:
+        # refused before a byte is read: a server whose HEAD says a terabyte was
+        # asked for 64 KiB pieces until the bound, a thousand requests
+        raise FormatError(f"the {what} is larger than {limit} bytes ({size})", path=path)
     parts: "list[bytes]" = []
     held = 0
     while True:
         part = f.read(1 << 16)
-        check_range_reply(part, getattr(f, "size", None), path)
+        check_range_reply(part, size, path)
         if not part:
             return b"".join(parts)
         held += len(part)
-        if held > limit:
-            raise FormatError(f"a {what} larger than {limit} bytes", path=path)
+        if held > limit:  # a file that grew, or a size no one said
+            raise FormatError(f"the {what} is larger than {limit} bytes", path=path)
         parts.append(part)
 
 
