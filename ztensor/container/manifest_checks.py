@@ -239,6 +239,20 @@ class Checker:
         return ltype
 
     def check_zstd_size(self, name, role, ulen, itemsize, dtype, length):
+        """The size rules of a zstd component of ``length`` stored bytes declaring
+        ``ulen`` decoded ones (None: v0.1/v1.1, undeclared).  Used by every .zt
+        version's open (v0.1-v1.2 here, v2 through container/v2.py) and by the
+        Writer before it writes."""
+        if length == 0:
+            # zstd data is one or more frames, and the smallest frame (an empty input's:
+            # header and an empty last block) is 9 bytes; no writer, ours or the
+            # reference's, stores none, and zstandard reads b"" as an empty stream
+            self.fail(
+                "zstd component stores 0 bytes, which is no zstd frame (an empty "
+                "tensor compresses to a 9-byte frame)",
+                name,
+                role,
+            )
         if ulen is None:
             if self.info.requires_uncompressed_length:
                 self.fail(

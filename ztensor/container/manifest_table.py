@@ -266,6 +266,8 @@ def _check_components(raw, comps, itemsize, checker):
     zstd = ~raw_enc
     if zstd.any():
         z_ulen, z_length = ulen[zstd], length[zstd]
+        if not z_length.all():  # no bytes: no zstd frame (Checker.check_zstd_size)
+            raise _Slow
         if (z_ulen > limits.max_component_size).any():
             raise _Slow
         if len(z_ulen) * limits.max_component_size < (1 << 64):

@@ -442,9 +442,9 @@ class Reader:
             return arr.reshape(obj.shape)
         comp = obj.components["data"]
         arr = self._component(obj, comp, copy)
-        return logical.as_values(arr, comp.dtype, comp.type, path=self.path, obj=name).reshape(
-            obj.shape
-        )
+        return logical.as_values(
+            arr, comp.dtype, comp.type, path=self.path, obj=name, component=comp.role
+        ).reshape(obj.shape)
 
     def _read_converted(self, name, dtype):
         obj = self.metadata(name)
@@ -501,7 +501,7 @@ class Reader:
             arrays = legacy.assemble(obj, blob, path=self.path, obj=name)
             # the element rules for the values the blob holds (bool bytes 0 or 1)
             arrays["values"] = logical.as_elements(
-                arrays["values"], obj.legacy[1], None, path=self.path, obj=name
+                arrays["values"], obj.legacy[1], None, path=self.path, obj=name, component="values"
             )
             # bf16 values come back as their bits without ml_dtypes: the type says so,
             # as formats.types_of says it for a v1.x object's components
@@ -625,7 +625,12 @@ class Reader:
         if logical.is_bool(comp.dtype, comp.type):  # see _clean_foreign_bools
             arr = logical.clean_bools(np.asarray(arr))
         arr = logical.as_values(
-            np.asarray(arr), comp.dtype, comp.type, path=self.path, obj=obj.name
+            np.asarray(arr),
+            comp.dtype,
+            comp.type,
+            path=self.path,
+            obj=obj.name,
+            component=comp.role,
         )
         if copy:
             arr = np.array(

@@ -576,9 +576,16 @@ class Writer:
             # per-component and per-file limits, is that of the array written:
             # prepare may widen it (sparse indices become u64: checked before, a
             # component twice the limit was written, and no default Reader opened it)
+            # (the stored length is not known before compressing: the decoded one stands
+            # in, never 0, as zstd data never is: Checker.check_zstd_size)
             for role, arr, storage, ltype in prepared:
                 self._checker.check_zstd_size(
-                    name, role, arr.nbytes, arr.dtype.itemsize or 1, ltype or storage, arr.nbytes
+                    name,
+                    role,
+                    arr.nbytes,
+                    arr.dtype.itemsize or 1,
+                    ltype or storage,
+                    max(arr.nbytes, 1),
                 )
         comps = {}
         for role, arr, storage, ltype in prepared:
@@ -614,7 +621,10 @@ class Writer:
             if ltype is not None:
                 comps[role]["type"] = ltype
             if role in zstd:  # its stored length may not be known: the decoded size
-                comps[role].update(encoding="zstd", uncompressed_length=arr.nbytes)
+                # stands in, never 0 (zstd data never is: Checker.check_zstd_size)
+                comps[role].update(
+                    encoding="zstd", uncompressed_length=arr.nbytes, length=max(arr.nbytes, 1)
+                )
             offset += -(-max(arr.nbytes, 1) // spec.ALIGNMENT) * spec.ALIGNMENT
         entry = {"shape": entry_shape, "format": fmt, "attributes": attributes, "components": comps}
         self._checker.object_spec(name, entry)

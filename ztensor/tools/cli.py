@@ -162,12 +162,16 @@ def cmd_ls(reader, args, out):
 
 def cmd_info(reader, args, out):
     formats, stored, decoded, digests = {}, 0, 0, 0
+    undeclared = 0  # v0.1/v1.1 zstd parts of non-dense objects: no size, and not decoded
     for name in reader.keys():
         obj = reader.metadata(name)
         formats[obj.format] = formats.get(obj.format, 0) + 1
         for comp in obj.components.values():
             stored += comp.length
-            decoded += comp.decoded_length or 0
+            if comp.decoded_length is None:
+                undeclared += 1
+            else:
+                decoded += comp.decoded_length
             digests += comp.digest is not None
     info = {
         "file": url_without_secrets(reader.path),  # one URL whole: a space is its own
@@ -176,7 +180,10 @@ def cmd_info(reader, args, out):
         "objects": len(reader),
         "formats": formats,
         "stored_bytes": stored,
-        "decoded_bytes": decoded,
+        # null when a part declares no size: the sum of the others would understate it
+        "decoded_bytes": None if undeclared else decoded,
+        "decoded_bytes_declared": decoded,
+        "components_without_decoded_size": undeclared,
         "digests": digests,
         "attributes": reader.attributes,
     }
@@ -193,7 +200,14 @@ def cmd_info(reader, args, out):
         + "".join(f"  {k}={v}" for k, v in sorted(formats.items()))
     )
     lines.append(f"stored:      {_human(stored)} ({stored} bytes)")
-    lines.append(f"decoded:     {_human(decoded)} ({decoded} bytes)")
+    if undeclared:
+        lines.append(
+            f"decoded:     not declared for {undeclared} zstd "
+            f"component{'s' if undeclared > 1 else ''} (the others: {_human(decoded)}, "
+            f"{decoded} bytes)"
+        )
+    else:
+        lines.append(f"decoded:     {_human(decoded)} ({decoded} bytes)")
     lines.append(f"digests:     {digests}")
     lines.append("attributes:" + ("  (none)" if not reader.attributes else ""))
     for key, value in reader.attributes.items():
