@@ -18,6 +18,7 @@ readers and the format sniffers to share.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from ztensor.errors import LimitError
 
@@ -167,7 +168,7 @@ def check_file_totals(
     objects: int = 0,
     manifest_size: int = 0,
     *,
-    ceiling: int = SPEC_MAX_MANIFEST,
+    ceiling: Optional[int] = None,
 ) -> None:
     """LimitError naming ``path`` (the user's input file) unless a reader with
     ``limits`` takes a file of ``objects`` objects whose manifest (or header: the
@@ -183,7 +184,8 @@ def check_file_totals(
     they read, so a limit reads the same, and refuses the same, whatever the input.
     A reader that counts as it walks calls it with the count so far; one that learns
     the manifest's size before its objects calls it twice."""
-    most = min(limits.max_manifest_size, ceiling)
+    # the spec's ceiling read at the call, not bound when this module was imported
+    most = min(limits.max_manifest_size, SPEC_MAX_MANIFEST if ceiling is None else ceiling)
     if manifest_size > most:
         raise LimitError(
             f"a manifest (names, shapes, attributes) of {manifest_size} bytes exceeds "
