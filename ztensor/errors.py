@@ -35,6 +35,9 @@ __all__ = [
     "NetworkTimeoutError",
     "NetworkConnectionError",
     "SliceError",
+    "SliceTypeError",
+    "SliceValueError",
+    "SliceRuntimeError",
 ]
 
 
@@ -199,6 +202,22 @@ class SliceError(SafetensorError, IndexError):
 
     def _render(self) -> str:
         return self.message
+
+
+# safe_open(framework="pt").get_slice indexes as torch does, and refuses what torch
+# refuses with torch's own builtin (safetensors' pt slices are torch indexing): the
+# same SliceError, also the builtin a caller of safetensors catches
+class SliceTypeError(SliceError, TypeError):
+    """A get_slice index of a type torch refuses (``"a"``, ``slice(1.0, 3)``)."""
+
+
+class SliceValueError(SliceError, ValueError):
+    """A get_slice index torch refuses as a value (a negative or zero step, an
+    integer past int64)."""
+
+
+class SliceRuntimeError(SliceError, RuntimeError):
+    """A get_slice index torch refuses with a RuntimeError (a step past int64)."""
 
 
 # a URL in a message: a scheme, then everything up to a space; what may end it is

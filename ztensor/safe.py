@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Union
 
 import numpy as np
 
@@ -19,16 +19,31 @@ from ztensor.container import checkpoint_keys as checkpoint
 from ztensor.container.reader import Reader
 from ztensor.errors import (
     ClosedError,
+    LimitError,
     ObjectNotFoundError,
     SliceError,
+    SliceRuntimeError,
+    SliceTypeError,
+    SliceValueError,
     UnsupportedError,
     memory_is_a_limit,
     refuse_copy,
 )
 from ztensor.formats import dense
+from ztensor.frameworks import LazyModule
 from ztensor.frameworks.staging import torch_device
-from ztensor.frameworks.torch_bridge import numpy_to_torch, numpy_to_torch_plain, object_to_torch
+from ztensor.frameworks.torch_bridge import (
+    is_cpu,
+    numpy_to_torch,
+    numpy_to_torch_plain,
+    object_to_torch,
+)
 from ztensor.io import components, seekable, values
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
 
@@ -314,16 +329,34 @@ class _Slice:
             return self._get(index)
 
     def _get(self, index: Any) -> Any:
-        shape = self._meta.shape
-        selection = _selection(index, shape, self._name, self._reader.path)
+        if self._framework == "pt":
+            return self._torch_get(index)
+        return self._read(_selection(index, self._meta.shape, self._name, self._reader.path))
+
+    def _read(self, selection):
+        """The numpy values ``selection`` (a checked numpy index) picks, reading only
+        the rows its first index spans where the source allows."""
         part = self._rows_only(selection)
         if part is None:
             part = self._frames_only(selection)
         if part is None:
             part = self._selected(selection)
-        if self._framework == "pt":
-            return numpy_to_torch(part, self._meta, self._device, self._reader.path)
         return part
+
+    def _torch_get(self, index: Any) -> Any:
+        """``index`` applied as torch applies it (safetensors' pt slices are torch
+        indexing): led by an integer or a slice, only the rows it spans are read and
+        the rest of the index applied to them; any other index is applied to the
+        whole tensor (a view of a mapped file: only what it selects is touched)."""
+        path = self._reader.path
+        span = _torch_row_span(index, tuple(self._meta.shape), self._name, path)
+        if span is None:
+            block = object_to_torch(self._reader, self._name, copy=False, device="cpu")
+            local = index
+        else:
+            start, end, local = span
+            block = numpy_to_torch(self._read((slice(start, end),)), self._meta, "cpu", path)
+        return _torch_placed(_torch_indexed(block, local, self._name, path), self._device)
 
     def _selected(self, selection):
         """The selection of the stored elements (a view of a raw component; a zstd
@@ -441,7 +474,7 @@ class _ArraySlice:
     checked by the same rules as a stored tensor's (:func:`_selection`)."""
 
     def __init__(self, name, make, framework, device, path):
-        self._name, self._make, self._array = name, make, None
+        self._name, self._make, self._array, self._tensor = name, make, None, None
         self._framework, self._device, self._path = framework, device, path
 
     def _whole(self) -> np.ndarray:
@@ -459,10 +492,12 @@ class _ArraySlice:
 
     def __getitem__(self, index: Any) -> Any:
         whole = self._whole()
-        part = np.array(whole[_selection(index, whole.shape, self._name, self._path)])
-        if self._framework == "pt":
-            return numpy_to_torch_plain(part, self._device)
-        return part
+        if self._framework == "pt":  # torch's indexing, as for a stored tensor
+            if self._tensor is None:
+                self._tensor = numpy_to_torch_plain(whole, "cpu")
+            part = _torch_indexed(self._tensor, index, self._name, self._path)
+            return _torch_placed(part, self._device)
+        return np.array(whole[_selection(index, whole.shape, self._name, self._path)])
 
 
 def _row_span(first, rows):
@@ -475,6 +510,96 @@ def _row_span(first, rows):
     count = len(range(start, stop, step))
     end = start + (count - 1) * step + 1 if count else start
     return start, end, slice(0, end - start, step)
+
+
+# what an index torch applies without allocating may hold besides its leading
+# integer or slice (a bool is no integer here: torch reads True as a new axis)
+def _is_int(item) -> bool:
+    return isinstance(item, (int, np.integer)) and not isinstance(item, bool)
+
+
+def _torch_row_span(index, shape, name, path):
+    """``(start, end, index into those rows)`` for a pt get_slice index led by an
+    integer or a slice, the rest integers, slices, ``None`` and ``...`` (what torch
+    applies as a view): the rows to read, and the index that picks from them what
+    ``index`` picks from the whole.  None for any other index (lists, masks,
+    tensors, a list given without a tuple, which torch reads by its own older
+    rules): it is applied to the whole tensor.
+
+    The index is first applied by torch itself to a tensor of ``shape`` holding
+    one element (every stride 0: nothing is allocated), so what torch refuses is
+    refused, with torch's own words and builtin (:func:`_torch_indexed`), before
+    a byte is read."""
+    items = index if isinstance(index, tuple) else (index,)
+    if (
+        not shape
+        or not items
+        or not (_is_int(items[0]) or isinstance(items[0], slice))
+        or not all(
+            _is_int(i) or isinstance(i, slice) or i is None or i is Ellipsis for i in items[1:]
+        )
+    ):
+        return None
+    _torch_applied(torch.zeros((), dtype=torch.uint8).expand(shape), items, name, path)
+    # checked by torch: an integer in range, a slice of positive step, whose bounds
+    # torch clamps as Python's slice.indices does
+    first = items[0] if isinstance(items[0], slice) else int(items[0])
+    start, end, local = _row_span(first, shape[0])
+    return start, end, (local,) + items[1:]
+
+
+def _torch_indexed(block, index, name, path):
+    """``block[index]`` by torch's rules (:func:`_torch_applied`), a tensor of its
+    own: a view (of a mapped file, or of the rows read for it) is copied, only what
+    it shows."""
+    part = _torch_applied(block, index, name, path)
+    if part.untyped_storage().data_ptr() == block.untyped_storage().data_ptr():
+        with memory_is_a_limit(path, name):
+            part = part.clone(memory_format=torch.contiguous_format)
+    return part
+
+
+def _torch_applied(block, index, name, path):
+    """``block[index]`` as torch gives it.  What torch refuses is the SliceError
+    that is also the builtin torch raised, in torch's words (safetensors' pt
+    get_slice raises torch's own); memory torch cannot allocate is a LimitError."""
+    index = _bounded_steps(index, max(block.shape, default=1))
+    try:
+        with memory_is_a_limit(path, name):
+            part = block[index]
+    except IndexError as exc:
+        raise SliceError(str(exc), path=path, obj=name) from None
+    except TypeError as exc:
+        raise SliceTypeError(str(exc), path=path, obj=name) from None
+    except ValueError as exc:
+        raise SliceValueError(str(exc), path=path, obj=name) from None
+    except RuntimeError as exc:
+        if "allocate" in str(exc):  # torch's CPU allocator: not a MemoryError
+            raise LimitError("not enough memory for this read", path=path, obj=name) from None
+        raise SliceRuntimeError(str(exc), path=path, obj=name) from None
+    return part
+
+
+def _bounded_steps(index, most):
+    """``index`` with each slice's step past ``most`` (the largest dimension) made
+    ``most``: the same selection (a step at least a dimension's size picks its first
+    element only, whatever it is), which torch computes without overflow.  A
+    step near 2**63 overflowed torch's stride arithmetic: a wrong shape, an error
+    naming negative strides, or a tensor whose ``tolist()`` raised SystemError."""
+
+    def bounded(item):
+        if isinstance(item, slice) and _is_int(item.step) and item.step > most:
+            return slice(item.start, item.stop, max(int(most), 1))
+        return item
+
+    if isinstance(index, tuple):
+        return tuple(bounded(item) for item in index)
+    return bounded(index)
+
+
+def _torch_placed(part, device):
+    """A slice made on the CPU, on the caller's device."""
+    return part if is_cpu(device) else part.to(device)
 
 
 def _render(index) -> str:

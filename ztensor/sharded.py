@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fractions
 import functools
+import math
 import os
 import re
 import stat
@@ -71,21 +72,41 @@ _UNITS = {
 }
 
 
-def parse_size(size: Union[int, str]) -> int:
-    """``"5GB"`` (10^9, as Hugging Face counts), ``"500MiB"`` or an int of bytes."""
-    if isinstance(size, int) and not isinstance(size, bool):
+def parse_size(size: Union[int, float, str]) -> int:
+    """``max_shard_size`` in bytes: an int of bytes, or a string ``"5GB"`` (powers
+    of 10, as Hugging Face counts; ``"100kB"``: the unit in any case, a ``b`` never
+    bits), ``"500MiB"`` (powers of 2) or ``"1.5GB"`` (a fraction with a unit, as
+    huggingface_hub's ``parse_size_to_int`` takes it, rounded down to a byte).
+
+    A float is a count of bytes as huggingface_hub compares it, so a whole one
+    (``5e9``) is taken; one with a fraction (``1.9``: most likely gigabytes without
+    their unit, which became 1 byte), ``inf`` or ``nan`` is a ValueError, as is a
+    fraction of a byte as a string (``"1.5"``, ``"1.5B"``), a bool, and a size of
+    no bytes or fewer.  A ValueError names ``max_shard_size``."""
+    if isinstance(size, bool):  # an int to Python, never a size
+        raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}")
+    if isinstance(size, float):
+        if not math.isfinite(size) or not size.is_integer():
+            raise ValueError(
+                f"max_shard_size must be a whole number of bytes or like '1.9GB', got {size!r}"
+            )
+        size = int(size)
+    if isinstance(size, int):
         if size <= 0:
             raise ValueError(f"max_shard_size must be positive, got {size}")
         return size
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(size))
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", str(size))
     if not m or m.group(2).upper() not in _UNITS:
         raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}")
     # exact decimal arithmetic: a float overflowed for a long number of digits
     # (an OverflowError from int(inf)) and rounded "1.1GB" by binary fractions
     try:
-        value = int(fractions.Fraction(m.group(1)) * _UNITS[m.group(2).upper()])
+        exact = fractions.Fraction(m.group(1)) * _UNITS[m.group(2).upper()]
+        value = int(exact)
     except ValueError:  # past Python's digit limit for int(str)
         raise ValueError(f"max_shard_size must be bytes or like '5GB', got {size!r}") from None
+    if _UNITS[m.group(2).upper()] == 1 and exact != value:
+        raise ValueError(f"max_shard_size must be a whole number of bytes, got {size!r}")
     if value <= 0:
         raise ValueError(f"max_shard_size must be positive, got {size!r}")
     return value
@@ -406,6 +427,7 @@ class ShardedReader:
             self._release(reader)
 
     def _acquire(self, name: str) -> Reader:
+        self._require_open(name)  # a closed checkpoint, whatever the name
         file = self._map.get(name) if isinstance(name, str) else None
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
@@ -509,10 +531,12 @@ class ShardedReader:
     # shard by shard, for callers that load or convert one shard at a time
     def files(self) -> List[str]:
         """The shard files, in the order of their first tensor in the index."""
+        self._require_open()
         return list(dict.fromkeys(self._map.values()))
 
     def file_of(self, name: str) -> str:
         """The shard file the index places ``name`` in (ObjectNotFoundError if none)."""
+        self._require_open(name)
         file = self._map.get(name) if isinstance(name, str) else None
         if file is None:
             raise ObjectNotFoundError("no such tensor in any shard", path=self.path, obj=name)
@@ -520,6 +544,7 @@ class ShardedReader:
 
     def names_in(self, file: str) -> List[str]:
         """The tensors the index places in shard ``file``, in index order."""
+        self._require_open()
         return list(self._placed.get(file, ()))
 
     @functools.cached_property
@@ -535,6 +560,7 @@ class ShardedReader:
 
     def shard_path(self, file: str) -> str:
         """The path or URL of shard ``file`` (one the index names)."""
+        self._require_open()
         if file not in self._placed:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._shard(file)
@@ -546,33 +572,45 @@ class ShardedReader:
         ``unlisted_ok`` it may hold tensors the index does not list at all (a
         conversion keeps them and lists them).  The caller closes it: loading shard by
         shard keeps one shard mapped at a time."""
+        self._require_open()
         if file not in self._placed:
             raise ObjectNotFoundError(f"the index names no shard {file!r}", path=self.path)
         return self._open_checked(file, unlisted_ok=unlisted_ok, **reader_options)
 
-    # the Reader API
+    # the Reader API.  Once closed, every method answering about the checkpoint
+    # raises ClosedError (_require_open), its index as its shards: a closed handle
+    # that still listed names read as open until a read failed
     @property
     def format(self) -> str:
         return "sharded"
 
     @property
     def shards(self) -> List[str]:
+        self._require_open()
         return sorted(set(self._map.values()))
 
     @property
     def attributes(self) -> Dict[str, Any]:
+        self._require_open()
         return dict(self._meta)
 
     def keys(self) -> List[str]:
+        self._require_open()
         return list(self._map)
 
     def __iter__(self) -> Iterator[str]:
+        self._require_open()
         return iter(self._map)
 
     def __len__(self) -> int:
+        self._require_open()
         return len(self._map)
 
+    def __bool__(self) -> bool:  # an open or closed handle, never its len()
+        return True
+
     def __contains__(self, name: Any) -> bool:
+        self._require_open()
         return name in self._map
 
     def __getitem__(self, name: str) -> Any:
@@ -591,24 +629,28 @@ class ShardedReader:
             return reader
 
     def read_numpy(self, name: Any, **kwargs: Any) -> Any:
+        self._require_open()
         if isinstance(name, list):
             return {n: self.read_numpy(n, **kwargs) for n in name}
         with self._using(name) as reader:
             return reader.read_numpy(name, **kwargs)
 
     def read(self, name: Any, **kwargs: Any) -> Any:
+        self._require_open()
         if isinstance(name, list):
             return {n: self.read(n, **kwargs) for n in name}
         with self._using(name) as reader:
             return reader.read(name, **kwargs)
 
     def read_torch(self, name: Any, **kwargs: Any) -> Any:
+        self._require_open()
         if isinstance(name, list):
             return {n: self.read_torch(n, **kwargs) for n in name}
         with self._using(name) as reader:
             return reader.read_torch(name, **kwargs)
 
     def read_into(self, name: Any, dst: Any = None) -> None:
+        self._require_open()
         if isinstance(name, dict):
             for n, d in name.items():
                 self.read_into(n, d)
@@ -695,6 +737,7 @@ class ShardedReader:
     ) -> Dict[str, Any]:
         """name -> array of every tensor, shard by shard (each shard in one batch:
         ztensor/container/batch.py); ``progress(bytes done, bytes total)`` after each shard."""
+        self._require_open()
         out: Dict[str, Any] = {}
         paths = {file: self._shard(file) for file in self.shards}
         total, done = sum(_size(p, self._options) for p in paths.values()), 0
@@ -729,11 +772,12 @@ class ShardedReader:
         return False
 
     def __repr__(self) -> str:
-        return without_secrets(
-            f"<ztensor.ShardedReader {self.path!r} [{len(self.shards)} shards, "
-            f"{len(self)} tensor(s)]>",
-            self.path,
+        state = (
+            "closed"
+            if self._closed
+            else f"{len(set(self._map.values()))} shards, {len(self._map)} tensor(s)"
         )
+        return without_secrets(f"<ztensor.ShardedReader {self.path!r} [{state}]>", self.path)
 
 
 def _size(path: str, storage_options: Any = None) -> int:

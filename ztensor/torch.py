@@ -262,7 +262,9 @@ def load_file(
     ``device``: anything ``torch.device`` takes, or None (the CPU); one torch cannot
     use here is an UnsupportedError before the file is read
     (:func:`ztensor.frameworks.staging.torch_device`).  ``copy`` is third
-    positionally, as in the reference ztensor."""
+    positionally, as in the reference ztensor.  A file's contents (bytes) are no
+    filename: a TypeError, as in safetensors; :func:`load` takes them."""
+    _file_argument(filename, "load_file")
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
@@ -272,6 +274,19 @@ def load_file(
         return out
     with Reader(filename, copy_on_write=True, storage_options=storage_options) as r:
         return _load_reader(r, device, copy, dequantize, threads)
+
+
+def _file_argument(filename: Any, function: str) -> None:
+    """The one rule for what load_file and load_model take as their file: bytes
+    (bytearray, memoryview) are a TypeError pointing to :func:`load`.  Passed on
+    to Reader they were read as a file's contents, so ``load_file(b"a.zt")``
+    said "<bytes>: file is truncated"; safetensors' ``load_file`` and the
+    reference ztensor's take a name, never contents."""
+    if isinstance(filename, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"{function} takes a file name (str or os.PathLike), not "
+            f"{type(filename).__name__}: a file's contents load with ztensor.torch.load(data)"
+        )
 
 
 def _shard_by_shard(
@@ -592,6 +607,7 @@ def load_model(
     # Loading copies into the model's tensors in place, so the state dict and its
     # groups of shared tensors found now still hold once it is loaded.
     _require_module(model)
+    _file_argument(filename, "load_model")
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)

@@ -95,12 +95,15 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     source = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(source, str):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
-    folder, checkpoint = _locate(source)
     storage_options = kwargs.pop("storage_options", None)
     dtype = kwargs.pop("dtype", None)
     torch_dtype = kwargs.pop("torch_dtype", None)
+    # the caller's own argument is checked before anything is read: a dtype no
+    # model is built in is their mistake (a ValueError naming it), never config.json's
+    dtype = _caller_dtype(dtype, "dtype") if dtype is not None else None
     if dtype is None:
-        dtype = torch_dtype
+        dtype = _caller_dtype(torch_dtype, "torch_dtype")
+    folder, checkpoint = _locate(source)
 
     config_path = _beside(folder, CONFIG_NAME)
     config_dict = _read_json(config_path, "config", storage_options)
@@ -247,6 +250,42 @@ def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:
     return mapping[model_type]
 
 
+# the floating dtypes torch builds a model in (torch.set_default_dtype, which
+# transformers' from_config sets, refuses the float8/float4 types: they have no
+# storage type of their own)
+MODEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _model_dtype(dtype: Any) -> Optional[torch.dtype]:
+    """The one rule for a model's dtype: a torch dtype of :data:`MODEL_DTYPES`, or
+    its name (``"bfloat16"``, ``"half"``); None for anything else."""
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
+    if isinstance(dtype, torch.dtype) and dtype in MODEL_DTYPES:
+        return dtype
+    return None
+
+
+def _caller_dtype(dtype: Any, keyword: str) -> Any:
+    """The caller's ``dtype``/``torch_dtype`` (``keyword`` names which): None or
+    ``"auto"`` as given, else the torch dtype it names; one no model is built in
+    is a ValueError naming ``keyword`` (a TypeError for what is no dtype or name)."""
+    if dtype is None or (isinstance(dtype, str) and dtype == "auto"):
+        return dtype
+    found = _model_dtype(dtype)
+    if found is not None:
+        return found
+    allowed = ", ".join(str(d).replace("torch.", "") for d in MODEL_DTYPES)
+    if not isinstance(dtype, (str, torch.dtype)):
+        raise TypeError(
+            f"{keyword} must be a torch.dtype, its name or 'auto', not {type(dtype).__name__}"
+        )
+    raise ValueError(
+        f"{keyword}={dtype!r}: a model is built in one of {allowed} (its torch.dtype or "
+        "name), or 'auto'"
+    )
+
+
 def _resolve_dtype(
     dtype: Any,
     config: Any,
@@ -255,22 +294,22 @@ def _resolve_dtype(
     storage_options: Optional[Dict[str, Any]],
 ) -> torch.dtype:
     """transformers 5's rule: None or "auto" -> the config's dtype, else the
-    checkpoint's first floating dtype, else torch's default; a name -> that dtype.
-    A caller's dtype that is none is a ValueError; the config's, a FormatError
-    naming it."""
-    from_config = dtype is None or dtype == "auto"
-    if from_config:
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-        if dtype is None:
-            found = _checkpoint_float_dtype(checkpoint, storage_options)
-            dtype = found or torch.get_default_dtype()
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None) if not dtype.startswith("_") else None
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        if from_config:
-            raise FormatError(f"dtype {dtype!r} is not a floating torch dtype", path=config_path)
-        raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', not {dtype!r}")
-    return dtype
+    checkpoint's first floating dtype a model is built in, else torch's default;
+    else the caller's dtype, checked already (:func:`_caller_dtype`).  The config's
+    dtype that no model is built in (:func:`_model_dtype`) is a FormatError naming
+    it."""
+    if not (dtype is None or (isinstance(dtype, str) and dtype == "auto")):
+        return dtype
+    declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if declared is None:
+        found = _checkpoint_float_dtype(checkpoint, storage_options)
+        return found or torch.get_default_dtype()
+    resolved = _model_dtype(declared)
+    if resolved is None:
+        raise FormatError(
+            f"dtype {declared!r} is not a dtype a model is built in", path=config_path
+        )
+    return resolved
 
 
 def _checkpoint_extent(
@@ -425,8 +464,9 @@ def _checkpoint_float_dtype(
 ) -> Optional[torch.dtype]:
     with _open_checkpoint(checkpoint, storage_options) as r:
         for name in r.keys():
-            found = getattr(torch, str(r.metadata(name).dtype), None)
-            if isinstance(found, torch.dtype) and found.is_floating_point:
+            # a float8 weight (a quantized checkpoint's) is no dtype to build in
+            found = _model_dtype(str(r.metadata(name).dtype))
+            if found is not None:
                 return found
     return None
 
