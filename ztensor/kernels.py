@@ -65,6 +65,7 @@ if backend == "c":  # the numpy fallback decodes and encodes manifests through c
     # read_numpy's zero-copy hot path over the manifest's tables
     ViewTable = _impl.ViewTable  # type: ignore[attr-defined]
 copy = _impl.copy
+zstd_frames = _impl.zstd_frames
 copy_spans = _impl.copy_spans
 range_resident = _impl.range_resident
 # the hand-written AVX2 paths (compiled backend on x86-64): on/off, and whether live
@@ -139,6 +140,7 @@ __all__ = [
     "cbor_check_canonical",
     "xxh3_64",
     "copy",
+    "zstd_frames",
     "copy_spans",
     "ggml_dequant",
     "cpu_threads",

@@ -27,6 +27,7 @@
 #include "xxh3.h"
 #include "zt_endian.h"
 #include "zt_simd.h"
+#include "zstd_frames.h"
 
 static int passed, failed;
 #define CHECK(cond, ...)                                                   \
@@ -122,6 +123,52 @@ static void test_copy(void) {
     CHECK(zt_copy(NULL, NULL, 0) == ZT_OK, "copy: nothing to copy");
     free(src);
     free(dst);
+}
+
+/* The frame walker on frames python-zstandard made ("zTensor " x 8 with a content
+ * checksum, and the empty frame) and a skippable frame: every cut inside a frame is "cut" at that frame's start, bytes
+ * after the frames are a cut frame or no magic, a reserved bit is refused. */
+static void test_zstd_frames(void) {
+    static const uint8_t frame[27] = {
+        0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x40, 0x75, 0x00, 0x00, 0x40, 0x7a, 0x54, 0x65, 0x6e,
+        0x73, 0x6f, 0x72, 0x20, 0x01, 0x00, 0xdd, 0x59, 0xb8, 0x96, 0x35, 0xd2, 0x0b};
+    static const uint8_t empty[9] = {0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x00, 0x01, 0x00, 0x00};
+    static const uint8_t skip[11] = {0x5f, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 'a', 'b', 'c'};
+    uint8_t buf[64];
+    int verdict = -1;
+    size_t at = 99, frames = 99;
+    CHECK(zt_zstd_frames(frame, sizeof frame, &verdict, &at, &frames) == ZT_OK &&
+          verdict == ZT_FRAMES_WHOLE && at == sizeof frame && frames == 1, "one whole frame");
+    memcpy(buf, skip, 11);
+    memcpy(buf + 11, frame, 27);
+    memcpy(buf + 38, empty, 9);
+    zt_zstd_frames(buf, 47, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_WHOLE && frames == 3, "skippable, data and empty frames");
+    int bad = 0;
+    for (size_t cut = 1; cut < 47; cut++) {
+        if (cut == 11 || cut == 38) continue;  /* frame boundaries: whole */
+        zt_zstd_frames(buf, cut, &verdict, &at, &frames);
+        size_t start = cut < 11 ? 0 : cut < 38 ? 11 : 38;
+        if (verdict != ZT_FRAMES_CUT || at != start || frames != (start == 0 ? 0u : start == 11 ? 1u : 2u))
+            bad++;
+    }
+    CHECK(bad == 0, "zstd frames: %d cuts not found at their frame", bad);
+    memcpy(buf, frame, 27);
+    memset(buf + 27, 0, 5);
+    zt_zstd_frames(buf, 28, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_CUT && at == 27 && frames == 1, "one byte after the frame");
+    zt_zstd_frames(buf, 32, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_NOT_ZSTD && at == 27, "no magic after the frame");
+    buf[4] |= 0x08;
+    zt_zstd_frames(buf, 27, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_BAD_BLOCK && at == 0, "the reserved header bit");
+    memcpy(buf, empty, 9);
+    buf[6] = 0x07;  /* the last block's type: reserved */
+    zt_zstd_frames(buf, 9, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_BAD_BLOCK, "a reserved block type");
+    zt_zstd_frames(NULL, 0, &verdict, &at, &frames);
+    CHECK(verdict == ZT_FRAMES_WHOLE && frames == 0, "no bytes: no frames");
+    CHECK(zt_zstd_frames(NULL, 1, &verdict, &at, &frames) == ZT_E_ARG, "NULL with bytes");
 }
 
 static void test_floatconv(void) {
@@ -413,6 +460,7 @@ int main(void) {
     test_crc32c();
     test_bswap();
     test_copy();
+    test_zstd_frames();
     test_floatconv();
     test_dequant();
     test_cbor_scan();

@@ -35,6 +35,10 @@ cdef extern from "footer.h":
 cdef extern from "byteswap.h":
     zt_status zt_bswap(const void *src, void *dst, size_t count, size_t width) nogil
 
+cdef extern from "zstd_frames.h":
+    zt_status zt_zstd_frames(const void *p, size_t n, int *verdict, size_t *at,
+                             size_t *frames) nogil
+
 cdef extern from "copy.h":
     zt_status zt_copy(const void *src, void *dst, size_t n) nogil
 

@@ -473,6 +473,23 @@ def copy(const uint8_t[::1] src, uint8_t[::1] dst):
     _raise_for_status(st, "copy")
 
 
+
+def zstd_frames(const uint8_t[::1] data):
+    """(verdict, at, frames): whether ``data`` is whole zstd frames, by their headers
+    alone (csrc/zstd_frames.c).  verdict 0: whole frames; 1: the bytes end inside
+    the frame starting at ``at``; 2: no frame magic at ``at``; 3: a reserved bit or
+    block type in the frame at ``at``.  ``frames``: whole frames before ``at``."""
+    cdef int verdict = 0
+    cdef size_t at = 0, frames = 0
+    cdef uint8_t dummy = 0
+    cdef const uint8_t *p = &data[0] if data.shape[0] else &dummy
+    cdef size_t n = data.shape[0]
+    cdef zt_status st
+    with nogil:
+        st = zt_zstd_frames(p, n, &verdict, &at, &frames)
+    _raise_for_status(st, "zstd_frames")
+    return verdict, at, frames
+
 def set_simd(bint on):
     """Allow (True) or forbid (False) the hand-written AVX2 paths; returns the old
     setting.  Tests and benchmarks run the portable loops on the same machine."""

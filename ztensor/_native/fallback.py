@@ -86,6 +86,62 @@ def copy(src, dst):
     np.copyto(dst, src)
 
 
+def zstd_frames(data):
+    """(verdict, at, frames) as csrc/zstd_frames.c computes them: whether ``data`` is
+    whole zstd frames, walked by their frame and block headers (RFC 8878)."""
+    p = memoryview(data).cast("B")
+    n, pos, count = len(p), 0, 0
+    while pos < n:
+        left = n - pos
+        if left < 4:
+            return 1, pos, count
+        magic = int.from_bytes(p[pos : pos + 4], "little")
+        if magic == 0xFD2FB528:
+            length = _zstd_frame_length(p, pos, n)
+            if length < 0:
+                return -length, pos, count
+        elif magic & 0xFFFFFFF0 == 0x184D2A50:
+            if left < 8 or left - 8 < int.from_bytes(p[pos + 4 : pos + 8], "little"):
+                return 1, pos, count
+            length = 8 + int.from_bytes(p[pos + 4 : pos + 8], "little")
+        else:
+            return 2, pos, count
+        pos += length
+        count += 1
+    return 0, n, count
+
+
+def _zstd_frame_length(p, start, n) -> int:
+    """The zstd frame at p[start:]'s length, or minus its verdict (1 cut, 3 bad)."""
+    if n - start < 5:
+        return -1
+    fhd = p[start + 4]
+    if fhd & 0x08:  # the reserved bit
+        return -3
+    single = (fhd >> 5) & 1
+    fcs = (0, 2, 4, 8)[fhd >> 6] if (fhd >> 6) or not single else 1
+    pos = start + 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+    while True:
+        if pos > n or n - pos < 3:
+            return -1
+        h = p[pos] | p[pos + 1] << 8 | p[pos + 2] << 16
+        kind, size = (h >> 1) & 3, h >> 3
+        pos += 3
+        if kind == 3:
+            return -3
+        body = 1 if kind == 1 else size
+        if n - pos < body:
+            return -1
+        pos += body
+        if h & 1:
+            break
+    if fhd & 0x04:
+        if n - pos < 4:
+            return -1
+        pos += 4
+    return pos - start
+
+
 def copy_spans(src, dst, src_offsets, dst_offsets, lengths):
     """dst[d:d+n] = src[s:s+n] for each span."""
     src = np.frombuffer(src, np.uint8)

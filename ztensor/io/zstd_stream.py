@@ -3,14 +3,15 @@ arrive, never on the strength of a declared size.  Used by every zstd read
 (io/components.py for whole components, io/seekable.py for frames);
 :func:`zstd_chunks` is the same stream a bounded piece at a time, under the same
 rules (:func:`_output_cap` before decoding, :func:`_check_end` after), for readers
-that need never hold the whole of it (``ztensor stats``)."""
+that need never hold the whole of it (``ztensor stats``).  Both first hold the stored
+bytes to whole frames (:func:`check_frames`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import zstandard
 
-from ztensor import spec
+from ztensor import kernels, spec
 from ztensor.errors import FormatError, LimitError
 
 _FIRST_EXTRA = 4 << 20  # bytes a first allocation may exceed the ratio guess by
@@ -28,6 +29,7 @@ def zstd_decode(stored, size, limits, out=None, dctx=None, **where):
     at most twice what it really decodes to.  ``dctx``: a ZstdDecompressor to reuse
     (one thread's: seekable.py decodes many small frames with one)."""
     cap = _output_cap(stored, size, limits, where)
+    check_frames(stored, where)
     want = cap if size is None else size
     if out is not None and (size is None or len(out) != size):
         raise ValueError(f"zstd_decode: out must hold exactly {size} bytes")
@@ -73,6 +75,7 @@ def zstd_chunks(stored, size, limits, chunk_bytes, dctx=None, **where):
     if type(chunk_bytes) is not int or chunk_bytes < 1:
         raise ValueError(f"zstd_chunks: chunk_bytes must be a positive int, got {chunk_bytes!r}")
     cap = _output_cap(stored, size, limits, where)
+    check_frames(stored, where)
     want = cap if size is None else size
     buf = alloc(max(1, min(chunk_bytes, want)), where)
     reader = (zstandard.ZstdDecompressor() if dctx is None else dctx).stream_reader(
@@ -97,6 +100,26 @@ def zstd_chunks(stored, size, limits, chunk_bytes, dctx=None, **where):
         raise FormatError(f"corrupt zstd data: {exc}", **where) from None
     finally:
         reader.close()
+
+
+_FRAME_FAULTS = {
+    1: "the stored bytes end inside the frame that starts at byte {at}",
+    2: "no zstd frame starts at byte {at}",
+    3: "the frame at byte {at} has a reserved header bit or block type",
+}
+
+
+def check_frames(stored, where) -> None:
+    """FormatError unless the stored bytes are exactly whole zstd frames (skippable
+    ones too), walked by their headers before anything is decoded.  A decoder that
+    runs out of input inside a frame stops without a word, so a stream cut short
+    (its checksum or last block missing) whose bytes so far match the declared
+    size read as whole (kernels.zstd_frames)."""
+    data = stored if isinstance(stored, bytes) else memoryview(stored).cast("B")
+    verdict, at, _ = kernels.zstd_frames(data)
+    if verdict:
+        fault = _FRAME_FAULTS[verdict].format(at=at)
+        raise FormatError(f"corrupt zstd data: {fault} ({len(data)} bytes stored)", **where)
 
 
 def _fill(reader, view) -> int:
