@@ -17,7 +17,7 @@ import numpy as np
 
 from ztensor import _save
 from ztensor.container import checkpoint_keys as checkpoint
-from ztensor.container.reader import Reader, open_bytes
+from ztensor.container.reader import Reader, open_bytes, require_file_name
 from ztensor.container.writer import Writer
 
 __all__ = ["save_file", "load_file", "save", "load"]
@@ -83,6 +83,7 @@ def load_file(
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
     ``dequantize=True`` (ztensor/container/checkpoint_keys.py).  ``storage_options``: fsspec's
     options for a URL's filesystem (credentials, endpoint)."""
+    require_file_name(filename, "load_file", "ztensor.numpy.load")
     with Reader(filename, storage_options=storage_options) as r:
         return _load_reader(r, copy, dequantize, threads)
 

@@ -28,7 +28,7 @@ import torch
 
 from ztensor import _save, dtypes, formats, sharded
 from ztensor.container import checkpoint_keys
-from ztensor.container.reader import Reader, open_bytes
+from ztensor.container.reader import Reader, open_bytes, require_file_name
 from ztensor.container.writer import Writer
 from ztensor.errors import FormatError
 from ztensor.foreign.names import NameTable
@@ -264,7 +264,7 @@ def load_file(
     (:func:`ztensor.frameworks.staging.torch_device`).  ``copy`` is third
     positionally, as in the reference ztensor.  A file's contents (bytes) are no
     filename: a TypeError, as in safetensors; :func:`load` takes them."""
-    _file_argument(filename, "load_file")
+    require_file_name(filename, "load_file", "ztensor.torch.load")
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
@@ -274,19 +274,6 @@ def load_file(
         return out
     with Reader(filename, copy_on_write=True, storage_options=storage_options) as r:
         return _load_reader(r, device, copy, dequantize, threads)
-
-
-def _file_argument(filename: Any, function: str) -> None:
-    """The one rule for what load_file and load_model take as their file: bytes
-    (bytearray, memoryview) are a TypeError pointing to :func:`load`.  Passed on
-    to Reader they were read as a file's contents, so ``load_file(b"a.zt")``
-    said "<bytes>: file is truncated"; safetensors' ``load_file`` and the
-    reference ztensor's take a name, never contents."""
-    if isinstance(filename, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            f"{function} takes a file name (str or os.PathLike), not "
-            f"{type(filename).__name__}: a file's contents load with ztensor.torch.load(data)"
-        )
 
 
 def _shard_by_shard(
@@ -607,7 +594,7 @@ def load_model(
     # Loading copies into the model's tensors in place, so the state dict and its
     # groups of shared tensors found now still hold once it is loaded.
     _require_module(model)
-    _file_argument(filename, "load_model")
+    require_file_name(filename, "load_model", "ztensor.torch.load")
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ztensor
+import ztensor.numpy
 import ztensor.torch
 from ztensor.sharded import parse_size
 
@@ -286,7 +287,8 @@ def test_load_file_takes_a_name_never_contents(tmp_path, kind):
     """``load_file(b"a.zt")`` read the name as a file's contents ("<bytes>: file is
     truncated"); safetensors' load_file raises TypeError for bytes, and the
     reference ztensor's takes a name only.  A TypeError pointing to
-    ``ztensor.torch.load``, for load_model too.  Kept by ``torch._file_argument``."""
+    ``ztensor.torch.load``, for load_model too, and ``ztensor.numpy.load_file``'s to
+    ``ztensor.numpy.load``.  Kept by ``reader.require_file_name``."""
     from safetensors.torch import load_file as st_load_file
 
     path = tmp_path / "a.zt"
@@ -298,4 +300,6 @@ def test_load_file_takes_a_name_never_contents(tmp_path, kind):
             ztensor.torch.load_file(argument)
         with pytest.raises(TypeError, match=r"ztensor\.torch\.load\(data\)"):
             ztensor.torch.load_model(torch.nn.Linear(2, 1), argument)
+        with pytest.raises(TypeError, match=r"ztensor\.numpy\.load\(data\)"):
+            ztensor.numpy.load_file(argument)
     assert ztensor.torch.load(path.read_bytes())["w"].tolist() == [1.0, 1.0]

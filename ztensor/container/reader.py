@@ -827,6 +827,19 @@ def _is_index(source: Source, path: str) -> bool:
     return head.lstrip(b" \t\r\n").startswith(b"{") and b'"weight_map"' in head
 
 
+def require_file_name(filename: Any, function: str, contents_loader: str) -> None:
+    """The one rule for the framework loaders that take a file (``load_file``,
+    ``load_model``): bytes, a bytearray or a memoryview is a TypeError pointing to
+    ``contents_loader``, the loader of a file's contents.  Passed on to Reader they
+    were read as a file's contents, so ``load_file(b"a.zt")`` said "<bytes>: file is
+    truncated"; safetensors' ``load_file`` and the reference ztensor's take a name."""
+    if isinstance(filename, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"{function} takes a file name (str or os.PathLike), not "
+            f"{type(filename).__name__}: a file's contents load with {contents_loader}(data)"
+        )
+
+
 def open_bytes(data: Any, **kwargs: Any) -> Reader:
     """A Reader over a file's bytes: zTensor, or safetensors (as ``safetensors``'
     ``load`` takes them); other formats are read from files."""
