@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import ztensor
 import ztensor.numpy
-import ztensor.torch
 from ztensor.sharded import parse_size
 
 torch = pytest.importorskip("torch")
+import ztensor.torch  # noqa: E402  (imports torch)
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open as st_safe_open  # noqa: E402
 from safetensors.torch import save_file as st_save_file  # noqa: E402

@@ -98,13 +98,14 @@ def eager(name: str, tensor: Tensor, offset: int = 0) -> Entry:
     return Entry(spec_of(name, tensor, offset), lambda: tensor)
 
 
-def optional_import(module: str, what: str, path: str):
-    """Import an optional package, or say which one to install."""
+def optional_import(module: str, purpose: str, path: str):
+    """Import an optional package, or say which one ``purpose`` ("reading HDF5
+    files") needs."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise UnsupportedError(
-            f"reading {what} files needs the '{module}' package (pip install {module})", path=path
+            f"{purpose} needs the '{module}' package (pip install {module})", path=path
         ) from None
 
 

@@ -400,7 +400,7 @@ def write_gguf(reader, path: str, progress=None) -> int:
     * ``general.architecture`` is written only when the source has it.
 
     Everything is checked first (:func:`plan_gguf`)."""
-    gguf = optional_import("gguf", "writing GGUF", path)
+    gguf = optional_import("gguf", "writing GGUF files", path)
     plan = plan_gguf(reader, gguf)
 
     def write(tmp):

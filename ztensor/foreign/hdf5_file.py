@@ -78,7 +78,7 @@ def open_file(
     is opened by path (HDF5 needs the name to resolve relative references), so the
     regular-file check is not bound to the descriptor h5py reads."""
     name = os.fspath(path)
-    h5py = optional_import("h5py", "HDF5", name)
+    h5py = optional_import("h5py", "reading HDF5 files", name)
     # h5py pads a short read with zeros: a file that shrinks while open must be an
     # error, not wrong values
     raw = ShrinkCheckedFile(open_local_input(name), name)

@@ -54,8 +54,8 @@ from ztensor.tensor import Tensor
 
 def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
-    onnx = optional_import("onnx", "ONNX", name)
-    numpy_helper = optional_import("onnx.numpy_helper", "ONNX", name)
+    onnx = optional_import("onnx", "reading ONNX files", name)
+    numpy_helper = optional_import("onnx.numpy_helper", "reading ONNX files", name)
     open_local_input(name).close()  # a regular file (onnx opens the path itself)
     try:
         # external data is read per initializer, after its checks (to_array below)
