@@ -441,13 +441,22 @@ class Writer:
         stored, nothing decoded) and renamed over it when the Writer closes: until
         then the old file is untouched, and a crash at any point leaves the old
         file or the complete new one, never a mix (docs/editing.md).  Costs one copy
-        of the file's bytes, in exchange for that guarantee."""
+        of the file's bytes, in exchange for that guarantee.  ``attributes=``
+        updates the file's attributes (keys given replace those keys; the rest are
+        kept)."""
         version = atomic.identity(path)  # before the read: see rewrite
+        given = kwargs.pop("attributes", None)
         with Reader(path, storage_options=kwargs.get("storage_options")) as old:
             if old.format != "zt":
                 raise FormatError(f"append needs a zTensor file, not {old.format}", path=path)
             require_writable_version(old)
-            writer = cls.rewrite(path, version, attributes=dict(old.attributes), **kwargs)
+            attributes = dict(old.attributes)
+            if given is not None:
+                if not isinstance(given, dict):
+                    kind = builtins.type(given).__name__
+                    raise TypeError(f"attributes must be a dict, not {kind}")
+                attributes.update(given)
+            writer = cls.rewrite(path, version, attributes=attributes, **kwargs)
             try:
                 for name in old.keys():
                     writer.copy_from(old, name)
@@ -875,14 +884,18 @@ FP8_MAX = {"f8_e4m3fn": 448.0, "f8_e5m2": 57344.0, "f8_e4m3fnuz": 240.0, "f8_e5m
 def array_of(value: Any, path: Any, name: Any, role: str = "data") -> np.ndarray:
     """``value`` (an array, or what numpy makes one of) as a numpy array to write:
     the one conversion every writing call makes (write_numpy, write, the edits'
-    replace_tensor).  A masked array is refused (tensor.refuse_masked); a value
+    replace_tensor).  A subclass (np.matrix, np.memmap) is written as the plain
+    array of its memory; a masked array is refused (tensor.refuse_masked); a value
     numpy cannot make one array of (a ragged list, a list of arrays of other
     shapes) is a FormatError naming the file and the object, where it was numpy's
     bare ValueError."""
     refuse_masked(value, name)
-    if isinstance(value, np.ndarray):
+    if builtins.type(value) is np.ndarray:
         return value
     try:
+        # a subclass becomes the plain array of its memory: np.matrix stays 2-D
+        # through reshape(-1), so its bytes were counted as rows (a compressed one
+        # was written with a wrong decoded size: a file no Reader opens)
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
         raise FormatError(

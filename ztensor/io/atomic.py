@@ -20,14 +20,15 @@ from ztensor.errors import WriteError, ZTensorError
 
 
 def final_target(path):
-    """The file the rename replaces: a symlink's target (so the link stays a link
-    to the new file), else ``path`` itself.  What is there must be a regular file,
-    or nothing: a rename over a FIFO, socket or device (``/dev/null``, which root
-    may rename over) would replace it with a regular file, and over a directory it
-    fails only once the whole file is written, so either is a WriteError naming
-    ``path`` before a byte is written.  So is a name no file can have: empty, with
-    a NUL (``os`` raised a bare ValueError), or ending in a separator (a folder's
-    name: the rename failed only once the whole file was written).  The one check
+    """The file the rename replaces, as an absolute path: a symlink's target (so
+    the link stays a link to the new file), else ``path`` itself.  What is there
+    must be a regular file, or nothing: a rename over a FIFO, socket or device
+    (``/dev/null``, which root may rename over) would replace it with a regular
+    file, and over a directory it fails only once the whole file is written, so
+    either is a WriteError naming ``path`` before a byte is written.  So is a name
+    no file can have: empty, with a NUL (``os`` raised a bare ValueError), or
+    ending in a separator (a folder's name: the rename failed only once the whole
+    file was written).  The one check
     for every file this package writes (the Writer, the exporters, indexes, a
     checkpoint's copied files)."""
     text = os.fspath(path)
@@ -35,7 +36,10 @@ def final_target(path):
         raise TypeError(f"a path to write is a str or os.PathLike[str], not {type(text).__name__}")
     if not text or "\0" in text or text.endswith((os.sep, os.altsep or os.sep)):
         raise WriteError("is not a file name: a file cannot be written there", path=path)
-    target = os.path.realpath(path) if os.path.islink(path) else path
+    # absolute now: a relative name means the folder current when the write began,
+    # not whichever is current when the rename runs (a chdir in between replaced
+    # a file in another folder)
+    target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
     try:
         mode = os.stat(target).st_mode
     except OSError as exc:

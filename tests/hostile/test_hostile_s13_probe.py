@@ -1,0 +1,84 @@
+"""The last probe of the write path (s13): an ndarray subclass, a relative name
+and a chdir, append's attributes.
+
+* ``np.matrix`` stays 2-D through ``reshape(-1)``: compressed, its bytes were
+  counted as rows and the file was written with a wrong decoded size (no Reader
+  opened it, every other tensor lost with it); raw, a bare ValueError failed the
+  writer.  ``writer.array_of`` makes any subclass the plain array of its memory.
+* A relative name was resolved at close: a chdir in between replaced a file of
+  that name in another folder (``atomic.final_target`` is absolute).
+* ``Writer.append(path, attributes=...)`` was a bare TypeError (given twice);
+  the given keys now update the file's attributes."""
+import os
+
+import numpy as np
+import pytest
+
+import ztensor
+import ztensor.numpy as znp
+from ztensor import Reader, Tensor, Writer
+
+pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+
+with pytest.warns(PendingDeprecationWarning):  # numpy's note on np.matrix itself
+    M = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("options", [{}, {"compress": True}, {"checksum": "sha256"},
+                                     {"compress": 3, "checksum": "crc32c"}])
+def test_a_matrix_is_written_as_its_array(tmp_path, options):
+    path = str(tmp_path / "m.zt")
+    with Writer(path) as w:
+        w.write_numpy("keep", np.arange(3.0))
+        w.write_numpy("m", M, **options)
+        w.write("t", Tensor({"data": M}))
+    with Reader(path, verify=True) as r:
+        for name in ("m", "t"):
+            got = r.read_numpy(name)
+            assert type(got) is np.ndarray and got.shape == (2, 2)
+            assert np.array_equal(got, np.asarray(M))
+        assert np.array_equal(r.read_numpy("keep"), np.arange(3.0))
+        r.verify()
+
+
+def test_a_matrix_through_every_saving_call(tmp_path):
+    path = str(tmp_path / "s.zt")
+    znp.save_file({"m": M}, path)
+    assert np.array_equal(znp.load_file(path)["m"], np.asarray(M))
+    ztensor.replace_tensor(path, "m", M * 2)
+    assert np.array_equal(znp.load_file(path)["m"], np.asarray(M) * 2)
+    ztensor.save_sharded({"m": M}, str(tmp_path / "ck"))
+    with ztensor.open_sharded(str(tmp_path / "ck")) as r:
+        assert np.array_equal(r.read_numpy("m"), np.asarray(M))
+
+
+def test_a_relative_name_means_the_folder_current_when_the_write_began(tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    znp.save_file({"unrelated": np.zeros(1)}, str(second / "x.zt"))
+    monkeypatch.chdir(first)
+    w = Writer("x.zt")
+    w.write_numpy("a", np.ones(2))
+    monkeypatch.chdir(second)
+    w.close()
+    with Reader(str(first / "x.zt")) as r:
+        assert list(r.keys()) == ["a"]
+    with Reader(str(second / "x.zt")) as r:  # the other folder's file untouched
+        assert list(r.keys()) == ["unrelated"]
+
+
+def test_append_updates_the_files_attributes(tmp_path):
+    path = str(tmp_path / "a.zt")
+    with Writer(path, attributes={"keep": 1, "change": "old"}) as w:
+        w.write_numpy("a", np.ones(2))
+    with Writer.append(path, attributes={"change": "new", "add": [1, 2]}) as w:
+        w.write_numpy("b", np.zeros(2))
+    with Reader(path) as r:
+        assert r.attributes == {"keep": 1, "change": "new", "add": [1, 2]}
+        assert sorted(r.keys()) == ["a", "b"]
+    with pytest.raises(TypeError, match="attributes must be a dict"):
+        Writer.append(path, attributes=[("k", 1)])
+    with Reader(path) as r:  # refused before anything was written
+        assert sorted(r.keys()) == ["a", "b"] and r.attributes["change"] == "new"
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
