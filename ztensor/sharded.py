@@ -35,13 +35,15 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
 
 import numpy as np
 
-from ztensor import _save
+from ztensor import _save, dtypes
+from ztensor import attributes as attrs
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
 from ztensor.errors import (
     ClosedError,
     FormatError,
     ObjectNotFoundError,
+    UnsupportedError,
     WriteError,
     ZTensorError,
     without_secrets,
@@ -118,6 +120,22 @@ def _nbytes(value: Any) -> int:
     return int(np.asarray(value).nbytes)
 
 
+def _check_before_writing(tensors: Dict[str, Any], folder: str) -> None:
+    """What a shard's Writer would refuse and can be known before a byte is
+    written: every name (attrs.check_name), and every numpy array's element
+    type (dtypes.spec_types_for).  Rewriting a checkpoint removes its old index
+    first, so a refusal found only while writing shard two left no checkpoint at
+    all (an object array, an int name)."""
+    for name, value in tensors.items():
+        attrs.check_name(name, "tensor names", path=folder)
+        if isinstance(value, np.ndarray) and dtypes.spec_types_for(value.dtype) is None:
+            raise UnsupportedError(
+                f"cannot store numpy dtype {value.dtype}; nothing was written",
+                path=folder,
+                obj=name,
+            )
+
+
 def save_sharded(
     tensors: Dict[str, Any],
     directory: PathLike,
@@ -146,6 +164,8 @@ def save_sharded(
         raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
     limit = parse_size(max_shard_size)
     folder = os.fspath(directory)
+    metadata = _save.str_metadata(metadata)
+    _check_before_writing(tensors, folder)
     storage_options = remote_write.check_storage_options(folder, storage_options)
     place = remote_write.join if _is_url(folder) else os.path.join
     if not _is_url(folder):  # an object store has no folders to make

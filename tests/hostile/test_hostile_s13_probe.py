@@ -82,3 +82,24 @@ def test_append_updates_the_files_attributes(tmp_path):
     with Reader(path) as r:  # refused before anything was written
         assert sorted(r.keys()) == ["a", "b"] and r.attributes["change"] == "new"
     assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("bad, error", [
+    ({"a": np.full(100, 7, np.float32), "b": np.array(["x"], object)}, ztensor.UnsupportedError),
+    ({"a": np.full(3, 7.0), 5: np.zeros(2)}, ztensor.FormatError),
+])
+def test_rewriting_a_checkpoint_refuses_what_it_can_before_a_byte(tmp_path, bad, error):
+    """save_sharded removes the old index before writing; an object array or an
+    int name found while writing shard two left no checkpoint at all, and shard one
+    already rewritten (sharded._check_before_writing)."""
+    folder = str(tmp_path / "ck")
+    ztensor.save_sharded({"a": np.zeros(100, np.float32), "b": np.ones(100, np.float32)},
+                         folder, max_shard_size=400)
+    with pytest.raises(error) as info:
+        ztensor.save_sharded(bad, folder, max_shard_size=400)
+    assert info.value.path == folder
+    with ztensor.open_sharded(folder) as r:  # the old checkpoint, whole
+        assert np.array_equal(r.read_numpy("a"), np.zeros(100, np.float32))
+        assert np.array_equal(r.read_numpy("b"), np.ones(100, np.float32))
+    with pytest.raises(ValueError, match="dict of str to str"):  # as save_file says it
+        ztensor.save_sharded({"a": np.zeros(2)}, folder, metadata={"k": [1, 2]})
