@@ -103,3 +103,19 @@ def test_rewriting_a_checkpoint_refuses_what_it_can_before_a_byte(tmp_path, bad,
         assert np.array_equal(r.read_numpy("b"), np.ones(100, np.float32))
     with pytest.raises(ValueError, match="dict of str to str"):  # as save_file says it
         ztensor.save_sharded({"a": np.zeros(2)}, folder, metadata={"k": [1, 2]})
+
+
+def test_replace_tensor_holds_an_unknown_logical_type_to_its_storage(tmp_path):
+    """An object of a logical type this library does not decode ("weird": another
+    writer's name) had no element check: an f64 array replaced u8 data and changed
+    the storage under the type (container/edit.replace_tensor)."""
+    path = str(tmp_path / "r.zt")
+    with Writer(path) as w:
+        w.write("weird", Tensor({"data": np.array([1, 2], np.uint8)}, types={"data": "weird"}))
+    with pytest.raises(ztensor.FormatError, match="uint8"):
+        ztensor.replace_tensor(path, "weird", np.array([3.0, 4.0]))
+    ztensor.replace_tensor(path, "weird", np.array([3, 4], np.uint8))
+    with Reader(path) as r:
+        comp = r.metadata("weird").components["data"]
+        assert (comp.dtype, comp.type) == ("u8", "weird")
+        assert r.read("weird").components["data"].tolist() == [3, 4]

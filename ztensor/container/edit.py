@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Optional, Union
 
+from ztensor import dtypes
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer, array_of, require_writable_version
 from ztensor.errors import FormatError, ObjectNotFoundError
@@ -82,8 +83,19 @@ def replace_tensor(
         comp = meta.components["data"]
         arr = _as_array(data, name, old.path)
         current = old.read_numpy(name) if comp.type is None else None
-        if tuple(arr.shape) != tuple(meta.shape) or (
-            current is not None and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
+        # a logical type this library does not decode (another writer's name): its
+        # elements are the stored ones, so the new array must be stored alike (an
+        # f64 array replaced a u8 object's data and changed its storage)
+        unknown = comp.type is not None and comp.type != "bool"
+        unknown = unknown and not dtypes.logical_known(comp.dtype, comp.type)
+        found = dtypes.spec_types_for(arr.dtype) if unknown else None
+        if (
+            tuple(arr.shape) != tuple(meta.shape)
+            or (
+                current is not None
+                and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
+            )
+            or (unknown and (found is None or found != (comp.dtype, None)))
         ):
             # a FormatError (a ValueError, as it was) naming the file and object
             raise FormatError(
