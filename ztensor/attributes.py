@@ -55,13 +55,19 @@ def _check(value, depth, what, where):
     elif isinstance(value, dict):
         if depth > MAX_DEPTH:
             raise FormatError(f"{what} nest deeper than {MAX_DEPTH} levels", **where)
+        subclassed = False
         for k, v in value.items():
             if not isinstance(k, str):
                 raise FormatError(
                     f"{what}: only string keys are allowed, got {type(k).__name__}", **where
                 )
+            subclassed = subclassed or type(k) is not str
             _check_text(k, what, where)
             _check(v, depth + 1, what, where)
+        # a str subclass may hash apart from its text: two keys of one text, which
+        # the manifest cannot hold (the reader refused the whole file)
+        if subclassed and len({str.__str__(k) for k in value}) != len(value):
+            raise FormatError(f"{what}: a key is given twice", **where)
     elif isinstance(value, (list, tuple)):
         if depth > MAX_DEPTH:
             raise FormatError(f"{what} nest deeper than {MAX_DEPTH} levels", **where)
@@ -86,11 +92,13 @@ def _check_text(text, what, where):
 
 
 def check_name(name: Any, what: str, **where: Any) -> str:
-    """An object or component name: a non-empty string of valid Unicode."""
+    """An object or component name: a non-empty string of valid Unicode, returned
+    as a plain str (a subclass may hash apart from its text, and a duplicate name
+    then passed every ``in`` check: the reader refused the whole file)."""
     if not isinstance(name, str) or not name:
         raise FormatError(f"{what} must be non-empty strings, got {show(name)}", **where)
     _check_text(name, what, where)
-    return name
+    return name if type(name) is str else str.__str__(name)
 
 
 def show(value: Any) -> str:

@@ -119,3 +119,32 @@ def test_replace_tensor_holds_an_unknown_logical_type_to_its_storage(tmp_path):
         comp = r.metadata("weird").components["data"]
         assert (comp.dtype, comp.type) == ("u8", "weird")
         assert r.read("weird").components["data"].tolist() == [3, 4]
+
+
+class _OddHash(str):
+    """A str subclass hashing apart from its text: equal to "a", in no set with it."""
+
+    def __hash__(self):
+        return 12345
+
+    __eq__ = str.__eq__
+
+
+def test_a_name_or_key_given_twice_through_a_str_subclass_is_refused(tmp_path):
+    """A name whose type hashes apart from its text passed the writer's duplicate
+    check and put one key twice in the manifest: the reader refused the whole file.
+    Names are stored as plain str (attributes.check_name); a map holding one key
+    text twice is refused (attributes._check)."""
+    path = str(tmp_path / "n.zt")
+    with pytest.raises(ztensor.FormatError, match="already written"):
+        with Writer(path) as w:
+            w.write_numpy("a", np.zeros(1, np.float32))
+            w.write_numpy(_OddHash("a"), np.ones(1, np.float32))
+    with pytest.raises(ztensor.FormatError, match="given twice"):
+        Writer(path, attributes={"a": 1, _OddHash("a"): 2})
+    with pytest.raises(ztensor.FormatError):
+        znp.save_file({"a": np.zeros(1), _OddHash("a"): np.ones(1)}, path)
+    with Writer(path) as w:  # a subclass alone is simply its text
+        w.write_numpy(_OddHash("b"), np.ones(1, np.float32))
+    with Reader(path) as r:
+        assert list(r.keys()) == ["b"] and type(list(r.keys())[0]) is str

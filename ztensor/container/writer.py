@@ -242,7 +242,7 @@ class Writer:
         if storage is None:
             return False
         self._require_open()
-        self._check_name(name)
+        name = self._check_name(name)
         blobs = self._blobs
         try:
             blobs.pad(spec.ALIGNMENT)
@@ -312,7 +312,7 @@ class Writer:
         """
 
         self._require_open()
-        self._check_name(name)
+        name = self._check_name(name)
         level = _zstd_level(compress, self.path)
         checksum = None if checksum == "none" else checksum
         if checksum not in (None, "crc32c", "sha256"):
@@ -366,8 +366,7 @@ class Writer:
         editing functions; version 0.1 and 1.1 objects are re-encoded instead
         (their bytes may not be what v1.2 stores)."""
         self._require_open()
-        target = name if as_name is None else as_name
-        self._check_name(target)
+        target = self._check_name(name if as_name is None else as_name)
         meta = reader.metadata(name)
         if (
             spec.parse_version(reader.version) != (1, 2)
@@ -543,7 +542,7 @@ class Writer:
 
     def _write_object(self, name, fmt, shape, arrays, types, attributes, compress, checksum):
         self._require_open()
-        self._check_name(name)
+        name = self._check_name(name)
         # a Tensor's shape is checked when it is made, but it is a plain attribute
         shape = self._shape_of(name, shape)
         level = _zstd_level(compress, self.path)
@@ -711,12 +710,14 @@ class Writer:
         except TypeError as exc:
             raise TypeError(f"{self.path}: object {name!r}: {exc}") from None
 
-    def _check_name(self, name):
-        attrs.check_name(name, "object names", path=self.path)
+    def _check_name(self, name) -> str:
+        """``name`` as the plain str it is stored under, unless it is refused."""
+        name = attrs.check_name(name, "object names", path=self.path)
         if name in self._objects:
             raise FormatError(
                 "an object of this name was already written", path=self.path, obj=name
             )
+        return name
 
     # ------------------------------------------------------------ finishing
     @_one_at_a_time
