@@ -16,6 +16,7 @@ is refused: each needs a decoder whose cost is not bounded by the bytes it reads
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Dict, Optional
 
 import cbor2
@@ -32,13 +33,15 @@ _CBOR_SPECIALS = tuple(
 )
 
 
-def check_map(value: Any, what: str, **where: Any) -> Dict[str, Any]:
-    """``value`` if it is a valid attributes map, else FormatError naming ``what``."""
+def check_map(value: Any, what: str, *, writing: bool = False, **where: Any) -> Dict[str, Any]:
+    """``value`` if it is a valid attributes map, else FormatError naming ``what``.
+    ``writing``: the map is about to be written, so it must also read back as
+    given (a NaN other than the quiet NaN would not: :func:`_check_nan`)."""
     if not isinstance(value, dict):
         raise FormatError(
             f"{what} must be a map with string keys, got {type(value).__name__}", **where
         )
-    _check(value, 0, what, where)
+    _check(value, 0, what, where, writing)
     return value
 
 
@@ -46,10 +49,12 @@ def check_optional_map(value: Optional[Any], what: str, **where: Any) -> Dict[st
     return {} if value is None else check_map(value, what, **where)
 
 
-def _check(value, depth, what, where):
+def _check(value, depth, what, where, writing=False):
     # iterative over siblings, recursive over depth (bounded by MAX_DEPTH)
     if isinstance(value, str):
         _check_text(value, what, where)
+    elif writing and isinstance(value, float) and value != value:
+        _check_nan(value, what, where)
     elif isinstance(value, _SCALARS) or isinstance(value, _CBOR_SPECIALS):
         return
     elif isinstance(value, dict):
@@ -63,7 +68,7 @@ def _check(value, depth, what, where):
                 )
             subclassed = subclassed or type(k) is not str
             _check_text(k, what, where)
-            _check(v, depth + 1, what, where)
+            _check(v, depth + 1, what, where, writing)
         # a str subclass may hash apart from its text: two keys of one text, which
         # the manifest cannot hold (the reader refused the whole file)
         if subclassed and len({str.__str__(k) for k in value}) != len(value):
@@ -72,11 +77,28 @@ def _check(value, depth, what, where):
         if depth > MAX_DEPTH:
             raise FormatError(f"{what} nest deeper than {MAX_DEPTH} levels", **where)
         for v in value:
-            _check(v, depth + 1, what, where)
+            _check(v, depth + 1, what, where, writing)
     else:
         raise FormatError(
             f"{what}: {type(value).__name__} values cannot be stored (plain "
             "data only: None, bool, int, float, str, bytes, lists, maps)",
+            **where,
+        )
+
+
+# the one NaN a written manifest holds: canonical CBOR writes every NaN as f9 7e00
+_QUIET_NAN = struct.pack("<d", float("nan"))
+
+
+def _check_nan(value, what, where):
+    """A NaN attribute to write is the quiet NaN: canonical CBOR stores every NaN as
+    that one value, so a sign or payload (``-nan``, a signalling NaN) would read
+    back as another float than the one written.  (Files are read as they are.)"""
+    if struct.pack("<d", value) != _QUIET_NAN:
+        bits = struct.pack(">d", value).hex()
+        raise FormatError(
+            f"{what}: a NaN with a sign or payload (bits {bits}) cannot be stored: "
+            "every NaN reads back as float('nan')",
             **where,
         )
 

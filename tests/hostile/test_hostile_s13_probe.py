@@ -148,3 +148,24 @@ def test_a_name_or_key_given_twice_through_a_str_subclass_is_refused(tmp_path):
         w.write_numpy(_OddHash("b"), np.ones(1, np.float32))
     with Reader(path) as r:
         assert list(r.keys()) == ["b"] and type(list(r.keys())[0]) is str
+
+
+@pytest.mark.parametrize("bits", ["fff8000000000000", "7ff8000000000001", "7ff0000000000001"])
+def test_an_attribute_nan_that_would_not_read_back_is_refused(tmp_path, bits):
+    """Canonical CBOR writes every NaN as the quiet NaN: -nan or a payload was
+    accepted and read back as float('nan'), another float than the one written.
+    The quiet NaN itself still round-trips; files are read as they are."""
+    import struct
+
+    nan = struct.unpack(">d", bytes.fromhex(bits))[0]
+    path = str(tmp_path / "n.zt")
+    for attributes in ({"n": nan}, {"l": [{"deep": nan}]}):
+        with pytest.raises(ztensor.FormatError, match="NaN with a sign or payload"):
+            Writer(path, attributes=attributes)
+    with pytest.raises(ztensor.FormatError, match="NaN with a sign or payload"):
+        with Writer(path) as w:
+            w.write_numpy("x", np.zeros(1), attributes={"n": nan})
+    with Writer(path, attributes={"n": float("nan")}) as w:
+        w.write_numpy("x", np.zeros(1))
+    with Reader(path) as r:
+        assert struct.pack(">d", r.attributes["n"]).hex() == "7ff8000000000000"

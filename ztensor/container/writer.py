@@ -972,7 +972,7 @@ def _check_attributes(attributes, path, name=None):
     if attributes is None:
         return {}
     what = "attributes" if name is not None else "file attributes"
-    return attrs.check_map(_plain_copy(attributes, 0), what, path=path, obj=name)
+    return attrs.check_map(_plain_copy(attributes, 0), what, writing=True, path=path, obj=name)
 
 
 def _plain_copy(value, depth):
