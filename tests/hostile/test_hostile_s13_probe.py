@@ -169,3 +169,29 @@ def test_an_attribute_nan_that_would_not_read_back_is_refused(tmp_path, bits):
         w.write_numpy("x", np.zeros(1))
     with Reader(path) as r:
         assert struct.pack(">d", r.attributes["n"]).hex() == "7ff8000000000000"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_dropping_the_writer_leaves_the_parents_file(tmp_path):
+    """A child process that dropped its inherited copy of an open Writer ran its
+    clean-up and removed the parent's temporary file: the parent's close then failed
+    and nothing was written (Writer.__del__ acts in the process that made it)."""
+    path = str(tmp_path / "f.zt")
+    w = Writer(path)
+    w.write_numpy("a", np.arange(4.0))
+    pid = os.fork()
+    if pid == 0:  # the child: drop the inherited writer, as any exiting code would
+        import gc
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            del w
+            gc.collect()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    w.write_numpy("b", np.ones(2))
+    w.close()
+    with Reader(path) as r:
+        assert sorted(r.keys()) == ["a", "b"]
+        assert np.array_equal(r.read_numpy("a"), np.arange(4.0))

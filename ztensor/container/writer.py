@@ -136,6 +136,7 @@ class Writer:
         _replaces: Any = None,
     ) -> None:
         self._lock = threading.RLock()  # _one_at_a_time
+        self._pid = os.getpid()  # a forked child's copy is not its writer (__del__)
         self.path = os.fspath(path)
         # a URL: built locally, uploaded at close (None for a local path)
         self._upload = remote_write.Upload.for_path(self.path, storage_options)
@@ -833,7 +834,10 @@ class Writer:
         raise refuse_copy(self, self.path)  # a copy's __del__ would abort this file
 
     def __del__(self):
-        # "streaming": a stream never closed holds the writer, and both went together
+        # "streaming": a stream never closed holds the writer, and both went together;
+        # in a forked child the temporary file is the parent's, still being written
+        if getattr(self, "_pid", None) != os.getpid():
+            return
         if getattr(self, "_state", "closed") in ("open", "streaming"):
             # nothing was promised to the final name: drop the temporary file, and
             # say so, as Python does for a file never closed
