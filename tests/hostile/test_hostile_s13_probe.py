@@ -195,3 +195,30 @@ def test_a_forked_child_dropping_the_writer_leaves_the_parents_file(tmp_path):
     with Reader(path) as r:
         assert sorted(r.keys()) == ["a", "b"]
         assert np.array_equal(r.read_numpy("a"), np.arange(4.0))
+
+
+def test_stats_of_a_whole_file_skips_formats_without_statistics(tmp_path):
+    """``ztensor stats FILE`` exited 2 on a valid file holding an object of a format
+    it takes no statistics of; over the whole file such objects are skipped and
+    said (text and --json), asked by name they are still an error."""
+    import json
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "u.zt")
+    with Writer(path) as w:
+        w.write_numpy("a", np.arange(4.0))
+        w.write("odd", Tensor({"data": np.zeros(3, np.uint8)}, format="my_fmt", shape=(3,)))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ztensor", "stats", *args],
+                              capture_output=True, text=True, timeout=600)
+
+    text = run(path)
+    assert text.returncode == 0 and "skipped 1 objects" in text.stdout and "odd" in text.stdout
+    listed = run("--json", path)
+    got = json.loads(listed.stdout)
+    assert [r["name"] for r in got["tensors"]] == ["a"]
+    assert got["skipped"] == [{"name": "odd", "format": "my_fmt"}]
+    named = run(path, "odd")
+    assert named.returncode == 2 and "no statistics for format" in named.stderr

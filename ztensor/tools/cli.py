@@ -53,6 +53,7 @@ from ztensor.tools.convert import convert
 from ztensor.tools.stats import (
     DEFAULT_MAX_ELEMENTS,
     MAX_BINS,
+    SUMMARISED_FORMATS,
     chunks,
     sparkline,
     tensor_stats,
@@ -347,12 +348,16 @@ def cmd_verify(args, out):
 def cmd_stats(reader, args, out):
 
     names = args.names or reader.keys()
+    # asked by name, an object of another format is an error; over the whole file it
+    # is skipped and said (a valid file holding one exited 2)
+    skipped = [] if args.names else _without_statistics(reader, names)
+    names = [n for n in names if n not in {s["name"] for s in skipped}]
     rows = [
         tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements) for name in names
     ]
     flagged = [r["name"] for r in rows if r["nan"] or r["posinf"] or r["neginf"]]
     if args.json:
-        _dump_json({"tensors": rows, "with_nan_or_inf": flagged}, out)
+        _dump_json({"tensors": rows, "with_nan_or_inf": flagged, "skipped": skipped}, out)
     else:
 
         def num(v):
@@ -375,7 +380,26 @@ def cmd_stats(reader, args, out):
         _write_table(table, out)
         if not args.quiet:
             out.write(f"{len(rows)} tensors, {len(flagged)} with NaN or Inf\n")
+            if skipped:
+                shown = ", ".join(
+                    f"{_printable(s['name'])} ({_printable(s['format'])})" for s in skipped[:5]
+                )
+                more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+                out.write(
+                    f"skipped {len(skipped)} objects of formats without statistics: {shown}{more}\n"
+                )
     return 1 if args.check and flagged else 0
+
+
+def _without_statistics(reader, names):
+    """[{name, format}] of the objects no statistics are taken of (their format is
+    not in stats.SUMMARISED_FORMATS)."""
+    found = []
+    for name in names:
+        fmt = reader.metadata(name).format
+        if fmt not in SUMMARISED_FORMATS:
+            found.append({"name": name, "format": fmt})
+    return found
 
 
 def _write_table(table, out):

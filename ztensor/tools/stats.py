@@ -209,6 +209,10 @@ def _floats(pieces, storage, ltype):
         yield _as_float(part, storage, ltype)
 
 
+# the object formats statistics are taken of (any other: UnsupportedError)
+SUMMARISED_FORMATS = ("dense", "sparse_csr", "sparse_coo", "quantized_group", "gguf_blocks")
+
+
 def _values(reader, name, max_elements):
     """(elements the tensor declares, how often each element walked repeats, passes,
     storage dtype, logical type, what they are).  ``passes(first)`` yields the
