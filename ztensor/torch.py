@@ -168,7 +168,7 @@ find_shared_tensors = _find_shared_tensors
 remove_duplicate_names = _remove_duplicate_names
 
 
-def _check_tensors(tensors: Any) -> None:
+def _check_tensors(tensors: Any, path: Any = None) -> None:
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
     sparse = [
@@ -189,7 +189,8 @@ def _check_tensors(tensors: Any) -> None:
         raise FormatError(
             f"Some tensors share memory, this will lead to duplicate memory on disk and "
             f"potential differences when loading them again: {failing}. A potential way to "
-            "correctly save your model is to use `save_model`."
+            "correctly save your model is to use `save_model`.",
+            path=path,
         )
 
 
@@ -217,7 +218,7 @@ def save_file(
     fsspec's options for a URL's filesystem (credentials, endpoint), as
     :class:`ztensor.Writer` takes them."""
     compression = _save.compress_option(compress, compression)
-    _check_tensors(tensors)
+    _check_tensors(tensors, filename)
     with Writer(
         filename, attributes=_save.str_metadata(metadata), storage_options=storage_options
     ) as w:
@@ -444,7 +445,7 @@ def save_model(
     if force_contiguous:
         state_dict = {k: v.contiguous() for k, v in state_dict.items()}
     if max_shard_size is not None or os.path.isdir(os.fspath(filename)):
-        _check_tensors(state_dict)
+        _check_tensors(state_dict, filename)
         save_sharded(
             state_dict,
             filename,

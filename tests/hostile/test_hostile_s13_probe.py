@@ -222,3 +222,16 @@ def test_stats_of_a_whole_file_skips_formats_without_statistics(tmp_path):
     assert got["skipped"] == [{"name": "odd", "format": "my_fmt"}]
     named = run(path, "odd")
     assert named.returncode == 2 and "no statistics for format" in named.stderr
+
+
+
+def test_tensors_sharing_memory_are_refused_naming_the_file(tmp_path):
+    """safetensors' words, and now the file they were to be written to."""
+    torch = pytest.importorskip("torch")
+    import ztensor.torch as zt
+
+    t = torch.zeros(4)
+    target = str(tmp_path / "s.zt")
+    with pytest.raises(ztensor.FormatError, match="share memory") as info:
+        zt.save_file({"a": t, "b": t}, target)
+    assert info.value.path == target and not os.path.exists(target)
