@@ -222,12 +222,12 @@ def test_save_sharded_failing_midway_leaves_no_index(bucket, tmp_path, monkeypat
     assert "ckpt/model.zt.index.json" not in left
     assert all(k.startswith("ckpt/model-0000") and k.endswith("-of-00003.zt") for k in left)
     assert os.listdir(tmp_path) == []
-    # a tensor the writer refuses, in the last shard: no index either
+    # a tensor the writer refuses, in the last shard: refused before any shard is
+    # uploaded (sharded._check_before_writing), so nothing at all
     with pytest.raises(ztensor.UnsupportedError):
         ztensor.save_sharded({"a": np.zeros(20), "z": np.array(["text"])}, f"s3://{name}/two",
                              max_shard_size=100, storage_options=opts)
-    assert [k for k in keys(client, name) if k.startswith("two/")] == \
-        ["two/model-00001-of-00002.zt"]
+    assert [k for k in keys(client, name) if k.startswith("two/")] == []
     assert os.listdir(tmp_path) == []
 
 
