@@ -351,7 +351,8 @@ def cmd_stats(reader, args, out):
     # asked by name, an object of another format is an error; over the whole file it
     # is skipped and said (a valid file holding one exited 2)
     skipped = [] if args.names else _without_statistics(reader, names)
-    names = [n for n in names if n not in {s["name"] for s in skipped}]
+    left_out = {s["name"] for s in skipped}  # once: per name it was quadratic
+    names = [n for n in names if n not in left_out]
     rows = [
         tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements) for name in names
     ]
