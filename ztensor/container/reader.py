@@ -258,27 +258,42 @@ class Reader:
     @property
     def attributes(self) -> Dict[str, Any]:
         """File-level attributes."""
+        self._require_open()
         return self._manifest.attributes
 
     def keys(self) -> List[str]:
         """Object names, in manifest order."""
+        self._require_open()
         return self._manifest.names()
 
+    # Once closed, every method but close raises ClosedError, names and specs
+    # included, as ShardedReader and safetensors' safe_open do: one rule for every
+    # handle, so code that works on one kind of checkpoint works on the other.
     def __iter__(self) -> Iterator[str]:
+        self._require_open()
         return iter(self._manifest.names())
 
     def __len__(self) -> int:
+        self._require_open()
         return len(self._manifest)
 
     def __contains__(self, name: object) -> bool:
+        self._require_open()
         return name in self._manifest
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.read_numpy(name)
 
-    def metadata(self, name: str) -> ObjectSpec:
+    def metadata(self, name: Union[str, List[str]]) -> Any:
         """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
-        dtype, type, attributes and every component's fields."""
+        dtype, type, attributes and every component's fields.  A list of names gives a
+        list of specs, in its order (the reference's ``metadata`` takes both)."""
+        self._require_open()
+        if isinstance(name, list):
+            return [self._spec_named(one) for one in name]
+        return self._spec_named(name)
+
+    def _spec_named(self, name: Any) -> ObjectSpec:
         found = self._manifest.specs.get(name) if isinstance(name, str) else None
         if found is None:
             raise ObjectNotFoundError("no such object", path=self.path, obj=name)

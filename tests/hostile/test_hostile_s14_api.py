@@ -1,0 +1,58 @@
+"""Session 14: the compatibility surfaces, tried by a user porting code and by odd
+arguments (a read-only probe round).  Each test names the one function that keeps
+its rule."""
+import numpy as np
+import pytest
+
+import ztensor
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = str(tmp_path / "m.zt")
+    with ztensor.Writer(path, attributes={"k": "v"}) as w:
+        w.write("a", np.arange(6, dtype=np.float32).reshape(2, 3))
+        w.write("b", np.ones(3, np.uint8))
+    return path
+
+
+def test_a_closed_reader_answers_nothing(model):
+    """A closed single-file Reader still answered keys(), len(), ``in``, iteration,
+    metadata() and its attributes while a closed ShardedReader refused them: code
+    written for one kind of checkpoint broke on the other.  One rule now, safetensors'
+    safe_open's: once closed, every method but close raises ClosedError.  Kept by
+    ``reader.Reader._require_open``."""
+    r = ztensor.Reader(model)
+    r.close()
+    calls = {
+        "keys": lambda: r.keys(), "len": lambda: len(r), "in": lambda: "a" in r,
+        "iter": lambda: list(r), "attributes": lambda: r.attributes,
+        "metadata": lambda: r.metadata("a"), "getitem": lambda: r["a"],
+        "read_numpy": lambda: r.read_numpy("a"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(ztensor.ClosedError, match="m.zt"):
+            call()
+    r.close()  # twice is fine
+
+
+def test_a_reader_left_by_its_with_block_is_closed(model):
+    """The reference's Reader stays usable after its ``with`` block (its __exit__
+    closes nothing); ours closes, as a file does (docs/migrating.md says so).  Arrays
+    read inside the block stay valid."""
+    with ztensor.Reader(model) as r:
+        a = r.read_numpy("a")
+    assert a.tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ztensor.ClosedError):
+        r.keys()
+
+
+def test_metadata_takes_a_list_of_names(model):
+    """The reference's ``metadata`` takes a name or a list of names (a list of
+    TensorMetadata back); a list was an ObjectNotFoundError naming ``<list>``."""
+    with ztensor.Reader(model) as r:
+        specs = r.metadata(["b", "a"])
+        assert [s.name for s in specs] == ["b", "a"]
+        assert specs[1].shape == (2, 3) and r.metadata([]) == []
+        with pytest.raises(ztensor.ObjectNotFoundError, match="'zz'"):
+            r.metadata(["a", "zz"])
