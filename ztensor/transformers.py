@@ -48,6 +48,7 @@ from ztensor.errors import (
     url_without_secrets,
     without_secrets,
 )
+from ztensor.io.paths import folder_of
 from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
 from ztensor.torch import find_shared_tensors, load_file, remove_duplicate_names, shard_by_shard
@@ -154,7 +155,7 @@ def _locate(source: str) -> Tuple[str, str]:
         return source, source
     if not os.path.exists(source):
         raise FileNotFoundError(f"{source}: no such file or directory")
-    return os.path.dirname(os.path.abspath(source)), source
+    return folder_of(source), source
 
 
 def _beside(folder: str, name: str) -> str:

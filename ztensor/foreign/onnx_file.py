@@ -46,6 +46,7 @@ from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, ZTensorError
 from ztensor.foreign.base import ForeignFile, eager, optional_import
 from ztensor.foreign.names import NameTable
+from ztensor.io.paths import folder_of
 from ztensor.io.source import open_local_input
 from ztensor.objects import shape_problem
 from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
@@ -66,7 +67,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         raise FormatError(
             f"not a readable ONNX model: {type(exc).__name__}: {str(exc)[:200]}", path=name
         ) from None
-    base_dir = os.path.dirname(os.path.abspath(name))  # where onnx resolves external data
+    base_dir = folder_of(name)  # where the system resolves the model's neighbours
     names = NameTable(name, "initializer")
 
     def claim(key, origin):

@@ -17,6 +17,7 @@ import stat
 from typing import Any, Callable
 
 from ztensor.errors import WriteError, ZTensorError
+from ztensor.io.paths import resolve_folder
 
 
 def final_target(path):
@@ -38,8 +39,10 @@ def final_target(path):
         raise WriteError("is not a file name: a file cannot be written there", path=path)
     # absolute now: a relative name means the folder current when the write began,
     # not whichever is current when the rename runs (a chdir in between replaced
-    # a file in another folder)
-    target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+    # a file in another folder), and resolved as the system resolves it
+    # (paths.resolve_folder: "link/../x.zt" replaced ./x.zt, not the file a read of
+    # the same name opens)
+    target = os.path.realpath(text) if os.path.islink(text) else resolve_folder(text)
     try:
         mode = os.stat(target).st_mode
     except OSError as exc:
@@ -147,7 +150,7 @@ def create_temp(path, mode=None, label=None) -> Temp:
     ``path``'s is.  A failure is a WriteError naming ``label`` (the caller's path,
     when ``path`` is the target of its link), else ``path``."""
     label = path if label is None else label
-    folder, base = os.path.split(os.path.abspath(path))
+    folder, base = os.path.split(resolve_folder(path))
     flags = (
         os.O_WRONLY
         | os.O_CREAT

@@ -1,0 +1,86 @@
+"""Session 14: the write side, tried as a hostile user would (a read-only probe round).
+Each test names the one function that keeps its rule."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ztensor
+import ztensor.numpy as ztnp
+
+
+@pytest.fixture
+def linked(tmp_path, monkeypatch):
+    """``lk`` is a link to ``real/sub``: ``lk/../x.zt`` is ``real/x.zt`` to the
+    system, and ``./x.zt`` to string rules (abspath)."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    os.symlink(os.path.join("real", "sub"), tmp_path / "lk")
+    monkeypatch.chdir(tmp_path)
+    ztnp.save_file({"victim": np.arange(3.0)}, "x.zt")
+    return tmp_path
+
+
+@pytest.mark.parametrize("how", ["writer", "save_file", "torch"])
+def test_a_write_through_link_dotdot_lands_where_a_read_looks(linked, how):
+    """The writer computed its target with abspath, which drops ``lk/..`` by string
+    rules: ``lk/../x.zt`` replaced the unrelated ``./x.zt`` and the file could not
+    be read back by the name it was written under.  Kept by
+    ``paths.resolve_folder`` (through ``atomic.final_target``)."""
+    new = {"new": np.ones(2)}
+    if how == "writer":
+        with ztensor.Writer("lk/../x.zt") as w:
+            w.write("new", new["new"])
+    elif how == "save_file":
+        ztnp.save_file(new, "lk/../x.zt")
+    else:
+        torch = pytest.importorskip("torch")
+        import ztensor.torch as ztt
+
+        ztt.save_file({"new": torch.ones(2)}, "lk/../x.zt")
+    with ztensor.Reader("x.zt") as r:
+        assert r.keys() == ["victim"]  # untouched
+    with ztensor.Reader("lk/../x.zt") as r:
+        assert r.keys() == ["new"]
+    assert os.path.exists(linked / "real" / "x.zt")
+    assert sorted(os.listdir(linked / "real")) == ["sub", "x.zt"]  # no temp left
+
+
+def test_convert_through_link_dotdot_keeps_force_meaning(linked):
+    """``convert in.zt lk/../x.zt`` replaced ./x.zt without --force, and a second
+    run succeeded too: the existence check and the rename named other files."""
+    ztnp.save_file({"new": np.ones(2)}, "in.zt")
+    cmd = [sys.executable, "-m", "ztensor", "convert", "in.zt", "lk/../x.zt"]
+    first = subprocess.run(cmd, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(cmd, capture_output=True, text=True)
+    assert second.returncode == 2 and "exists" in second.stderr
+    with ztensor.Reader("x.zt") as r:
+        assert r.keys() == ["victim"]
+
+
+def test_edits_through_link_dotdot_edit_the_file_read(linked):
+    """replace_tensor and Writer.append on ``lk/../x.zt`` refused with "the file
+    changed while this edit was being made": the file read and the file checked
+    before the rename were different files."""
+    ztnp.save_file({"w": np.zeros(2)}, "lk/../x.zt")
+    ztensor.replace_tensor("lk/../x.zt", "w", np.full(2, 7.0))
+    with ztensor.Writer.append("lk/../x.zt") as w:
+        w.write("z", np.ones(1))
+    with ztensor.Reader(str(linked / "real" / "x.zt")) as r:
+        assert r.keys() == ["w", "z"] and r["w"].tolist() == [7.0, 7.0]
+    with ztensor.Reader("x.zt") as r:
+        assert r.keys() == ["victim"]
+
+
+def test_a_symlinked_output_stays_a_link(tmp_path):
+    """The last name is kept as given: a link there is followed to its target, and
+    stays a link (the other half of ``atomic.final_target``)."""
+    target = tmp_path / "t.zt"
+    ztnp.save_file({"a": np.zeros(1)}, str(target))
+    os.symlink("t.zt", tmp_path / "l.zt")
+    ztnp.save_file({"b": np.ones(1)}, str(tmp_path / "l.zt"))
+    assert os.path.islink(tmp_path / "l.zt")
+    with ztensor.Reader(str(target)) as r:
+        assert r.keys() == ["b"]
