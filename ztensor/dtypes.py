@@ -300,6 +300,30 @@ def spec_types_for(dtype: np.dtype):
     return None if storage is None else (storage, None)
 
 
+def _bits_and_meaning(storage: str, ltype):
+    # bf16 is a storage dtype in v1.2 and a logical type over uint16 bits elsewhere
+    # (torch's bits, an older file's u16 + "bf16"): one spelling for comparing
+    return ("u16", "bf16") if storage == "bf16" else (storage, ltype)
+
+
+def elements_fit(given, given_type, storage: str, ltype) -> bool:
+    """Whether elements a caller gives may become an object stored as ``storage``
+    with logical type ``ltype``: ``given`` is :func:`spec_types_for` of their numpy
+    dtype, ``given_type`` the logical type of bit patterns (a torch bf16 or FP8
+    tensor's, which arrive as uint16/uint8 bits), else None.  The bits must be the
+    object's, and a logical type, when the elements carry one, its own: uint8 codes
+    are an FP8 object's codes, but a float8_e5m2 tensor's are not an f8_e4m3fn
+    object's (its 1.0 read back as 1.5).  The one rule for a stream's chunks and a
+    replaced tensor's data."""
+    if given is None:
+        return False
+    bits, meaning = _bits_and_meaning(*given)
+    if given_type is not None:
+        meaning = given_type
+    want_bits, want_meaning = _bits_and_meaning(storage, ltype)
+    return bits == want_bits and meaning in (None, want_meaning)
+
+
 def is_ml_dtype(dtype: np.dtype) -> bool:
     """True for ml_dtypes' types (bfloat16, float8_*): they report kind 'V' or 'f'
     and are always in native byte order."""

@@ -84,3 +84,65 @@ def test_a_symlinked_output_stays_a_link(tmp_path):
     assert os.path.islink(tmp_path / "l.zt")
     with ztensor.Reader(str(target)) as r:
         assert r.keys() == ["b"]
+
+
+# ---------------------------------------------------------------- torch logical types
+def _fp8_cases():
+    torch = pytest.importorskip("torch")
+    return torch
+
+
+def test_a_stream_refuses_a_torch_tensor_of_another_logical_type(tmp_path):
+    """A torch float8_e5m2 chunk in an f8_e4m3fn stream was written as its raw
+    bits (1.0 read back as 1.5), and a torch bf16 chunk in a plain uint16 stream
+    became integers: the tensor's type was dropped and only its bits compared.
+    The same chunks as ml_dtypes arrays were refused.  Kept by
+    ``dtypes.elements_fit`` (``stream.TensorStream._array_of``)."""
+    torch = _fp8_cases()
+    import ztensor.torch as ztt
+
+    path = str(tmp_path / "s.zt")
+    wrong = [
+        (np.uint8, "f8_e4m3fn", torch.tensor([1.0, 2.0]).to(torch.float8_e5m2)),
+        (np.uint16, None, torch.tensor([1.0, 2.0]).bfloat16()),
+        (np.uint8, "f8_e5m2", torch.tensor([1.0, 2.0]).to(torch.float8_e4m3fn)),
+    ]
+    for dtype, kind, chunk in wrong:
+        with pytest.raises(ztensor.FormatError, match="chunk has dtype"):
+            with ztensor.Writer(path) as w:
+                with w.stream("a", (2,), dtype, type=kind) as s:
+                    s.write(chunk)
+        assert not os.path.exists(path)
+    right = [
+        (np.uint8, "f8_e4m3fn", torch.tensor([1.0, 2.0]).to(torch.float8_e4m3fn)),
+        (np.uint16, "bf16", torch.tensor([1.0, 2.0]).bfloat16()),
+        (np.uint8, "f8_e4m3fn", torch.tensor([1.0, 2.0]).to(torch.float8_e4m3fn).view(torch.uint8)),
+    ]
+    for dtype, kind, chunk in right:
+        with ztensor.Writer(path) as w:
+            with w.stream("a", (2,), dtype, type=kind) as s:
+                s.write(chunk)
+        got = ztt.load_file(path)["a"]
+        assert got.float().tolist() == [1.0, 2.0]
+
+
+def test_replace_tensor_takes_torch_bf16_and_refuses_another_fp8(tmp_path):
+    """replace_tensor refused a torch bf16 tensor for a bf16 object ("the new data is
+    uint16[4], the object is bfloat16[4]") and took a float8_e5m2 tensor for an
+    f8_e4m3fn object as raw codes.  Kept by ``dtypes.elements_fit``
+    (``edit.replace_tensor``)."""
+    torch = _fp8_cases()
+    import ztensor.torch as ztt
+
+    path = str(tmp_path / "r.zt")
+    with ztensor.Writer(path) as w:
+        w.write_torch("bf", torch.arange(4.0).bfloat16())
+        w.write_torch("f8", torch.ones(4).to(torch.float8_e4m3fn))
+    ztensor.replace_tensor(path, "bf", torch.full((4,), 3.0).bfloat16())
+    assert ztt.load_file(path)["bf"].tolist() == [3.0] * 4
+    with pytest.raises(ztensor.FormatError, match="f8_e5m2.*f8_e4m3fn"):
+        ztensor.replace_tensor(path, "f8", torch.ones(4).to(torch.float8_e5m2))
+    ztensor.replace_tensor(path, "f8", torch.full((4,), 2.0).to(torch.float8_e4m3fn))
+    got = ztt.load_file(path)
+    assert got["f8"].dtype == torch.float8_e4m3fn and got["f8"].float().tolist() == [2.0] * 4
+    assert got["bf"].dtype == torch.bfloat16

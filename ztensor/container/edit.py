@@ -81,26 +81,22 @@ def replace_tensor(
                 obj=name,
             )
         comp = meta.components["data"]
-        arr = _as_array(data, name, old.path)
-        current = old.read_numpy(name) if comp.type is None else None
-        # a logical type this library does not decode (another writer's name): its
-        # elements are the stored ones, so the new array must be stored alike (an
-        # f64 array replaced a u8 object's data and changed its storage)
-        unknown = comp.type is not None and comp.type != "bool"
-        unknown = unknown and not dtypes.logical_known(comp.dtype, comp.type)
-        found = dtypes.spec_types_for(arr.dtype) if unknown else None
-        if (
-            tuple(arr.shape) != tuple(meta.shape)
-            or (
-                current is not None
-                and arr.dtype.newbyteorder("=") != current.dtype.newbyteorder("=")
-            )
-            or (unknown and (found is None or found != (comp.dtype, None)))
-        ):
+        arr, given_type = _as_array(data, name, old.path)
+        # the elements must be the object's: its bits, and no other logical type
+        # (a float8_e5m2 tensor into an f8_e4m3fn object changed its values; a torch
+        # bf16 tensor was refused as uint16).  An unknown logical type's elements
+        # are the stored ones (an f64 array replaced a u8 object's data)
+        fits = dtypes.elements_fit(
+            dtypes.spec_types_for(arr.dtype), given_type, comp.dtype, comp.type
+        )
+        if tuple(arr.shape) != tuple(meta.shape) or not fits:
             # a FormatError (a ValueError, as it was) naming the file and object
+            shown = given_type or arr.dtype
+            held = meta.dtype if comp.type is None else comp.type
+            if comp.type is not None and not dtypes.logical_known(comp.dtype, comp.type):
+                held = f"{meta.dtype} holding {comp.type!r}"  # another writer's type
             raise FormatError(
-                f"the new data is {arr.dtype}{list(arr.shape)}, the object is "
-                f"{meta.dtype}{list(meta.shape)}",
+                f"the new data is {shown}{list(arr.shape)}, the object is {held}{list(meta.shape)}",
                 path=old.path,
                 obj=name,
             )
@@ -140,7 +136,8 @@ def _require_zt(reader):
 
 
 def _as_array(data, name, path):
+    """(the new data's elements as a numpy array, the logical type of a torch
+    tensor's bit patterns or None)."""
     if type(data).__module__.startswith("torch"):
-        arr, _ = to_numpy_for_writing(data, name, path)
-        return arr
-    return array_of(data, path, name)  # the Writer's own conversion
+        return to_numpy_for_writing(data, name, path)
+    return array_of(data, path, name), None  # the Writer's own conversion

@@ -36,10 +36,11 @@ class TensorStream:
         with a torn tensor is never renamed into place.
     """
 
-    def __init__(self, writer, name, shape, dtype, sink, finish, *, guard, abandon, lock):
+    def __init__(self, writer, name, shape, dtype, sink, finish, *, stored, guard, abandon, lock):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
+        self._stored = stored  # (storage dtype, logical type) of the object
         self.nbytes = math.prod(self.shape) * dtype.itemsize
         self.written = 0
         self._writer = writer
@@ -83,12 +84,15 @@ class TensorStream:
     def _array_of(self, chunk):
         """The chunk's elements as a numpy array of the stream's dtype (any strides,
         not copied), or its bytes (raw little-endian elements) as uint8."""
+        given_type = None  # a torch tensor's logical type: its bits arrive as uint
         if hasattr(chunk, "detach") and hasattr(chunk, "numpy"):  # a torch tensor
-            chunk, _ = to_numpy_for_writing(chunk, self.name, self._writer.path)
+            chunk, given_type = to_numpy_for_writing(chunk, self.name, self._writer.path)
         if isinstance(chunk, np.ndarray):
-            if chunk.dtype.newbyteorder("=") != self.dtype.newbyteorder("="):
+            given = dtypes.spec_types_for(chunk.dtype)
+            if not dtypes.elements_fit(given, given_type, *self._stored):
+                shown = given_type or chunk.dtype
                 raise FormatError(
-                    f"chunk has dtype {chunk.dtype}, the stream {self.dtype}",
+                    f"chunk has dtype {shown}, the stream {self._shown_type()}",
                     path=self._writer.path,
                     obj=self.name,
                 )
@@ -102,6 +106,10 @@ class TensorStream:
                 path=self._writer.path,
                 obj=self.name,
             ) from None
+
+    def _shown_type(self):
+        storage, ltype = self._stored
+        return self.dtype if ltype is None else f"{self.dtype} holding {ltype}"
 
     def _little_endian_bytes(self, arr):
         """The elements of ``arr`` (within the tensor's size) as little-endian bytes."""

@@ -354,6 +354,7 @@ class Writer:
             dtype,
             sink,
             finish,
+            stored=(storage, ltype),
             guard=self._guard,
             abandon=self._abandon,
             lock=self._lock,
