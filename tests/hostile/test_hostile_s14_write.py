@@ -146,3 +146,62 @@ def test_replace_tensor_takes_torch_bf16_and_refuses_another_fp8(tmp_path):
     got = ztt.load_file(path)
     assert got["f8"].dtype == torch.float8_e4m3fn and got["f8"].float().tolist() == [2.0] * 4
     assert got["bf"].dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------- exports keep or refuse
+@pytest.fixture
+def with_attributes(tmp_path):
+    path = str(tmp_path / "a.zt")
+    with ztensor.Writer(path, attributes={"k": "v"}) as w:
+        w.write_numpy("d", np.zeros(2, np.float32), attributes={"scale": 0.5})
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz", ".gguf"])
+def test_an_export_refuses_attributes_it_cannot_hold(tmp_path, with_attributes, suffix):
+    """``convert a.zt o.safetensors`` and ``o.npz`` exited 0 with the tensor's
+    ``scale`` gone (and the npz with the file's ``k`` gone too), where GGUF refused:
+    an export keeps everything or writes nothing, unless the caller asks to drop
+    what the format has no place for.  Kept by ``export._attributes_kept``."""
+    if suffix == ".gguf":
+        pytest.importorskip("gguf")
+    out = tmp_path / ("o" + suffix)
+    with pytest.raises(ztensor.UnsupportedError, match="drop_attributes") as err:
+        ztensor.convert(with_attributes, str(out))
+    assert err.value.obj == (None if suffix == ".npz" else "d") and not out.exists()
+    cli = [sys.executable, "-m", "ztensor", "convert", with_attributes, str(out)]
+    done = subprocess.run(cli, capture_output=True, text=True)
+    assert done.returncode == 2 and "--drop-attributes" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+    done = subprocess.run(cli + ["--drop-attributes"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with ztensor.Reader(str(out)) as r:
+        assert r["d"].tolist() == [0.0, 0.0] and r.metadata("d").attributes == {}
+        if suffix == ".safetensors":
+            assert r.attributes == {"k": "v"}  # the strings safetensors holds are kept
+
+
+def test_an_npz_export_refuses_file_attributes(tmp_path):
+    """An .npz holds arrays only: file attributes alone are refused too."""
+    src = str(tmp_path / "f.zt")
+    ztnp.save_file({"a": np.ones(2)}, src, metadata={"format": "np"})
+    with pytest.raises(ztensor.UnsupportedError, match="file attributes.*'format'"):
+        ztensor.convert(src, str(tmp_path / "o.npz"))
+    assert not (tmp_path / "o.npz").exists()
+    ztensor.convert(src, str(tmp_path / "o.npz"), drop_attributes=True)
+    assert np.load(tmp_path / "o.npz")["a"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name", ["o.safetensors", "o.npz", "o.gguf", "o.bin"])
+def test_dequantize_writes_only_a_zt_name(tmp_path, name):
+    """``ztensor dequantize IN out.safetensors`` wrote a .zt file under that name
+    and exited 0 (the safetensors package then said "header too large").  Refused,
+    one line, exit 2, nothing written (``cli.cmd_dequantize`` by
+    ``export.format_for``, the rule convert follows)."""
+    src = str(tmp_path / "q.zt")
+    ztnp.save_file({"a": np.ones(2, np.float32)}, src)
+    out = tmp_path / name
+    done = subprocess.run([sys.executable, "-m", "ztensor", "dequantize", src, str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and not out.exists()
+    assert len(done.stderr.strip().splitlines()) == 1 and "ztensor convert" in done.stderr

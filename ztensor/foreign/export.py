@@ -137,21 +137,49 @@ def _zt_holds(check, value, what, **where) -> None:
         ) from None
 
 
+def _attributes_kept(reader, fmt: str, *, file_level: bool, drop: bool, names=None) -> None:
+    """Refuse, naming the object, per-object attributes (and with ``file_level``
+    file attributes) that the ``fmt`` file has no place for: an export either keeps
+    everything or writes nothing (a tensor's ``scale`` vanished from a
+    ``.safetensors`` export, exit 0).  ``drop`` (``drop_attributes=True``,
+    ``--drop-attributes``) is the caller saying to leave them out.  ``names``: the
+    objects whose attributes count (default all; a gguf_blocks object's are its
+    format's fields).  The one rule for the safetensors, npz and GGUF exporters."""
+    if drop:
+        return
+    hint = "; pass drop_attributes=True (--drop-attributes) to write the file without them"
+    if file_level and reader.attributes:
+        keys = ", ".join(_short(k) for k in list(reader.attributes)[:3])
+        raise UnsupportedError(
+            f"file attributes have no place in {fmt} ({keys}){hint}", path=reader.path
+        )
+    for name in reader.keys() if names is None else names:
+        if reader.metadata(name).attributes:
+            raise UnsupportedError(
+                f"per-tensor attributes have no place in {fmt}{hint}",
+                path=reader.path,
+                obj=name,
+            )
+
+
 # ------------------------------------------------------------------ safetensors
 class SafetensorsPlan(NamedTuple):
     header: bytes  # the length-prefixed JSON header, padded to 8 bytes
     names: List[str]  # the tensors, in data order
 
 
-def plan_safetensors(reader) -> SafetensorsPlan:
+def plan_safetensors(reader, drop_attributes: bool = False) -> SafetensorsPlan:
     """Check that a ``.safetensors`` file can hold every object and attribute of
     ``reader``, and make its header; nothing is written.
 
     * every object dense, of a type with a safetensors dtype;
     * no tensor named ``__metadata__`` (the format's key for its metadata);
     * names and metadata valid UTF-8, metadata values strings;
-    * a header the safetensors package accepts (at most 100,000,000 bytes)."""
+    * a header the safetensors package accepts (at most 100,000,000 bytes);
+    * no per-tensor attributes, unless ``drop_attributes`` (then they and the
+      file attributes that are not strings are left out)."""
     specs = _dense_specs(reader)
+    _attributes_kept(reader, "safetensors", file_level=False, drop=drop_attributes)
     names = NameTable(reader.path, "tensor")
     header: Dict[str, Any] = {}
     offset = 0
@@ -180,6 +208,8 @@ def plan_safetensors(reader) -> SafetensorsPlan:
         offset += nbytes
     meta = {}
     for key, value in reader.attributes.items():
+        if not isinstance(value, str) and drop_attributes:
+            continue
         if not isinstance(value, str):
             raise UnsupportedError(
                 f"safetensors metadata holds strings only; attribute "
@@ -202,11 +232,11 @@ def plan_safetensors(reader) -> SafetensorsPlan:
     return SafetensorsPlan(struct.pack("<Q", len(raw)) + raw, list(specs))
 
 
-def write_safetensors(reader, path: str, progress=None) -> int:
+def write_safetensors(reader, path: str, progress=None, drop_attributes: bool = False) -> int:
     """A real ``.safetensors`` file of every dense object (bf16, F8_E4M3/F8_E5M2 and
     complex64 too); the file attributes become ``__metadata__`` (strings only).
     What the format cannot hold is refused first (:func:`plan_safetensors`)."""
-    plan = plan_safetensors(reader)
+    plan = plan_safetensors(reader, drop_attributes)
 
     def write(f):
         f.write(plan.header)
@@ -231,7 +261,7 @@ def _zip_member_name(name: str) -> str:
     return stored
 
 
-def plan_npz(reader) -> List[Tuple[str, str]]:
+def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
     """(tensor name, zip member name) for every object of ``reader``, each one an
     ``.npz`` holds and ``numpy.load`` gives back under its own name; nothing is
     written.
@@ -239,8 +269,10 @@ def plan_npz(reader) -> List[Tuple[str, str]]:
     ``numpy.load`` answers to a member's name and to that name less ``.npy``, the
     member first, so tensors ``x`` and ``x.npy`` (members ``x.npy`` and
     ``x.npy.npy``) would both be read as ``x``'s data under ``x.npy``: every tensor
-    claims both of the names it answers to, and a second claim is refused."""
+    claims both of the names it answers to, and a second claim is refused.  An
+    ``.npz`` holds arrays only: attributes are refused unless ``drop_attributes``."""
     specs = _dense_specs(reader)
+    _attributes_kept(reader, ".npz", file_level=True, drop=drop_attributes)
     answers = NameTable(reader.path, "npz key")
     plan = []
     for name in specs:
@@ -266,12 +298,12 @@ def plan_npz(reader) -> List[Tuple[str, str]]:
     return plan
 
 
-def write_npz(reader, path: str, progress=None) -> int:
+def write_npz(reader, path: str, progress=None, drop_attributes: bool = False) -> int:
     """An ``.npz`` of every dense object, member by member (bf16/FP8 as their uint
     bit patterns: numpy has no such dtypes without ml_dtypes).  An ``.npz`` holds
-    arrays only: file and object attributes are not kept.  What the format cannot
-    hold is refused first (:func:`plan_npz`)."""
-    plan = plan_npz(reader)
+    arrays only: attributes are refused unless ``drop_attributes``.  What the
+    format cannot hold is refused first (:func:`plan_npz`)."""
+    plan = plan_npz(reader, drop_attributes)
 
     def write(f):
         with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
@@ -352,7 +384,7 @@ class GGUFPlan(NamedTuple):
     alignment: Optional[int]
 
 
-def plan_gguf(reader, gguf) -> GGUFPlan:
+def plan_gguf(reader, gguf, drop_attributes: bool = False) -> GGUFPlan:
     """Check that a ``.gguf`` file can hold every object and attribute of ``reader``
     as llama.cpp and the ``gguf`` package read it back, and plan it; nothing is
     written.  Tensors: dense of a GGUF type or ``gguf_blocks``, names of at most 63
@@ -361,6 +393,8 @@ def plan_gguf(reader, gguf) -> GGUFPlan:
     value within the type recorded for it (or the one its value gives)."""
     names = NameTable(reader.path, "tensor")
     tensors = []
+    dense = [n for n in reader.keys() if reader.metadata(n).format == "dense"]
+    _attributes_kept(reader, "GGUF", file_level=False, drop=drop_attributes, names=dense)
     for name in reader.keys():
         size = len(_utf8(name, "the name", reader.path, name))
         if size > GGUF_MAX_NAME:
@@ -383,7 +417,7 @@ def plan_gguf(reader, gguf) -> GGUFPlan:
     return GGUFPlan(tensors, values, architecture, alignment)
 
 
-def write_gguf(reader, path: str, progress=None) -> int:
+def write_gguf(reader, path: str, progress=None, drop_attributes: bool = False) -> int:
     """A ``.gguf`` file, written with llama.cpp's own ``gguf`` package (optional).
 
     * Dense objects of the types GGUF has (f32, f16, bf16, f64, i8-i64) become tensors
@@ -401,7 +435,7 @@ def write_gguf(reader, path: str, progress=None) -> int:
 
     Everything is checked first (:func:`plan_gguf`)."""
     gguf = optional_import("gguf", "writing GGUF files", path)
-    plan = plan_gguf(reader, gguf)
+    plan = plan_gguf(reader, gguf, drop_attributes)
 
     def write(tmp):
         w = gguf.GGUFWriter(tmp, plan.architecture or "")
@@ -496,10 +530,6 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
             f"type {key!r} has no GGUF tensor type (GGUF holds {', '.join(_GGUF_DENSE)})",
             path=reader.path,
             obj=name,
-        )
-    if spec.attributes:
-        raise UnsupportedError(
-            "per-tensor attributes have no place in GGUF", path=reader.path, obj=name
         )
     raw = gguf.GGMLQuantizationType.BF16 if key == "bf16" else None  # bits, typed
     shape = tuple(spec.shape)

@@ -40,11 +40,13 @@ from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer
 from ztensor.errors import (
     LimitError,
+    UnsupportedError,
     WriteError,
     ZTensorError,
     url_without_secrets,
     without_secrets,
 )
+from ztensor.foreign.export import FORMATS
 from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
@@ -605,6 +607,7 @@ def cmd_convert(args, out):
         force=args.force,
         progress=progress.update,
         format=args.format,
+        drop_attributes=args.drop_attributes,
     )
     progress.finish()
     _report(args, out, {"input": args.input, "output": args.output, "objects": count})
@@ -613,6 +616,13 @@ def cmd_convert(args, out):
 
 def cmd_dequantize(args, out):
 
+    # it wrote a .zt file under any name (out.safetensors began with ZTEN1000)
+    if FORMATS.get(os.path.splitext(args.output)[1].lower()) != "zt":
+        raise UnsupportedError(
+            "dequantize writes a .zt file: name the output *.zt, then "
+            "`ztensor convert` it to another format",
+            path=args.output,
+        )
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
     converted = 0
@@ -869,6 +879,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("convert", "dequantize"):
             p.add_argument("--force", action="store_true", help="replace an existing output")
         if name == "convert":
+            p.add_argument(
+                "--drop-attributes",
+                action="store_true",
+                help="write .safetensors/.npz/.gguf without the attributes they cannot hold "
+                "(refused otherwise)",
+            )
             p.add_argument(
                 "--compress",
                 action="store_true",

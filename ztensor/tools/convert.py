@@ -72,11 +72,15 @@ def convert(
     force: bool = False,
     progress: Progress = None,
     format: Optional[str] = None,
+    drop_attributes: bool = False,
 ) -> int:
     """Convert ``input`` to ``output`` (see the module doc); returns the number of
     tensors written.  An existing output is refused unless ``force``.  ``format``
     (``"zt"`` or ``"safetensors"``) is the shard format of a checkpoint converted
-    into a directory; for a file output it may only repeat what the name says."""
+    into a directory; for a file output it may only repeat what the name says.
+    ``drop_attributes`` writes a ``.safetensors``, ``.npz`` or ``.gguf`` output
+    without the attributes it has no place for (refused otherwise: nothing is
+    dropped unasked)."""
     source, target = os.fspath(input), os.fspath(output)
     if format is not None and format not in SHARD_FORMATS:
         raise UnsupportedError(
@@ -87,7 +91,9 @@ def convert(
     checkpoint = os.path.isdir(source) or source.endswith(".index.json")
     _zt_options_fit(_output_kind(checkpoint, target, format), compress, checksum, target)
     if checkpoint:
-        return _convert_checkpoint(source, target, compress, checksum, force, progress, format)
+        return _convert_checkpoint(
+            source, target, compress, checksum, force, progress, format, drop_attributes
+        )
     _format_agrees(target, format)
     # lexists: a link to a file not there yet is an output too (the file written
     # goes where it points), replaced only with --force, as _merge_checkpoint has it
@@ -103,7 +109,9 @@ def convert(
         )
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
-    return _convert_file(source, target, compress, checksum, _Counter(progress, total))
+    return _convert_file(
+        source, target, compress, checksum, _Counter(progress, total), drop_attributes
+    )
 
 
 def _output_kind(checkpoint, target, fmt) -> str:
@@ -147,12 +155,14 @@ class _Counter:
             self.progress(self.done, self.total)
 
 
-def _convert_file(source, target, compress, checksum, counter):
+def _convert_file(source, target, compress, checksum, counter, drop_attributes=False):
 
     kind = exporters.format_for(target)  # the output's name says its format
     with convert_inputs.input_reader(source) as reader:
         if kind != "zt":  # each exporter plans, then writes
-            return exporters.writer_for(kind)(reader, target, progress=counter.add)
+            return exporters.writer_for(kind)(
+                reader, target, progress=counter.add, drop_attributes=drop_attributes
+            )
         exporters.plan_zt(reader)  # what .zt cannot hold, refused before the file exists
     attributes, tensors = convert_inputs.open_any(source)
     return _write_zt(target, attributes, tensors, compress, checksum, counter)
@@ -323,15 +333,19 @@ def _format_agrees(target, fmt):
             )
 
 
-def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt=None):
+def _convert_checkpoint(
+    source, target, compress, checksum, force, progress, fmt=None, drop_attributes=False
+):
     if _is_file_target(target):
         _format_agrees(target, fmt)
-        return _merge_checkpoint(source, target, compress, checksum, force, progress)
+        return _merge_checkpoint(
+            source, target, compress, checksum, force, progress, drop_attributes
+        )
     if os.path.exists(target) and not os.path.isdir(target):
         raise ZTensorError("a checkpoint converts into a directory, not a file", path=target)
     fmt = fmt or "zt"
     plan = _plan_checkpoint(source, target, fmt)
-    _check_shards_fit(plan, fmt)
+    _check_shards_fit(plan, fmt, drop_attributes)
     copies = _plan_copies(plan)
     index_path = os.path.join(target, SHARD_FORMATS[fmt])
     existing = [
@@ -357,7 +371,16 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt
     created = []
     try:
         count = _write_checkpoint(
-            plan, fmt, copies, target, index_path, compress, checksum, counter, created
+            plan,
+            fmt,
+            copies,
+            target,
+            index_path,
+            compress,
+            checksum,
+            counter,
+            created,
+            drop_attributes,
         )
     except BaseException:
         for path in reversed(created):
@@ -376,7 +399,9 @@ def _convert_checkpoint(source, target, compress, checksum, force, progress, fmt
     return count
 
 
-def _write_checkpoint(plan, fmt, copies, target, index_path, compress, checksum, counter, created):
+def _write_checkpoint(
+    plan, fmt, copies, target, index_path, compress, checksum, counter, created, drop_attributes
+):
     """The planned shards, copies and index into ``target``; ``created`` gets every
     path written that did not exist before, as it is written."""
 
@@ -393,6 +418,7 @@ def _write_checkpoint(plan, fmt, copies, target, index_path, compress, checksum,
             compress,
             checksum,
             counter,
+            drop_attributes,
         )
         if written != len(names):  # the index lists what the plan saw: it must be so
             raise ZTensorError(
@@ -416,19 +442,21 @@ def _write_checkpoint(plan, fmt, copies, target, index_path, compress, checksum,
     return count
 
 
-def _check_shards_fit(plan, fmt):
+def _check_shards_fit(plan, fmt, drop_attributes=False):
     """Every input shard checked against the output format before any shard is
     written (``exporters.plan_zt``: names and attributes the Writer takes;
     ``exporters.plan_safetensors``: dense tensors of a safetensors dtype, string
     metadata), so a refusal leaves no directory of some shards."""
-    check = {"zt": exporters.plan_zt, "safetensors": exporters.plan_safetensors}[fmt]
     for file, _, _ in plan.shards:
         with Reader(os.path.join(plan.folder, file)) as reader:
-            check(reader)
+            if fmt == "zt":
+                exporters.plan_zt(reader)
+            else:
+                exporters.plan_safetensors(reader, drop_attributes)
 
 
 # ------------------------------------------------------------------ one file
-def _merge_checkpoint(source, target, compress, checksum, force, progress):
+def _merge_checkpoint(source, target, compress, checksum, force, progress, drop_attributes=False):
     """Every tensor of every shard into the one file ``target``, of the format its
     name says, one tensor at a time (each exporter streams tensor by tensor; a
     ``.zt`` streams large tensors in chunks), one shard open at a time.  The shards'
@@ -453,7 +481,9 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress):
                 exporters.plan_zt(merged)  # as the other exporters plan, before writing
                 count = _write_zt(target, attributes, merged.tensors(), compress, checksum, counter)
             else:
-                count = exporters.writer_for(kind)(merged, target, progress=counter.add)
+                count = exporters.writer_for(kind)(
+                    merged, target, progress=counter.add, drop_attributes=drop_attributes
+                )
         finally:
             merged.close()
     if progress is not None:
