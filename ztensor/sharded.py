@@ -31,7 +31,7 @@ import threading
 import unicodedata
 import urllib.parse
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 
@@ -347,6 +347,66 @@ def find_index(path: PathLike) -> Optional[str]:
     return os.path.join(path, pick[0]) if pick else None
 
 
+def _read_index(index: str, options) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    """(weight_map, metadata) of the index file or URL ``index``, checked: names to
+    shard files that are plain file names (check_shard_name), metadata a map."""
+    try:
+        raw = read_small_file(index, MAX_INDEX_BYTES, "index", options)
+        data = json_loads_unique(raw, index, "index key")
+    except ZTensorError:
+        raise  # a network failure, a FIFO: already says what and where
+    except (OSError, ValueError, RecursionError) as exc:
+        raise FormatError(f"not a readable index: {exc}", path=index) from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise FormatError("an index needs a 'weight_map' of names to shard files", path=index)
+    for file in set(weight_map.values()):
+        check_shard_name(file, index)
+    meta = data.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise FormatError(
+            f"an index's 'metadata' is a JSON object, not {type(meta).__name__}", path=index
+        )
+    return dict(weight_map), meta or {}
+
+
+def _require_one_checkpoint(folder: str, index: str, weight_map: Dict[str, str]) -> None:
+    """A folder opened by its name must hold one checkpoint: every other index in it
+    (a PyTorch index beside a safetensors one, as Hugging Face repositories have)
+    and every whole-checkpoint file an index's name implies (``model.safetensors``
+    beside ``model.safetensors.index.json``, which transformers loads first) must
+    name the same tensors as the index chosen, else the folder is refused, naming
+    both.  Two indexes naming different tensors lost one index's tensors without a
+    word, and ztensor and transformers loaded different weights from one folder.
+    A caller who means one of them opens it by its path."""
+    names, shards = set(weight_map), set(weight_map.values())
+    indexes = sorted(n for n in os.listdir(folder) if n.endswith(_INDEX_SUFFIXES))
+    for other in indexes:
+        path = os.path.join(folder, other)
+        if path != index:
+            other_map = _read_index(path, None)[0]
+            _same_tensors(names, set(other_map), index, path)
+            shards.update(other_map.values())
+    for other in indexes:
+        whole = other[: -len(".index.json")]  # a shard of some index is no checkpoint
+        if whole not in shards and os.path.isfile(os.path.join(folder, whole)):
+            with Reader(os.path.join(folder, whole)) as r:
+                _same_tensors(names, set(r.keys()), index, whole)
+
+
+def _same_tensors(names, others, index, other) -> None:
+    if names != others:
+        odd = sorted(names ^ others)[:1]
+        raise FormatError(
+            f"the folder holds two checkpoints: {os.path.basename(index)!r} and "
+            f"{os.path.basename(other)!r} name different tensors (e.g. {odd[0]!r}); "
+            "open the one meant by its path",
+            path=os.path.dirname(index),
+        )
+
+
 class ShardedReader:
     """The Reader API over the shards of a checkpoint (see :func:`open_sharded`)."""
 
@@ -374,27 +434,9 @@ class ShardedReader:
             self._meta: Dict[str, Any] = {}
             return
         self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
-        try:
-            raw = read_small_file(index, MAX_INDEX_BYTES, "index", self._options)
-            data = json_loads_unique(raw, index, "index key")
-        except ZTensorError:
-            raise  # a network failure, a FIFO: already says what and where
-        except (OSError, ValueError, RecursionError) as exc:
-            raise FormatError(f"not a readable index: {exc}", path=index) from None
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-        ):
-            raise FormatError("an index needs a 'weight_map' of names to shard files", path=index)
-        for file in set(weight_map.values()):
-            check_shard_name(file, index)
-        self._map = dict(weight_map)
-        meta = data.get("metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise FormatError(
-                f"an index's 'metadata' is a JSON object, not {type(meta).__name__}", path=index
-            )
-        self._meta = meta or {}
+        self._map, self._meta = _read_index(index, self._options)
+        if not _is_url(self.path) and os.path.isdir(self.path):
+            _require_one_checkpoint(self.folder, index, self._map)
 
     def _shard(self, file: str) -> str:
         """The path or URL of shard ``file``: a name check_shard_name passed when the

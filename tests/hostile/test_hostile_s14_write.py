@@ -205,3 +205,53 @@ def test_dequantize_writes_only_a_zt_name(tmp_path, name):
                           capture_output=True, text=True)
     assert done.returncode == 2 and not out.exists()
     assert len(done.stderr.strip().splitlines()) == 1 and "ztensor convert" in done.stderr
+
+
+# ---------------------------------------------------------------- one checkpoint per folder
+def _st_file(path, tensors):
+    st = pytest.importorskip("safetensors.numpy")
+    st.save_file(tensors, str(path))
+
+
+def test_a_folder_of_two_indexes_naming_different_tensors_is_refused(tmp_path):
+    """A folder with model.safetensors.index.json (tensor a) and model.zt.index.json
+    (tensor b): ls, verify and convert saw b alone, exit 0, and a was lost without a
+    word.  Refused, naming both indexes; opened by its path, an index is read.
+    Kept by ``sharded._require_one_checkpoint``."""
+    import json
+
+    _st_file(tmp_path / "s1.safetensors", {"a": np.ones(1, np.float32)})
+    _st_file(tmp_path / "s2.safetensors", {"b": np.ones(1, np.float32)})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors"}}))
+    (tmp_path / "model.zt.index.json").write_text(
+        json.dumps({"weight_map": {"b": "s2.safetensors"}}))
+    with pytest.raises(ztensor.FormatError, match="two checkpoints.*model.safetensors.index"):
+        ztensor.open_sharded(str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "ztensor", "verify", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "two checkpoints" in done.stderr
+    with ztensor.open_sharded(str(tmp_path / "model.safetensors.index.json")) as r:
+        assert r.keys() == ["a"]
+    # the same tensors in both (a PyTorch index beside a safetensors one): one checkpoint
+    (tmp_path / "model.zt.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors"}}))
+    with ztensor.open_sharded(str(tmp_path)) as r:
+        assert r.keys() == ["a"]
+
+
+def test_a_whole_checkpoint_file_beside_its_index_must_agree(tmp_path):
+    """model.safetensors (tensor b) beside model.safetensors.index.json (tensor a):
+    ztensor read a, transformers (which looks for model.safetensors first) loads b.
+    Refused when they differ; a consolidated copy of the same tensors is fine."""
+    import json
+
+    _st_file(tmp_path / "s1.safetensors", {"a": np.ones(1, np.float32)})
+    _st_file(tmp_path / "model.safetensors", {"b": np.ones(1, np.float32)})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors"}}))
+    with pytest.raises(ztensor.FormatError, match="'model.safetensors' name different"):
+        ztensor.open_sharded(str(tmp_path))
+    _st_file(tmp_path / "model.safetensors", {"a": np.ones(1, np.float32)})
+    with ztensor.open_sharded(str(tmp_path)) as r:
+        assert r.keys() == ["a"]

@@ -290,8 +290,11 @@ def test_a_single_file_checkpoint_never_merges_onto_itself(tmp_path, capsys):
 def test_weights_of_other_formats_and_subfolders_are_not_copied(tmp_path, capsys):
     hf_folder(tmp_path / "hf", extra={"config.json": b"{}"})
     torch.save({"w": torch.ones(2)}, tmp_path / "hf" / "pytorch_model.bin")
-    (tmp_path / "hf" / "pytorch_model.bin.index.json").write_text(
-        '{"weight_map": {"w": "pytorch_model.bin"}}')
+    # a PyTorch index beside the safetensors one names the same tensors, as in
+    # Hugging Face repositories (two indexes naming different ones are refused)
+    names = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    (tmp_path / "hf" / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"weight_map": {n: "pytorch_model.bin" for n in names["weight_map"]}}))
     (tmp_path / "hf" / "original").mkdir()
     (tmp_path / "hf" / "original" / "params.json").write_text("{}")
     with pytest.warns(UserWarning, match="pytorch_model.bin.*original"):
