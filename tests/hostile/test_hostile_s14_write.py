@@ -255,3 +255,20 @@ def test_a_whole_checkpoint_file_beside_its_index_must_agree(tmp_path):
     _st_file(tmp_path / "model.safetensors", {"a": np.ones(1, np.float32)})
     with ztensor.open_sharded(str(tmp_path)) as r:
         assert r.keys() == ["a"]
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f8_e4m3fn", "f8_e5m2"])
+def test_an_npz_export_refuses_types_numpy_lacks(tmp_path, kind):
+    """An .npz export wrote bf16 and FP8 tensors as their bit patterns, which
+    numpy.load gives back as plain uint16/uint8 integers (and a conversion back as
+    u16/u8 objects): the type was lost.  Refused, naming the object, no file
+    (``export.plan_npz``)."""
+    src = str(tmp_path / "t.zt")
+    with ztensor.Writer(src) as w:
+        codes = np.zeros(2, np.uint16 if kind == "bf16" else np.uint8)
+        w.write("x", ztensor.Tensor({"data": codes}, types={"data": kind}))
+        w.write_numpy("ok", np.ones(2, np.float32))
+    out = tmp_path / "o.npz"
+    with pytest.raises(ztensor.UnsupportedError, match=f"no {kind} dtype") as err:
+        ztensor.convert(src, str(out))
+    assert err.value.obj == "x" and not out.exists()

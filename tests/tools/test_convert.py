@@ -125,11 +125,12 @@ def test_scalars_stay_scalars_through_every_output(tmp_path, suffix):
     src = tmp_path / "s.zt"
     with ztensor.Writer(str(src)) as w:
         w.write_numpy("s", np.float32(2.5))
-        w.write_numpy("f8", np.float32(0.5), type="f8_e4m3fn")
+        if suffix != ".npz":  # numpy has no FP8 dtype: refused for .npz (test_export)
+            w.write_numpy("f8", np.float32(0.5), type="f8_e4m3fn")
         w.write_numpy("v", np.arange(3, dtype=np.int16))
     out = tmp_path / ("out" + suffix)
     ztensor.convert(src, out)
     with ztensor.Reader(str(out)) as r:
         assert r.read_numpy("s").shape == () and float(r.read_numpy("s")) == 2.5
         assert r.read_numpy("v").shape == (3,)
-        assert r.metadata("f8").shape == ()
+        assert suffix == ".npz" or r.metadata("f8").shape == ()

@@ -292,6 +292,17 @@ def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
                 path=reader.path,
                 obj=name,
             )
+        comp = specs[name].components["data"]
+        logical = "bf16" if comp.dtype == "bf16" else comp.type
+        if logical is not None and logical != "bool":
+            # numpy has no such dtype: the member would hold bit patterns that
+            # numpy.load gives back as plain integers, the type lost
+            raise UnsupportedError(
+                f"numpy has no {logical} dtype: an .npz would hold its bit patterns as "
+                "plain integers; write .safetensors or .zt, or convert the values first",
+                path=reader.path,
+                obj=name,
+            )
         answers.claim(name, name)
         answers.claim(member, name)
         plan.append((name, member))
@@ -299,18 +310,16 @@ def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
 
 
 def write_npz(reader, path: str, progress=None, drop_attributes: bool = False) -> int:
-    """An ``.npz`` of every dense object, member by member (bf16/FP8 as their uint
-    bit patterns: numpy has no such dtypes without ml_dtypes).  An ``.npz`` holds
-    arrays only: attributes are refused unless ``drop_attributes``.  What the
-    format cannot hold is refused first (:func:`plan_npz`)."""
+    """An ``.npz`` of every dense object, member by member.  An ``.npz`` holds
+    numpy arrays only: bf16 and FP8 (no numpy dtype) are refused, and attributes
+    unless ``drop_attributes``.  What the format cannot hold is refused first
+    (:func:`plan_npz`)."""
     plan = plan_npz(reader, drop_attributes)
 
     def write(f):
         with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
             for name, member in plan:
                 arr = np.asarray(_stored_elements(reader, name))
-                if arr.dtype.kind == "V" or dtypes.is_ml_dtype(arr.dtype):
-                    arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
                 with z.open(member, "w", force_zip64=True) as out:
                     np.lib.format.write_array(out, np.asarray(arr, order="C"), allow_pickle=False)
                 if progress:
