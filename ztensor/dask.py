@@ -11,11 +11,17 @@ worker processes.  Needs ``pip install dask`` (and ``distributed`` for a cluster
 ``*.zt.index.json`` / ``*.safetensors.index.json``): the array reads the shard that
 holds ``name`` (ztensor/sharded.py).
 
-Two rules keep a graph honest about the file it reads:
+Three rules keep a graph honest about the file it reads:
 
 * Its size is bounded: the chunks are planned from the object's bytes (rows of
   no bytes make one chunk, however many), and a plan of more than ``max_chunks``
   chunks is refused with a LimitError before the graph is built (:func:`_plan`).
+* Its work follows the bytes: another format's tensor is chunked as its format
+  reads it (:func:`_row_block`), so no two chunks decode the same bytes: an HDF5
+  dataset in whole chunks of its own (each dask chunk reads only its rows' HDF5
+  chunks), a deflated ``.npz`` member, which cannot be read from its middle, as
+  one chunk (``rows`` and ``chunk_bytes`` round up to that; ``.rechunk()`` splits
+  it after the one read).
 * A worker's open handle never outlives the file it was opened on: handles are
   cached per file *identity* (device, inode, size, modification and change time
   for a local file; the server's size, ETag or modification time for a URL), looked
@@ -65,10 +71,11 @@ def from_zt(
     """A lazily read ``dask.array.Array`` over dense object ``name`` of ``source``
     (a path, an fsspec URL, or a sharded checkpoint's directory or index).  Chunks
     span ``rows`` rows of the first axis (default: about ``chunk_bytes`` each) and
-    the whole of the other axes.  ``storage_options``: fsspec's options for a URL's
-    filesystem (credentials, endpoint); they travel in the graph to the workers,
-    shown by no repr of it and in no key name (:class:`_Target`; its pickled form
-    holds them: docs/remote.md).
+    the whole of the other axes; rounded up to the rows another format decodes
+    together (an HDF5 chunk; all of a deflated ``.npz`` member: module doc).
+    ``storage_options``: fsspec's options for a URL's filesystem (credentials,
+    endpoint); they travel in the graph to the workers, shown by no repr of it and
+    in no key name (:class:`_Target`; its pickled form holds them: docs/remote.md).
 
     The array reads the file as it was when the array was made: a chunk computed
     after the file changed raises ClosedError (make a new array).  Over a URL the
@@ -97,13 +104,14 @@ def from_zt(
         meta = f.reader.metadata(name)
         dtype = _dtype_of(meta)
         _require_readable(f.reader, meta)
+        block = _row_block(f.reader, name)
     # the file and its credentials travel in the graph as one object that shows
     # neither (_Target): printed, tokenized into key names or drawn, a graph holds no
     # URL secret or storage option
     target = _Target(source, options)
     if not shape:
         return da.from_delayed(_delayed_scalar(target, name, dtype, version), shape=(), dtype=dtype)
-    chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, path=source, obj=name)
+    chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, block, path=source, obj=name)
     # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
     return da.map_blocks(
         _read_rows,
@@ -113,6 +121,7 @@ def from_zt(
         tensor=name,
         meta=np.empty((0,) * len(shape), dtype),
         version=version,
+        whole=block is None,
     )
 
 
@@ -148,12 +157,14 @@ def _path_of(source: Any) -> str:
     )
 
 
-def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
+def _plan(shape, dtype, chunk_bytes, rows, max_chunks, block=1, **where):
     """The chunks along the first axis (the other axes whole), planned from the
     object's bytes: rows of ``row_bytes`` each, about ``chunk_bytes`` a chunk.  Rows
     holding no bytes (a zero-sized axis after the first) are one chunk however
     many there are: the count a file declares costs nothing to read, and must not
-    cost a graph entry each.  More than ``max_chunks`` chunks is a LimitError."""
+    cost a graph entry each.  A chunk is a whole number of ``block`` rows (the rows
+    the format decodes together, :func:`_row_block`; None: all of them), so no two
+    chunks decode the same bytes.  More than ``max_chunks`` chunks is a LimitError."""
     total = shape[0]
     row_bytes = int(np.prod(shape[1:], dtype=object)) * dtype.itemsize
     if rows is not None:
@@ -162,6 +173,10 @@ def _plan(shape, dtype, chunk_bytes, rows, max_chunks, **where):
         step = max(total, 1)
     else:
         step = max(1, chunk_bytes // row_bytes)
+    if block is None:
+        step = max(total, 1)
+    else:
+        step = -(-step // block) * block
     count = -(-total // step)
     if count > max_chunks:
         raise LimitError(
@@ -178,6 +193,20 @@ def _dtype_of(meta) -> np.dtype:
     comp = meta.components["data"]
     empty = np.empty(0, components.storage_dtype(comp))
     return values.as_values(empty, comp.dtype, comp.type).dtype
+
+
+def _row_block(reader, name) -> Optional[int]:
+    """The rows of ``name`` that its file's format decodes together, from its entry
+    (ztensor/foreign/base.py ``Entry``): an HDF5 chunk's first extent; None where
+    every read decodes the whole tensor (a deflated ``.npz`` member); 1 for a
+    zTensor file and another format's views."""
+    foreign = reader.internals.foreign
+    entry = None if foreign is None else foreign.entries.get(name)
+    if entry is None:
+        return 1
+    if entry.read_rows is not None:
+        return entry.row_block
+    return None if entry.whole else 1
 
 
 def _require_readable(reader, meta):
@@ -386,23 +415,38 @@ def _read(source, tensor, shape, dtype, select, storage_options=None, version=No
                 path=source,
                 obj=tensor,
             )
-        return select(piece)
+        return select(handle, piece)
     finally:
         _HANDLES.release(key)
 
 
-def _read_rows(block_info=None, *, target, tensor, version=None):
+def _read_rows(block_info=None, *, target, tensor, version=None, whole=False):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
+
+    def select(handle, piece):
+        if whole:
+            return _entire(handle, tensor)
+        return piece[r0:r1]
+
     return _read(
         target.source,
         tensor,
         info["shape"],
         np.dtype(info["dtype"]),
-        lambda piece: piece[r0:r1],
+        select,
         target.storage_options,
         version,
     )
+
+
+def _entire(handle, tensor):
+    """The one chunk of a tensor read whole (:func:`_row_block`), as ``get_tensor``
+    makes it: through a slice it would stay in the worker's cached handle after
+    the compute (safe_open keeps what it decodes whole, for the next slice).  It
+    may be read-only (a deflated member's decoded bytes): copying it would double
+    the chunk's memory."""
+    return handle.get_tensor(tensor)
 
 
 def _delayed_scalar(target, name, dtype, version=None):
@@ -415,7 +459,7 @@ def _read_target(target, name, dtype, version):
     return _read(target.source, name, (), dtype, _whole, target.storage_options, version)
 
 
-def _whole(piece):
+def _whole(handle, piece):
     return piece[()]
 
 

@@ -42,13 +42,36 @@ ZIP_ERRORS = (
 
 
 class Entry:
-    """One tensor of a foreign file: its spec, and how to get it."""
+    """One tensor of a foreign file: its spec, how to get it, and what reading part
+    of it costs, so the readers of parts (``safe_open.get_slice``, ``ztensor.dask``)
+    make work follow what the caller asked for (docs/threat-model.md, "Bounded"):
 
-    __slots__ = ("spec", "load")
+    * ``whole``: each ``load()`` makes the whole tensor anew (a deflated zip member
+      is decoded from its start, an HDF5 dataset read from its chunks), where most
+      entries are a view at hand.  A part read through ``load()`` costs the tensor.
+    * ``read_rows(start, end)``: where the format can, the rows ``start:end`` of the
+      first axis as ``load()`` would give them, reading only the storage that holds
+      them (an HDF5 hyperslab); None where it cannot (a deflate stream has no
+      middle to start from).
+    * ``row_block``: the rows ``read_rows`` decodes together (an HDF5 chunk's
+      first extent): parts made of whole blocks never decode a piece twice."""
 
-    def __init__(self, spec: ObjectSpec, load: Callable[[], Tensor]) -> None:
+    __slots__ = ("spec", "load", "whole", "read_rows", "row_block")
+
+    def __init__(
+        self,
+        spec: ObjectSpec,
+        load: Callable[[], Tensor],
+        *,
+        whole: bool = False,
+        read_rows: Optional[Callable[[int, int], np.ndarray]] = None,
+        row_block: int = 1,
+    ) -> None:
         self.spec = spec
         self.load = load
+        self.whole = whole
+        self.read_rows = read_rows
+        self.row_block = row_block
 
 
 class ForeignFile:

@@ -30,9 +30,13 @@ Size: a dataset's declared shape costs nothing to write (unallocated chunks read
 the fill value; a compressed chunk expands), and h5py allocates the whole shape
 before reading.  So a dataset may declare at most ``MAX_EXPANSION`` times the bytes
 its storage really holds (and always ``SMALL`` bytes), and at most the Limits'
-``max_component_size``; its chunk likewise.  Otherwise it is a LimitError before
-anything is allocated.  What the datasets say they store adds up to at most the
-file's size (:class:`_Storage`): a chunk index may name one chunk many times.
+``max_component_size``; its chunk likewise.  A chunk is decoded whole to read any
+element of it, so it may hold at most the dataset's bytes or ``MAX_CHUNK`` (64 MiB),
+whichever is more.  Otherwise it is a LimitError before anything is allocated.
+What the datasets say they store adds up to at most the file's size
+(:class:`_Storage`): a chunk index may name one chunk many times.  A part of a
+dataset (``safe_open.get_slice``, a ``ztensor.dask`` chunk) reads only the chunks
+holding its rows (:func:`_entry`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ MAX_DATASETS = 1_000_000
 MAX_EXPANSION = 32_768
 # below this a dataset may declare what it likes: a small fill-value dataset is cheap
 SMALL = 1 << 20
+# a chunk is decoded whole to read any element of it, so a 40-byte dataset with a
+# 1 GiB chunk cost 1 GiB and seconds to read: a chunk may hold at most the dataset's
+# bytes or this, whichever is more (h5py's own chunks are at most 1 MiB; a chunk
+# larger than its dataset only has room for a dataset that grows later)
+MAX_CHUNK = 64 << 20
 # the file attribute listing the datasets (by HDF5 path) that hold no tensor zTensor
 # has a dtype for: strings, compounds, references, long doubles (outside ``hdf5.``,
 # where the file's own attributes are, so no attribute of the file can take its place)
@@ -138,13 +147,14 @@ def _entries(h5py, handle, name, limits, allow_external, file_size):
     skipped = []
     storage = _Storage(name, file_size)
     for key, dataset in found:
-        spec = _spec(name, key, dataset, limits, allow_external, storage)
-        if spec is _NOT_A_TENSOR:
+        found_spec = _spec(name, key, dataset, limits, allow_external, storage)
+        if found_spec is _NOT_A_TENSOR:
             skipped.append("/" + key)
             continue
+        spec, chunks = found_spec
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
-        entries[dotted] = Entry(spec, lambda d=dataset, k=dotted: _load(name, k, d))
+        entries[dotted] = _entry(name, dotted, dataset, spec, chunks)
     return entries, skipped, links
 
 
@@ -272,19 +282,21 @@ def _spec(path, key, dataset, limits, allow_external, storage):
     nbytes = math.prod(shape) * dtype.itemsize
     _check_size(path, key, "the dataset", nbytes, stored, limits, allow_external)
     if chunks is not None:
-        _check_size(
-            path,
-            key,
-            "one chunk",
-            math.prod(chunks) * dtype.itemsize,
-            stored,
-            limits,
-            allow_external,
-        )
+        chunk_bytes = math.prod(chunks) * dtype.itemsize
+        _check_size(path, key, "one chunk", chunk_bytes, stored, limits, allow_external)
+        if chunk_bytes > max(nbytes, MAX_CHUNK):
+            raise LimitError(
+                f"one chunk {list(chunks)} holds {chunk_bytes} bytes, more than both "
+                f"the dataset's {nbytes} and MAX_CHUNK ({MAX_CHUNK}): reading any "
+                "element would decode all of it",
+                path=path,
+                obj=key,
+            )
     storage, ltype = found
-    return ObjectSpec(
+    spec = ObjectSpec(
         key, shape, "dense", {}, {"data": ComponentSpec("data", storage, ltype, 0, nbytes)}
     )
+    return spec, chunks
 
 
 def _check_size(path, key, what, nbytes, stored, limits, allow_external):
@@ -308,14 +320,33 @@ def _check_size(path, key, what, nbytes, stored, limits, allow_external):
         )
 
 
-def _load(path, key, dataset):
+def _entry(path, key, dataset, spec, chunks) -> Entry:
+    """The dataset's entry: read whole when loaded, and by rows (a hyperslab: HDF5
+    reads only the chunks holding them, each at most ``MAX_CHUNK`` or the dataset,
+    checked by :func:`_spec`) for the readers of parts, in blocks of a chunk's
+    first extent.  Only what :func:`_spec` let through is read, by the same
+    dataset object, so every containment check holds for a part too."""
+
+    def load():
+        return Tensor({"data": _read(path, key, dataset, ())})
+
+    def read_rows(start: int, end: int) -> np.ndarray:
+        return _read(path, key, dataset, slice(start, end))
+
+    if not spec.shape:  # a scalar has no rows
+        return Entry(spec, load, whole=True)
+    block = int(chunks[0]) if chunks else 1
+    return Entry(spec, load, whole=True, read_rows=read_rows, row_block=max(block, 1))
+
+
+def _read(path, key, dataset, selection):
+    """``dataset[selection]`` as an array, h5py's errors as ours."""
     try:
-        arr = np.asarray(dataset[()])
+        return np.asarray(dataset[selection])
     except (OSError, ValueError, RuntimeError, TypeError) as exc:
         raise FormatError(f"cannot read dataset: {exc}", path=path, obj=key) from None
     except MemoryError:
         raise LimitError("not enough memory for the dataset", path=path, obj=key) from None
-    return Tensor({"data": arr})
 
 
 def _plain_attrs(handle, path):

@@ -6,9 +6,12 @@ zip-member rules (encryption, duplicate and overlapping members, declared sizes,
 bounded decoding, limits).  Each member's ``.npy`` header is parsed at open; its
 array is made when asked for, from the bytes the member really holds: a view of the
 mapped file when stored, else decoded (numpy's own reader would allocate the
-header's declared shape first).  A file or member holds exactly the bytes its
-header declares after it: more would be bytes no array shows (a second ``np.save``
-to the same file), fewer an array cut short.  Member names lose their ``.npy``
+header's declared shape first).  A deflated member cannot be read from its middle,
+so its entry says ``whole`` (:class:`~ztensor.foreign.base.Entry`): a slice of it
+costs the member, decoded once per ``safe_open`` handle, and dask reads it as one
+chunk.  A file or member holds exactly the bytes its header declares after it: more
+would be bytes no array shows (a second ``np.save`` to the same file), fewer an
+array cut short.  Member names lose their ``.npy``
 through one :class:`~ztensor.foreign.names.NameTable`, so ``a`` and ``a.npy`` are an
 error naming both, never one array hiding the other."""
 
@@ -135,7 +138,9 @@ def _open_npz(name, archive, limits) -> ForeignFile:
         ):  # this member's values, bound now (a def: mypy types it)
             return _load_member(archive, member, key, shape, fortran, dtype, offset)
 
-        entries[key] = Entry(spec, load)
+        # a deflated member has no middle to start from: every load decodes all of
+        # it, so the readers of parts read it once (base.Entry)
+        entries[key] = Entry(spec, load, whole=archive.members[member].compressed)
     archive.check_decoded(archive.members, lambda member: member)
     return ForeignFile(name, "npz", {}, entries, closer=archive.close)
 

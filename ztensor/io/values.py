@@ -89,6 +89,18 @@ def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     return arr
 
 
+def foreign_values(arr, storage: str, ltype, **where) -> np.ndarray:
+    """Another format's stored elements as every read hands them out: bool bytes
+    other than 0 and 1 made 1, not refused (docs/format-decisions.md: a foreign
+    file's bools are read as its own reader reads them), then :func:`as_values`.
+    The one rule for ``Reader.read_numpy`` and ``safe_open``'s slices of another
+    format's tensors."""
+    arr = np.asarray(arr)
+    if is_bool(storage, ltype):
+        arr = clean_bools(arr)
+    return as_values(arr, storage, ltype, **where)
+
+
 def as_values(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     """Logical values: like :func:`as_elements`, but bf16/FP8 without ml_dtypes are
     decoded to float32 instead of kept as bits."""

@@ -1,0 +1,190 @@
+"""Session 14: "work and memory follow the bytes present and what the caller asked
+for" (docs/threat-model.md, Bounded), for parts of other formats' tensors.  Each
+test says what broke and names the one function that keeps its rule.  Work is
+counted (decodes, HDF5 reads), never timed."""
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor.foreign import zip_members
+from ztensor.safe import safe_open
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """The whole-member decodes of every ``.npz`` read (a header read is partial)."""
+    count = []
+    read = zip_members.ZipArchive.read
+
+    def counting(self, name, obj=None, limit=None):
+        if limit is None and self.members[name].compressed:
+            count.append(name)
+        return read(self, name, obj, limit)
+
+    monkeypatch.setattr(zip_members.ZipArchive, "read", counting)
+    return count
+
+
+@pytest.fixture
+def deflated(tmp_path):
+    path = tmp_path / "c.npz"
+    np.savez_compressed(path, a=np.arange(1000, dtype=np.float32).reshape(100, 10))
+    return path
+
+
+def test_slices_of_a_deflated_npz_member_decode_it_once_per_handle(deflated, decodes):
+    """Every ``get_slice(name)[i:i+1]`` of an ``np.savez_compressed`` member decoded
+    the whole member again (1.3 s a one-element slice of a 256 MiB member): work was
+    slices times the tensor.  Kept by ``safe._Slice._foreign_selected`` (the member's
+    entry says ``whole``: made once per handle and kept, as a zstd component)."""
+    want = np.arange(1000, dtype=np.float32).reshape(100, 10)
+    with safe_open(deflated, framework="np") as f:
+        piece = f.get_slice("a")
+        for i in range(0, 100, 7):
+            np.testing.assert_array_equal(piece[i : i + 1], want[i : i + 1])
+        np.testing.assert_array_equal(piece[3, 2:5], want[3, 2:5])
+        np.testing.assert_array_equal(f.get_slice("a")[[]], want[[]])
+    assert decodes == ["a.npy"]
+    with safe_open(deflated, framework="np") as f:  # a new handle decodes anew
+        f.get_slice("a")[0]
+    assert decodes == ["a.npy", "a.npy"]
+
+
+def test_dask_reads_a_deflated_npz_member_as_one_chunk(deflated, decodes):
+    """``from_zt`` on a deflated ``.npz`` member made chunk after chunk, each
+    decoding the whole member (103 s for a sum a single read does in 1.2 s).  A
+    member that cannot be read from its middle is one chunk however small the
+    chunks asked.  Kept by ``ztensor.dask._plan`` (from ``dask._row_block``)."""
+    pytest.importorskip("dask")
+    import dask
+
+    import ztensor.dask as zd
+
+    want = np.arange(1000, dtype=np.float32).reshape(100, 10)
+    for kwargs in ({"chunk_bytes": 40}, {"rows": 3}, {}):
+        arr = zd.from_zt(deflated, "a", **kwargs)
+        assert arr.numblocks == (1, 1)
+        with dask.config.set(scheduler="synchronous"):
+            np.testing.assert_array_equal(arr.rechunk((10, 10)).compute(), want)
+    assert decodes == ["a.npy"] * 3  # one decode per compute, none at graph time
+
+
+def test_a_stored_npz_member_still_chunks_by_rows(tmp_path, decodes):
+    """Only a member that must be decoded whole is one chunk: a stored one is a view
+    of the file, chunked as asked (``ztensor.dask._row_block``)."""
+    pytest.importorskip("dask")
+    import ztensor.dask as zd
+
+    path = tmp_path / "s.npz"
+    np.savez(path, a=np.arange(100, dtype=np.float32))
+    arr = zd.from_zt(path, "a", rows=10)
+    assert arr.numblocks == (10,)
+    np.testing.assert_array_equal(arr.compute(scheduler="synchronous"), np.arange(100))
+    assert decodes == []
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """What each HDF5 read asked h5py for: ``()`` is the whole dataset."""
+    h5py = pytest.importorskip("h5py")
+    asked = []
+    getitem = h5py.Dataset.__getitem__
+
+    def counting(self, args, new_dtype=None):
+        asked.append(args)
+        return getitem(self, args, new_dtype)
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", counting)
+    return asked
+
+
+@pytest.fixture
+def chunked_h5(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "c.h5"
+    with h5py.File(path, "w") as f:
+        data = np.arange(10_000, dtype=np.float32).reshape(1000, 10)
+        f.create_dataset("gz", data=data, chunks=(100, 10), compression="gzip")
+        f.create_dataset("flat", data=data)  # contiguous: no chunks
+        f.create_dataset("flags", data=np.arange(50) % 3 == 0, chunks=(10,))
+    return path
+
+
+def test_a_slice_of_an_hdf5_dataset_reads_only_its_rows(chunked_h5, reads):
+    """``get_slice(name)[i:i+1]`` of a chunked, gzip HDF5 dataset read the whole
+    dataset (every chunk decoded) for every slice.  HDF5 reads a hyperslab from
+    only the chunks holding it.  Kept by ``hdf5_file._entry`` (``read_rows``), used
+    by ``safe._Slice._foreign_selected``."""
+    data = np.arange(10_000, dtype=np.float32).reshape(1000, 10)
+    with safe_open(chunked_h5, framework="np") as f:
+        for name in ("gz", "flat"):
+            piece = f.get_slice(name)
+            np.testing.assert_array_equal(piece[5:6], data[5:6])
+            np.testing.assert_array_equal(piece[-1, 3:], data[-1, 3:])
+            np.testing.assert_array_equal(piece[200:450:7, 2], data[200:450:7, 2])
+        np.testing.assert_array_equal(f.get_slice("flags")[3:9], (np.arange(50) % 3 == 0)[3:9])
+        assert f.get_slice("flags")[3:9].dtype == np.bool_
+    assert () not in reads
+    assert {(s.start, s.stop) for s in reads} == {(5, 6), (999, 1000), (200, 446), (3, 9)}
+
+
+def test_hdf5_slices_in_torch_read_only_their_rows(chunked_h5, reads):
+    """The same for ``framework="pt"`` (its row span goes through the numpy path):
+    ``hdf5_file._entry``."""
+    torch = pytest.importorskip("torch")
+    with safe_open(chunked_h5, framework="pt") as f:
+        got = f.get_slice("gz")[10:12]
+    assert torch.equal(got, torch.arange(100, 120, dtype=torch.float32).reshape(2, 10))
+    assert reads == [slice(10, 12)]
+
+
+def test_dask_chunks_of_an_hdf5_dataset_are_whole_hdf5_chunks(chunked_h5, reads):
+    """dask chunks of any row count cut HDF5 chunks, each decoded by every dask
+    chunk it meets (71 s for a sum of a 2**20-element-chunk gzip dataset in 4 MiB
+    dask chunks).  Each chunk now reads only its rows, in whole HDF5 chunks, so
+    each HDF5 chunk is decoded once.  Kept by ``ztensor.dask._plan`` (the block from
+    ``dask._row_block``, the entry's ``row_block``)."""
+    pytest.importorskip("dask")
+    import ztensor.dask as zd
+
+    data = np.arange(10_000, dtype=np.float32).reshape(1000, 10)
+    for kwargs, size in (({"chunk_bytes": 40}, 100), ({"rows": 150}, 200), ({}, 1000)):
+        reads.clear()
+        arr = zd.from_zt(chunked_h5, "gz", **kwargs)
+        assert set(arr.chunks[0][:-1]) <= {size}
+        np.testing.assert_array_equal(arr.compute(scheduler="synchronous"), data)
+        spans = sorted((s.start, s.stop) for s in reads)
+        assert spans == [(a, min(a + size, 1000)) for a in range(0, 1000, size)]
+
+
+def test_an_hdf5_chunk_far_larger_than_its_dataset_is_refused(tmp_path):
+    """A 1 MB file whose 10-element gzip dataset has one 1 GiB chunk (maxshape
+    None) made ``read_numpy`` use 1.1 GB and seconds to return 40 bytes: the
+    chunk-to-storage ratio (32,768) let it through.  A chunk may hold at most the
+    dataset's bytes or 64 MiB, whichever is more.  Kept by ``hdf5_file._spec``."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "bigchunk_gz.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset(
+            "x", shape=(10,), maxshape=(None,), chunks=(2**28,), dtype="i4", compression="gzip"
+        )
+        d[:] = np.arange(10)
+    with pytest.raises(ztensor.LimitError, match="one chunk") as exc:
+        ztensor.Reader(path)
+    assert exc.value.obj == "x" and str(path) in str(exc.value)
+
+
+def test_hdf5_chunks_up_to_the_bound_still_read(tmp_path):
+    """What the bound lets through (``hdf5_file._spec``): a chunk larger than its
+    small resizable dataset up to 64 MiB (room to grow), and one chunk holding
+    the whole dataset."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "ok.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("grow", shape=(10,), maxshape=(None,), chunks=(1 << 20,), dtype="i4")
+        d[:] = np.arange(10)
+        f.create_dataset("whole", data=np.arange(1000.0), chunks=(1000,), compression="gzip")
+    with ztensor.Reader(path) as r:
+        np.testing.assert_array_equal(r.read_numpy("grow"), np.arange(10))
+        np.testing.assert_array_equal(r.read_numpy("whole"), np.arange(1000.0))
