@@ -16,13 +16,16 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ztensor import _save
+from ztensor.arguments import keyword_aliases
 from ztensor.container import checkpoint_keys as checkpoint
 from ztensor.container.reader import Reader, open_bytes, require_file_name
 from ztensor.container.writer import Writer
+from ztensor.safe import mapped_for_backend
 
 __all__ = ["save_file", "load_file", "save", "load"]
 
 
+@keyword_aliases(tensor_dict="tensors")  # safetensors.numpy's keyword
 def save_file(
     tensors: Dict[str, np.ndarray],
     filename: Any,
@@ -38,6 +41,7 @@ def save_file(
     Parameters
     ----------
     tensors : dict of str to numpy.ndarray
+        (``tensor_dict=``, safetensors.numpy's keyword, is taken too)
     filename : str or os.PathLike
     metadata : dict of str to str, optional
         Kept as file attributes.
@@ -73,6 +77,7 @@ def load_file(
     dequantize: bool = False,
     threads: Optional[int] = None,
     storage_options: Optional[Dict[str, Any]] = None,
+    backend: str = "mmap",
 ) -> Dict[str, np.ndarray]:
     """name -> array for every tensor of the file.  ``copy=False`` gives zero-copy
     read-only views of the memory-mapped file (they keep it mapped); ``copy=True``
@@ -82,9 +87,11 @@ def load_file(
     Quantized (GPTQ) objects come under GPTQ checkpoint names (``<prefix>.qweight``,
     ``.qzeros``, ``.scales``, ``.g_idx``), or dequantized under their own name with
     ``dequantize=True`` (ztensor/container/checkpoint_keys.py).  ``storage_options``: fsspec's
-    options for a URL's filesystem (credentials, endpoint)."""
+    options for a URL's filesystem (credentials, endpoint).  ``backend``: safetensors
+    0.8's ``"mmap"`` or ``"pread"`` (read without mapping: owned arrays)."""
     require_file_name(filename, "load_file", "ztensor.numpy.load")
-    with Reader(filename, storage_options=storage_options) as r:
+    mapped = mapped_for_backend(backend)
+    with Reader(filename, mmap=mapped, storage_options=storage_options) as r:
         return _load_reader(r, copy, dequantize, threads)
 
 
@@ -110,6 +117,7 @@ def _load_reader(
     }
 
 
+@keyword_aliases(tensor_dict="tensors")  # safetensors.numpy's keyword
 def save(
     tensors: Dict[str, np.ndarray],
     metadata: Optional[Dict[str, str]] = None,

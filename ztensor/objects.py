@@ -8,10 +8,32 @@ form of a manifest entry (v0.1 and v1.1 entries are lifted to v1.2 terms by
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from ztensor import dtypes, spec
 
 MAX_BYTES = 1 << 63
+
+
+def primary_role(format, roles) -> str:
+    """The component an object's ``dtype`` and ``type`` describe: the format's
+    primary role (``data``, ``values``, ``packed_weight``...), present or not (a
+    sparse object without ``values`` has no dtype, not its indices'); for a format
+    the spec does not name, the first component (``"data"`` when there is none).
+    One rule for ObjectSpec and ztensor.Tensor."""
+    role = spec.PRIMARY_ROLES.get(format)
+    return role if role is not None else next(iter(roles), "data")
+
+
+def reference_dtype_name(storage, ltype) -> str:
+    """An element type by numpy's name (``"float32"``, ``"bfloat16"``), as the
+    reference implementation reports ``dtype``: the storage type's name (FP8 codes
+    are ``"uint8"``, complex64 is ``"float32"`` with its logical type beside it);
+    v2's bool, a logical type over u8, is ``"bool"``."""
+    if ltype == "bool":
+        return "bool"
+    return dtypes.REFERENCE_NAMES.get(storage, storage)
 
 
 def shape_problem(shape, unit_bytes=16):
@@ -32,8 +54,29 @@ def shape_problem(shape, unit_bytes=16):
     return None
 
 
-class ComponentSpec:
+# ComponentSpec's fields that its mapping form holds (and to_dict gives): the
+# reference's component dicts' keys (dtype, type, offset, length, encoding) and the
+# two the v1.2 manifest adds
+COMPONENT_FIELDS = (
+    "dtype",
+    "type",
+    "offset",
+    "length",
+    "encoding",
+    "uncompressed_length",
+    "digest",
+)
+
+
+class ComponentSpec(Mapping):
     """One blob of an object.
+
+    Also a read-only mapping of its manifest fields (:data:`COMPONENT_FIELDS`), as
+    the reference's component dicts are: ``meta.components["data"]["length"]``,
+    ``.get("type")``, ``dict(comp)`` and ``**comp`` work.  It still compares and
+    hashes by identity (``dict(comp)`` compares by fields).  Its ``"dtype"`` is the
+    spec's name (``"f32"``), as the attribute is; the reference's dicts gave
+    numpy's (docs/migrating.md).
 
     Attributes
     ----------
@@ -120,15 +163,25 @@ class ComponentSpec:
 
     def to_dict(self) -> dict:
         """The component as a plain dict (v1.2 field names)."""
-        return {
-            "dtype": self.dtype,
-            "type": self.type,
-            "offset": self.offset,
-            "length": self.length,
-            "encoding": self.encoding,
-            "uncompressed_length": self.uncompressed_length,
-            "digest": self.digest,
-        }
+        return dict(self)
+
+    # the Mapping: its keys are COMPONENT_FIELDS, its values the attributes
+    def __getitem__(self, key: str) -> Any:
+        if key not in COMPONENT_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMPONENT_FIELDS)
+
+    def __len__(self) -> int:
+        return len(COMPONENT_FIELDS)
+
+    # compared and hashed by identity, as before it was a mapping (Mapping's own
+    # __eq__ compares fields and drops the hash): two blobs with the same fields are
+    # still two blobs, and code keeps them in sets; dict(comp) compares by fields
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         extra = f" type={self.type!r}" if self.type else ""
@@ -160,10 +213,7 @@ class ObjectSpec:
 
     @property
     def primary(self) -> ComponentSpec | None:
-        role = spec.PRIMARY_ROLES.get(self.format)
-        if role in self.components:
-            return self.components[role]
-        return next(iter(self.components.values()), None)
+        return self.components.get(primary_role(self.format, self.components))
 
     @property
     def dtype(self) -> str | None:
@@ -171,9 +221,7 @@ class ObjectSpec:
         ``"bfloat16"``): the reference implementation's convention, which code
         written against it compares with.  ``storage_dtype`` has the spec's name."""
         comp = self.primary
-        if comp is not None and comp.type == "bool":  # v2's bool: a logical type over u8
-            return "bool"
-        return None if comp is None else dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
+        return None if comp is None else reference_dtype_name(comp.dtype, comp.type)
 
     @property
     def storage_dtype(self) -> str | None:

@@ -29,6 +29,7 @@ from ztensor.errors import (
     memory_is_a_limit,
     refuse_copy,
 )
+from ztensor.foreign.safetensors_file import SafetensorsFile
 from ztensor.formats import dense
 from ztensor.frameworks import LazyModule
 from ztensor.frameworks.staging import torch_device
@@ -46,6 +47,21 @@ else:
     torch = LazyModule("torch")
 
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
+# safetensors 0.8's backend= (safe_open, load_file, load_model): how tensor bytes
+# are read -> Reader's mmap= (False: pread, arrays are copies)
+BACKENDS = {"mmap": True, "pread": False}
+
+
+def mapped_for_backend(backend: Any) -> bool:
+    """Reader's ``mmap=`` for safetensors' ``backend=`` (``"mmap"`` or ``"pread"``):
+    the one rule for that keyword in safe_open and ztensor.numpy/ztensor.torch's
+    load functions.  Anything else is a TypeError or ValueError in safetensors'
+    words."""
+    if not isinstance(backend, str):
+        raise TypeError(f"argument 'backend': '{type(backend).__name__}' is not a str")
+    if backend not in BACKENDS:
+        raise ValueError(f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
+    return BACKENDS[backend]
 
 
 class safe_open:  # noqa: N801 - the name safetensors users know
@@ -64,6 +80,9 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     storage_options : dict, optional
         fsspec's options for a URL's filesystem (credentials, endpoint), as
         :class:`ztensor.Reader` takes them.
+    backend : "mmap" or "pread"
+        safetensors 0.8's keyword: ``"pread"`` reads tensors with ``pread`` instead
+        of mapping the file (``Reader(mmap=False)``: tensors are copies).
     """
 
     def __init__(
@@ -74,7 +93,9 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         *,
         dequantize: bool = False,
         storage_options: Optional[Dict[str, Any]] = None,
+        backend: str = "mmap",
     ) -> None:
+        mapped = mapped_for_backend(backend)
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]
@@ -94,7 +115,10 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         self._tables: Dict[str, Any] = {}  # their seek tables (None: written without)
         try:
             self._reader = Reader(
-                filename, copy_on_write=self._framework == "pt", storage_options=storage_options
+                filename,
+                copy_on_write=self._framework == "pt",
+                mmap=mapped,
+                storage_options=storage_options,
             )
         except FileNotFoundError:
             # safetensors' words, which name the path
@@ -141,8 +165,16 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         )
 
     def metadata(self) -> Optional[Dict[str, Any]]:
-        """The file's attributes (safetensors' ``__metadata__``), or None if empty."""
-        return dict(self._open_reader().attributes) or None
+        """safetensors' ``__metadata__``.  Of a ``.safetensors`` file, as safetensors
+        gives it: None when the header has none (absent or null), else its dict, an
+        empty one too.  Of any other file (zTensor's included), its attributes, or
+        None when it has none: a zTensor file does not tell an empty map from none."""
+        reader = self._open_reader()
+        foreign = self._internals.foreign
+        if isinstance(foreign, SafetensorsFile):
+            declared = foreign.header_metadata
+            return None if declared is None else dict(declared)
+        return dict(reader.attributes) or None
 
     def get_tensor(self, name: str) -> Any:
         """The whole tensor ``name``: a dense object, a quantized object by its own
@@ -298,8 +330,9 @@ def _attribute(f: Any, attr: str) -> Any:
 class _Slice:
     """safe_open.get_slice's handle.  It is given what it reads with explicitly: the
     Reader and its internals, the framework and device to return, and the handle's
-    caches (``decoded``: zstd components decoded once per handle; ``tables``: their
-    seek tables), shared by every slice of one safe_open."""
+    caches (``decoded``: zstd components decoded once per handle, and another
+    format's tensors that it makes whole on every read; ``tables``: the zstd
+    components' seek tables), shared by every slice of one safe_open."""
 
     def __init__(self, name, reader, internals, *, framework, device, decoded, tables):
         self._name = name
@@ -365,7 +398,7 @@ class _Slice:
 
         reader = self._reader
         if self._internals.foreign is not None:  # other formats: their own reading
-            return np.array(reader.read_numpy(self._name)[selection])
+            return self._foreign_selected(selection)
         comp = self._meta.components["data"]
         stored = self._decoded.get(self._name)
         if stored is None:
@@ -382,6 +415,35 @@ class _Slice:
             self._meta.shape
         )
         return values.as_values(np.array(elements[selection]), comp.dtype, comp.type, **where)
+
+    def _foreign_selected(self, selection):
+        """Another format's selection, at the cost its entry states
+        (ztensor/foreign/base.py ``Entry``): where the format reads rows (an HDF5
+        hyperslab), the rows the first index spans; where every load makes the
+        whole tensor anew (a deflated ``.npz`` member), the tensor made once per
+        handle and kept, as a zstd component is (memory: the tensor, what
+        ``get_tensor`` hands out); else its reader's view, selected."""
+        entry = self._internals.foreign.entries[self._name]
+        shape = self._meta.shape
+        first = selection[0] if selection else slice(None)
+        if entry.read_rows is not None and shape:
+            if isinstance(first, (int, slice)):
+                start, end, local = _row_span(first, shape[0])
+            else:  # an empty index array: no rows
+                start, end, local = 0, 0, first
+            self._internals.require_open()
+            comp = self._meta.components["data"]
+            where = {"path": self._reader.path, "obj": self._name, "component": "data"}
+            block = values.foreign_values(
+                entry.read_rows(start, end), comp.dtype, comp.type, **where
+            )
+            return np.array(block[(local,) + tuple(selection[1:])])
+        whole = self._decoded.get(self._name)
+        if whole is None:
+            whole = self._reader.read_numpy(self._name)
+            if entry.whole:
+                self._decoded[self._name] = whole
+        return np.array(whole[selection])
 
     def _frames_only(self, selection):
         """For a zstd component written with a seek table (ztensor/io/seekable.py): the
@@ -641,7 +703,9 @@ def _selection(index: Any, shape, name, path):
                 raise _slice_error("Non empty lists are not implemented", name, path)
             out.append(np.array([], dtype=np.intp))
             continue
-        if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        # True and False are the integers 1 and 0 here, as safetensors' numpy slices
+        # take them (a Python bool is an int; numpy's bool_ is refused there too)
+        if isinstance(item, (int, np.integer)):
             i = int(item)
             if i < -size:
                 raise _slice_error(
@@ -660,10 +724,8 @@ def _selection(index: Any, shape, name, path):
         if isinstance(item, slice):
             step = item.step
             # a numpy integer is an integer here as in a bound (and as safetensors
-            # takes it); a bool is not a step
-            if step is not None and (
-                not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 1
-            ):
+            # takes it), and so is a bool: True is step 1, False step 0 (refused)
+            if step is not None and (not isinstance(step, (int, np.integer)) or step < 1):
                 raise _slice_error(
                     f"Error during slicing {_render(items)} with shape "
                     f"{list(shape)}: step {item.step!r} is not a positive "

@@ -14,12 +14,13 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ztensor import _save, dtypes
+from ztensor.arguments import caller_shape
 from ztensor.attributes import show
 from ztensor.container.reader import open_bytes
 from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, SafetensorError, UnsupportedError
 from ztensor.objects import shape_problem
-from ztensor.tensor import Tensor, caller_shape
+from ztensor.tensor import Tensor
 
 # torch-style names -> (numpy little-endian storage, logical type), and the names of
 # the types numpy holds as bits: both from the one dtype table (dtypes.ROWS);

@@ -17,8 +17,10 @@ readers and the format sniffers to share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Optional
+
+import numpy as np
 
 from ztensor.errors import LimitError
 
@@ -97,6 +99,9 @@ VERSIONS = {
 }
 
 
+U64_MAX = (1 << 64) - 1  # a limit above it means the same as it (Limits.__post_init__)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Safety limits applied to every file before its data is touched.
@@ -117,6 +122,10 @@ class Limits:
         Largest number of dimensions of an object's shape.
     max_objects : int
         Largest number of objects in one file.
+
+    Each is a non-negative int (numpy integers taken): anything else is a TypeError,
+    a negative one a ValueError, naming the field.  Values above 2**64 - 1 are kept
+    as 2**64 - 1, which no size reaches.
     """
 
     max_manifest_size: int = SPEC_MAX_MANIFEST
@@ -124,6 +133,20 @@ class Limits:
     max_total_decompressed: int = 1 << 42
     max_rank: int = MAX_RANK
     max_objects: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        # checked here, once, not at each use: nan compared False with every size (it
+        # switched a limit off), a negative one reached C as a bare OverflowError, and
+        # a float, a string or None failed mid-read, or not at all
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"Limits.{f.name} must be an int, not {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"Limits.{f.name} must not be negative, got {value}")
+            # a plain int, and none above what a u64 holds (the C checks take u64s):
+            # no size, count or rank is larger, so the limit means the same
+            object.__setattr__(self, f.name, min(int(value), U64_MAX))
 
     def with_(self, **changes: int) -> "Limits":
         """A copy with some limits changed."""

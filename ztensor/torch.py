@@ -41,6 +41,7 @@ from ztensor.frameworks.torch_bridge import (
     object_to_torch,
     to_numpy_for_writing,
 )
+from ztensor.safe import mapped_for_backend
 from ztensor.sharded import open_sharded, save_sharded
 from ztensor.tensor import Tensor
 
@@ -244,6 +245,7 @@ def load_file(
     dequantize: bool = False,
     threads: Optional[int] = None,
     storage_options: Optional[Dict[str, Any]] = None,
+    backend: str = "mmap",
 ) -> Dict[str, torch.Tensor]:
     """name -> torch.Tensor for every tensor of a file, on ``device``.
 
@@ -264,16 +266,21 @@ def load_file(
     use here is an UnsupportedError before the file is read
     (:func:`ztensor.frameworks.staging.torch_device`).  ``copy`` is third
     positionally, as in the reference ztensor.  A file's contents (bytes) are no
-    filename: a TypeError, as in safetensors; :func:`load` takes them."""
+    filename: a TypeError, as in safetensors; :func:`load` takes them.  ``backend``:
+    safetensors 0.8's ``"mmap"`` or ``"pread"`` (read without mapping: owned
+    tensors; :func:`ztensor.safe.mapped_for_backend`)."""
     require_file_name(filename, "load_file", "ztensor.torch.load")
+    mapped = mapped_for_backend(backend)
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     if sharded.is_checkpoint(filename):
         out: Dict[str, torch.Tensor] = {}
-        parts = _shard_by_shard(filename, device, copy, dequantize, threads, storage_options)
+        parts = _shard_by_shard(
+            filename, device, copy, dequantize, threads, storage_options, mmap=mapped
+        )
         for _, part in parts:
             out.update(part)
         return out
-    with Reader(filename, copy_on_write=True, storage_options=storage_options) as r:
+    with Reader(filename, copy_on_write=True, mmap=mapped, storage_options=storage_options) as r:
         return _load_reader(r, device, copy, dequantize, threads)
 
 
@@ -284,6 +291,8 @@ def _shard_by_shard(
     dequantize: bool,
     threads: Optional[int],
     storage_options: Optional[Dict[str, Any]] = None,
+    *,
+    mmap: bool = True,
 ):
     """(shard file, name -> tensor) for each shard of a checkpoint in turn, each as
     :func:`load_file` loads one file, restricted to the tensors the index places
@@ -293,7 +302,7 @@ def _shard_by_shard(
     with open_sharded(checkpoint, storage_options=storage_options) as ckpt:
         taken = NameTable(ckpt.path, "tensor")
         for file in ckpt.files():
-            with ckpt.open_shard(file, copy_on_write=True) as r:
+            with ckpt.open_shard(file, copy_on_write=True, mmap=mmap) as r:
                 only = set(ckpt.names_in(file))
                 for key, (name, _) in checkpoint_keys.entries(r, dequantize).items():
                     if name in only:
@@ -569,6 +578,8 @@ def load_model(
     strict: bool = True,
     device: Any = "cpu",
     copy: bool = False,
+    *,
+    backend: str = "mmap",
 ) -> Tuple[List[str], List[str]]:
     """Load a file written by :func:`save_model` (or any state dict file) into
     ``model``; tied weights dropped at save time are not reported missing.
@@ -589,13 +600,15 @@ def load_model(
 
     ``copy`` is the reference ztensor's (fifth, as there): the tensors are read as
     owned copies before they are copied into the model (the model owns its memory
-    either way); ``device`` as for :func:`load_file`, checked before anything is read."""
+    either way); ``device`` and ``backend`` as for :func:`load_file`, checked before
+    anything is read."""
     # safetensors' load_model finds the names to remove before it loads: the same
     # refusal (a shared group with no tensor covering its memory) comes first here.
     # Loading copies into the model's tensors in place, so the state dict and its
     # groups of shared tensors found now still hold once it is loaded.
     _require_module(model)
     require_file_name(filename, "load_model", "ztensor.torch.load")
+    mapped = mapped_for_backend(backend)
     device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)
@@ -604,9 +617,11 @@ def load_model(
     missing: Optional[Set[str]] = None
     unexpected: List[str] = []
     if sharded.is_checkpoint(filename):
-        parts = _shard_by_shard(filename, device, copy, False, None)
+        parts = _shard_by_shard(filename, device, copy, False, None, mmap=mapped)
     else:
-        parts = ((filename, load_file(filename, device=device, copy=copy)) for _ in (0,))
+        parts = (
+            (filename, load_file(filename, device=device, copy=copy, backend=backend)) for _ in (0,)
+        )
     plainly = _loads_plainly(model, model_state)
     for _, part in parts:
         names.update(part)

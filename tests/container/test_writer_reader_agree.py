@@ -138,11 +138,14 @@ for _ in range(70):
 ], ids=["format-None", "format-empty", "negative-dim", "dim-2**63", "rank-65", "depth-70",
         "odd-complex", "fp8-on-f32", "surrogate-name", "int-name", "surrogate-role",
         "int-role", "surrogate-key", "int-key", "set-value", "date-value"])
-def test_the_writer_refuses_what_the_reader_would(tmp_path, call):
+def test_the_writer_refuses_what_the_reader_would(tmp_path, call, request):
     path = tmp_path / "refused.zt"
+    # a name that is no str at all is the caller's TypeError (as in the reference
+    # and safetensors); everything else a file could hold is the format's refusal
+    int_name = request.node.callspec.id == "int-name"
     with ztensor.Writer(path) as w:
         w.write_numpy("kept", np.arange(3))
-        with pytest.raises(ztensor.ZTensorError):
+        with pytest.raises(TypeError if int_name else ztensor.ZTensorError):
             call(w)
         w.write_numpy("after", np.arange(2))
     with ztensor.Reader(path) as r:  # nothing written before or after is lost

@@ -13,7 +13,7 @@ Breaks found and fixed (each test below fails without its fix):
 * ``serialize_file``'s errors named no file (``serialize``: ``<bytes>``).
 * ``Tensor(shape=(True,))`` was a shape of ``(1,)``, ``(-1,)`` was taken until the
   writer's checks; a Tensor's shape set after it was made was not checked again;
-  ``serialize`` refused numpy integers in a shape (``tensor.caller_shape``, for all).
+  ``serialize`` refused numpy integers in a shape (``arguments.caller_shape``, for all).
 * the reader held a manifest to ``Limits.max_manifest_size`` alone, the writer to
   that and the spec's 1 GiB ceiling: two copies of one rule, which differed
   (``manifest_checks.check_file_totals``, for both).

@@ -14,6 +14,7 @@ import os
 from typing import Any, Iterable, Optional, Union
 
 from ztensor import dtypes
+from ztensor.arguments import keyword_aliases
 from ztensor.container.reader import Reader
 from ztensor.container.writer import Writer, array_of, require_writable_version
 from ztensor.errors import FormatError, ObjectNotFoundError
@@ -24,16 +25,22 @@ from ztensor.tensor import Tensor
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+@keyword_aliases(input="path", output="output_or_names")  # the reference's keywords
 def remove_tensors(
-    path: PathLike, output_or_names: Any, names: Optional[Iterable[str]] = None
+    path: PathLike, output_or_names: Any = None, names: Optional[Iterable[str]] = None
 ) -> None:
     """Remove objects from a zTensor file.
 
-    ``remove_tensors(path, names)`` edits ``path``; ``remove_tensors(input, output,
-    names)`` (the reference's form) writes the result to ``output``.  Every name
-    must exist (ObjectNotFoundError, a KeyError, otherwise; nothing is written)."""
+    ``remove_tensors(path, names)`` (or ``names=``) edits ``path``;
+    ``remove_tensors(input, output, names)`` (the reference's form, its keywords
+    ``input=``/``output=``/``names=`` too) writes the result to ``output``.  Every
+    name must exist (ObjectNotFoundError, a KeyError, otherwise; nothing is written)."""
+    if names is None and output_or_names is None:
+        raise TypeError("remove_tensors() needs the names to remove")
     if names is None:
         output, names = path, output_or_names
+    elif output_or_names is None:
+        output = path
     else:
         output = output_or_names
     if isinstance(names, str):

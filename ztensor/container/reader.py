@@ -23,6 +23,7 @@ import numpy as np
 
 from ztensor import dtypes, foreign, formats, kernels, spec
 from ztensor._save import BYTES, named_as_bytes
+from ztensor.arguments import caller_dtype, keyword_aliases
 from ztensor.container import batch, into, legacy
 from ztensor.container import v2 as container_v2
 from ztensor.container.footer import read_footer
@@ -156,6 +157,7 @@ class Reader:
     threads: what a read changes (the count of decoded bytes, below) is locked.
     """
 
+    @keyword_aliases(path="source")  # the reference's Reader(path=)
     def __init__(
         self,
         source: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any],
@@ -284,7 +286,13 @@ class Reader:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.read_numpy(name)
 
-    def metadata(self, name: Union[str, List[str]]) -> Any:
+    @overload
+    def metadata(self, name: str) -> ObjectSpec: ...
+
+    @overload
+    def metadata(self, name: List[str]) -> List[ObjectSpec]: ...
+
+    def metadata(self, name: Union[str, List[str]]) -> Union[ObjectSpec, List[ObjectSpec]]:
         """The validated :class:`~ztensor.objects.ObjectSpec` of ``name``: shape, format,
         dtype, type, attributes and every component's fields.  A list of names gives a
         list of specs, in its order (the reference's ``metadata`` takes both)."""
@@ -362,10 +370,13 @@ class Reader:
             (little-endian dtype; see docs/byte-order.md).  True: an owned, writable
             array in native byte order.  zstd components are always decoded into a
             new array.
-        dtype : numpy dtype, optional
-            Convert to this dtype.  bf16 and FP8 objects are decoded by the C kernels
-            straight to float32 or float16 (exact; no ml_dtypes needed); other
-            objects go through ``astype``.
+        dtype : numpy dtype, torch dtype or a dtype's name, optional
+            Convert to this dtype: numpy's names (``"float32"``) and the spec's
+            (``"f32"``, ``"bf16"``) are taken, and the spellings the two read as
+            different types (``"u8"``, ``"i8"``, ``"f16"``) are a ValueError
+            (:func:`ztensor.arguments.caller_dtype`).  bf16 and FP8 objects are decoded
+            by the C kernels straight to float32 or float16 (exact; no ml_dtypes
+            needed); other objects go through ``astype``.
         threads : int, optional
             For a list with ``copy=True``: copy in this many threads (default: every
             core this process may use).  Small objects then share one allocation,
@@ -419,12 +430,14 @@ class Reader:
 
     @_memory_is_a_limit
     def _read_numpy(self, name, *, copy=False, dtype=None, threads=None):
+        if dtype is not None:  # checked once, before any object is read
+            dtype = caller_dtype(dtype)
         if isinstance(name, list):  # as the reference: several names -> dict
             if copy and dtype is None:
                 return batch.read_owned(self, name, threads)
             return {n: self.read_numpy(n, copy=copy, dtype=dtype) for n in name}
         if dtype is not None:
-            return self._read_converted(name, np.dtype(dtype))
+            return self._read_converted(name, dtype)
         view_of = self._view_of
         if view_of is not None and isinstance(name, str):
             # the common case over the manifest's columns: no spec is built
@@ -637,10 +650,8 @@ class Reader:
         self._require_open()
         comp = obj.components["data"]
         arr = self._foreign.entries[obj.name].load().components["data"]
-        if logical.is_bool(comp.dtype, comp.type):  # see _clean_foreign_bools
-            arr = logical.clean_bools(np.asarray(arr))
-        arr = logical.as_values(
-            np.asarray(arr),
+        arr = logical.foreign_values(
+            arr,
             comp.dtype,
             comp.type,
             path=self.path,

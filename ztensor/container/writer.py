@@ -20,6 +20,7 @@ import numpy as np
 
 from ztensor import attributes as attrs
 from ztensor import dtypes, formats, kernels, spec
+from ztensor.arguments import caller_dtype, caller_shape, keyword_aliases
 from ztensor.container import v2
 from ztensor.container.footer import encode_footer
 from ztensor.container.manifest import Checker, encode_manifest, gc_paused
@@ -41,7 +42,7 @@ from ztensor.io import floats as floatconv
 from ztensor.io import upload as remote_write
 from ztensor.io import values as logical
 from ztensor.objects import ComponentSpec, ObjectSpec
-from ztensor.tensor import Tensor, caller_shape, refuse_masked
+from ztensor.tensor import Tensor, refuse_masked
 
 
 def require_writable_version(reader):
@@ -166,6 +167,8 @@ class Writer:
         self._guard(self._blobs.write, spec.MAGIC_V1)
 
     # ------------------------------------------------------------ objects
+    # data=: the reference's keyword for the array, beside ours (every write method)
+    @keyword_aliases(data="array")
     @_one_at_a_time
     def write_numpy(
         self,
@@ -259,6 +262,7 @@ class Writer:
     def __enter__(self) -> "Writer":
         return self
 
+    @keyword_aliases(data="array")
     def add(
         self,
         name: str,
@@ -269,6 +273,7 @@ class Writer:
         """The reference implementation's name for :meth:`write_numpy`."""
         self.write_numpy(name, array, compress=compress, checksum=checksum)
 
+    @keyword_aliases(data="tensor")
     @_one_at_a_time
     def write_torch(
         self,
@@ -320,7 +325,7 @@ class Writer:
             raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
         attributes = _check_attributes(attributes, self.path, name)
         shape = self._shape_of(name, shape)  # 0.9 is no dimension (int() made it 0)
-        dtype = np.dtype(dtype)
+        dtype = caller_dtype(dtype)  # "u8" means one thing everywhere
         storage, ltype = self._storage_of(name, "data", dtype, type)
         self._check_as_reader(
             name,
@@ -367,6 +372,15 @@ class Writer:
         encodings and digests, nothing decoded.  Used by :meth:`append` and the
         editing functions; version 0.1 and 1.1 objects are re-encoded instead
         (their bytes may not be what v1.2 stores)."""
+        if not isinstance(reader, Reader):  # a path read as a Reader's attribute failed bare
+            raise TypeError(
+                f"copy_from takes an open ztensor.Reader, not {builtins.type(reader).__name__}"
+                + (
+                    ": open it with ztensor.Reader(path)"
+                    if isinstance(reader, (str, os.PathLike))
+                    else ""
+                )
+            )
         self._require_open()
         target = self._check_name(name if as_name is None else as_name)
         meta = reader.metadata(name)
@@ -506,6 +520,7 @@ class Writer:
         """
         return cls(path, _replaces=version, **kwargs)
 
+    @keyword_aliases(data="obj")
     @_one_at_a_time
     def write(
         self,
@@ -702,7 +717,7 @@ class Writer:
         return storage, ltype
 
     def _shape_of(self, name, shape):
-        """``shape`` by the one rule for a caller's shape (tensor.caller_shape),
+        """``shape`` by the one rule for a caller's shape (arguments.caller_shape),
         its errors naming this file and object."""
         try:
             return caller_shape(shape)
@@ -713,7 +728,16 @@ class Writer:
             raise TypeError(f"{self.path}: object {name!r}: {exc}") from None
 
     def _check_name(self, name) -> str:
-        """``name`` as the plain str it is stored under, unless it is refused."""
+        """``name`` as the plain str it is stored under, unless it is refused: THE
+        rule for a name given to the writer.  One that is no str is a TypeError, as
+        in the reference and safetensors (a caller's mistake, not a malformed file:
+        attrs.check_name makes it a FormatError for names read from a file); an empty
+        or invalid one a FormatError."""
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{self.path}: object names are strings, not {builtins.type(name).__name__} "
+                f"({attrs.show(name)})"
+            )
         name = attrs.check_name(name, "object names", path=self.path)
         if name in self._objects:
             raise FormatError(

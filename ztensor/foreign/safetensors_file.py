@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -67,6 +68,18 @@ def _json_kind(value) -> str:
     return "null" if value is None else kinds.get(type(value), "a number")
 
 
+class SafetensorsFile(ForeignFile):
+    """A ``.safetensors`` file opened for reading.  ``attributes`` is its
+    ``__metadata__`` as a dict (empty for none, as every format's attributes);
+    ``header_metadata`` keeps what ``safetensors.safe_open(...).metadata()`` tells
+    apart: None when the header has no ``__metadata__`` (or ``null``), else the
+    dict, an empty one included (``ztensor.safe_open`` reports it so)."""
+
+    def __init__(self, *args: Any, header_metadata: Optional[Dict[str, str]], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.header_metadata = header_metadata
+
+
 def open_file(
     path, limits: Limits = DEFAULT_LIMITS, *, copy_on_write: bool = False, mmap: bool = True
 ) -> ForeignFile:
@@ -102,7 +115,8 @@ def _parse(source, name, limits) -> ForeignFile:
         raise FormatError("safetensors header nests too deeply", path=name) from None
     if not isinstance(header, dict):
         raise FormatError("safetensors header is not a JSON object", path=name)
-    metadata = check_metadata(header.pop(METADATA_KEY, None), name)
+    declared = header.pop(METADATA_KEY, None)
+    metadata = check_metadata(declared, name)
     start, data_len = 8 + header_len, size - 8 - header_len
     check_file_totals(name, limits, len(header))
     parsed = sorted(
@@ -133,7 +147,14 @@ def _parse(source, name, limits) -> ForeignFile:
         arr = np.frombuffer(raw, np_dtype, math.prod(shape)).reshape(shape)
         tensor = Tensor({"data": arr}, shape=shape, types={"data": ltype} if ltype else None)
         entries[key] = eager(key, tensor, start + begin)
-    return ForeignFile(name, "safetensors", dict(metadata), entries, closer=source.close)
+    return SafetensorsFile(
+        name,
+        "safetensors",
+        dict(metadata),
+        entries,
+        closer=source.close,
+        header_metadata=None if declared is None else dict(metadata),
+    )
 
 
 def _entry(path, key, info, data_len, limits):
