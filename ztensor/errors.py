@@ -74,7 +74,10 @@ class ZTensorError(Exception):
             text += ": "
         prefix = f"{self.path}: " if self.path is not None else ""
         # the path is one URL whole: its secrets go however many spaces it holds
-        return without_secrets(f"{prefix}{text}{self.message}", self.path)
+        shown = without_secrets(f"{prefix}{text}{self.message}", self.path)
+        # then one line: a message quoting another library's error (transformers'
+        # validators, h5py, protobuf) may hold several, and a refusal is one line
+        return " ".join(part.strip() for part in shown.splitlines()) if "\n" in shown else shown
 
     def __str__(self) -> str:  # KeyError would otherwise print repr(args[0])
         return self._render()

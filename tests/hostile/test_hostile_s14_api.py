@@ -56,3 +56,31 @@ def test_metadata_takes_a_list_of_names(model):
         assert specs[1].shape == (2, 3) and r.metadata([]) == []
         with pytest.raises(ztensor.ObjectNotFoundError, match="'zz'"):
             r.metadata(["a", "zz"])
+
+
+def test_a_refusal_quoting_another_library_is_one_line(tmp_path):
+    """from_pretrained on a config transformers' validators refuse gave a FormatError
+    whose text held transformers' own line breaks ("Class validation error for
+    validator ...:\\n    ValueError: ..."): a refusal is one line, whatever it
+    quotes.  Kept by ``errors.ZTensorError._render``."""
+    err = ztensor.FormatError("refused: Error for validator:\n    ValueError: bad\n",
+                              path="cfg.json")
+    assert str(err) == "cfg.json: refused: Error for validator: ValueError: bad"
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import json
+
+    import ztensor.transformers as ztf
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 16, "num_attention_heads": 3,
+        "num_hidden_layers": 1, "intermediate_size": 8, "vocab_size": 8}))
+    import ztensor.numpy as ztnp
+
+    ztnp.save_file({"x": np.zeros(1, np.float32)}, str(folder / "model.zt"))
+    with pytest.raises(ztensor.FormatError, match="transformers refuses the config") as exc:
+        ztf.from_pretrained(AutoModelForCausalLM, str(folder))
+    assert "\n" not in str(exc.value) and "attention heads" in str(exc.value)
