@@ -113,6 +113,16 @@ def _check_text(text, what, where):
             ) from None
 
 
+def caller_name(name: Any, what: str, path: Any) -> str:
+    """A name a caller gives to be written (``Writer``, ``save_sharded``): one that
+    is no str is a TypeError, as in the reference and safetensors (a caller's
+    mistake, not a malformed file, which :func:`check_name` refuses with a
+    FormatError); then :func:`check_name`."""
+    if not isinstance(name, str):
+        raise TypeError(f"{path}: {what} are strings, not {type(name).__name__} ({show(name)})")
+    return check_name(name, what, path=path)
+
+
 def check_name(name: Any, what: str, **where: Any) -> str:
     """An object or component name: a non-empty string of valid Unicode, returned
     as a plain str (a subclass may hash apart from its text, and a duplicate name

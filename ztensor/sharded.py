@@ -122,12 +122,12 @@ def _nbytes(value: Any) -> int:
 
 def _check_before_writing(tensors: Dict[str, Any], folder: str) -> None:
     """What a shard's Writer would refuse and can be known before a byte is
-    written: every name (attrs.check_name), and every numpy array's element
+    written: every name (attrs.caller_name), and every numpy array's element
     type (dtypes.spec_types_for).  Rewriting a checkpoint removes its old index
     first, so a refusal found only while writing shard two left no checkpoint at
     all (an object array, an int name)."""
     for name, value in tensors.items():
-        attrs.check_name(name, "tensor names", path=folder)
+        attrs.caller_name(name, "tensor names", folder)
         if isinstance(value, np.ndarray) and dtypes.spec_types_for(value.dtype) is None:
             raise UnsupportedError(
                 f"cannot store numpy dtype {value.dtype}; nothing was written",

@@ -84,3 +84,17 @@ def test_a_refusal_quoting_another_library_is_one_line(tmp_path):
     with pytest.raises(ztensor.FormatError, match="transformers refuses the config") as exc:
         ztf.from_pretrained(AutoModelForCausalLM, str(folder))
     assert "\n" not in str(exc.value) and "attention heads" in str(exc.value)
+
+
+def test_a_name_that_is_no_str_is_a_type_error_everywhere(tmp_path):
+    """The Writer made a non-str name a TypeError (as the reference and safetensors
+    do) while save_sharded made it a FormatError: one rule for a name a caller
+    gives, ``attributes.caller_name``; nothing is written."""
+    with pytest.raises(TypeError, match="tensor names are strings, not int"):
+        ztensor.save_sharded({"a": np.ones(2), 1: np.ones(2)}, str(tmp_path / "c"))
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    with ztensor.Writer(str(tmp_path / "w.zt")) as w:
+        with pytest.raises(TypeError, match="object names are strings, not bytes"):
+            w.write(b"a", np.ones(1))
+        with pytest.raises(ztensor.FormatError, match="non-empty"):
+            w.write("", np.ones(1))

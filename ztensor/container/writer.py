@@ -728,17 +728,10 @@ class Writer:
             raise TypeError(f"{self.path}: object {name!r}: {exc}") from None
 
     def _check_name(self, name) -> str:
-        """``name`` as the plain str it is stored under, unless it is refused: THE
-        rule for a name given to the writer.  One that is no str is a TypeError, as
-        in the reference and safetensors (a caller's mistake, not a malformed file:
-        attrs.check_name makes it a FormatError for names read from a file); an empty
-        or invalid one a FormatError."""
-        if not isinstance(name, str):
-            raise TypeError(
-                f"{self.path}: object names are strings, not {builtins.type(name).__name__} "
-                f"({attrs.show(name)})"
-            )
-        name = attrs.check_name(name, "object names", path=self.path)
+        """``name`` as the plain str it is stored under, unless it is refused
+        (attrs.caller_name: no str is a TypeError; an empty or invalid one a
+        FormatError), or was already written."""
+        name = attrs.caller_name(name, "object names", self.path)
         if name in self._objects:
             raise FormatError(
                 "an object of this name was already written", path=self.path, obj=name
