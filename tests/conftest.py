@@ -67,3 +67,15 @@ def random_gptq(rng, N, K, bits, group_size, act_order):
     g_idx = (rng.permutation(K) // group_size).astype(np.int32) if act_order else \
         (np.arange(K) // group_size).astype(np.int32)
     return qweight, qzeros, scales, g_idx
+
+
+@pytest.fixture
+def no_ml_dtypes(monkeypatch):
+    """The package as it behaves where ml_dtypes is not installed."""
+    from ztensor import dtypes
+
+    monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
+    dtypes.ml_dtypes_module.cache_clear()
+    yield
+    monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
+    dtypes.ml_dtypes_module.cache_clear()

@@ -4,17 +4,8 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor import dtypes
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # the oracle for the decoded values
-
-@pytest.fixture
-def no_ml_dtypes(monkeypatch):
-    monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
-    dtypes.ml_dtypes_module.cache_clear()
-    yield
-    monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
-    dtypes.ml_dtypes_module.cache_clear()
 
 
 def test_fp8_reads_decode_to_float32(tmp_path, no_ml_dtypes):

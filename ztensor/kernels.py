@@ -83,6 +83,7 @@ ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = (
     _contract.ZERO_PACKED_V2,
 )
 FP8_KINDS = _contract.FP8_KINDS
+COPY_STREAM_BYTES: int = _contract.COPY_STREAM_BYTES  # where kernels.copy beats memcpy
 # the output code of a float kernel for each numpy float dtype it writes
 FLOAT_CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
 

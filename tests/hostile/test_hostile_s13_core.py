@@ -22,20 +22,11 @@ from hypothesis import given, settings, strategies as st
 
 import ztensor
 from crafted import decode_both_ways, v1_file
-from ztensor import dtypes, kernels
+from ztensor import kernels
 from ztensor.tools import stats
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 scipy_sparse = pytest.importorskip("scipy.sparse")
-
-
-@pytest.fixture
-def no_ml_dtypes(monkeypatch):
-    monkeypatch.setenv("ZTENSOR_NO_ML_DTYPES", "1")
-    dtypes.ml_dtypes_module.cache_clear()
-    yield
-    monkeypatch.delenv("ZTENSOR_NO_ML_DTYPES")
-    dtypes.ml_dtypes_module.cache_clear()
 
 
 def refused(exc_info, path, name, cls=ztensor.ZTensorError):

@@ -66,6 +66,10 @@ def test_blob_extent():
     assert C["blob_extent"] == _contract.BLOB_EXTENT == _fallback.EXTENT
 
 
+def test_copy_stream_threshold():
+    assert C["copy_stream_bytes"] == _contract.COPY_STREAM_BYTES == kernels.COPY_STREAM_BYTES
+
+
 def test_manifest_table_columns():
     from ztensor.container import manifest_table as mt
     assert C["object_fields"] == _kernels.OBJECT_FIELDS == len(C["object_columns"])

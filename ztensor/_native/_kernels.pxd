@@ -40,6 +40,7 @@ cdef extern from "zstd_frames.h":
                              size_t *frames) nogil
 
 cdef extern from "copy.h":
+    enum: ZT_COPY_STREAM_BYTES
     zt_status zt_copy(const void *src, void *dst, size_t n) nogil
 
 cdef extern from "residency.h":

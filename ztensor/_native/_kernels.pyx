@@ -81,6 +81,7 @@ HEADER_CONSTANTS = {
     "magic_len": ZT_MAGIC_LEN,
     "tail_len": ZT_TAIL_LEN,
     "blob_extent": ZT_BW_EXTENT,
+    "copy_stream_bytes": ZT_COPY_STREAM_BYTES,
     "object_fields": ZT_MF_OBJECT_FIELDS,
     "component_fields": ZT_MF_COMPONENT_FIELDS,
     "mf_none": ZT_MF_NONE,

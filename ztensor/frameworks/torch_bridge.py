@@ -253,10 +253,6 @@ def numpy_to_torch_plain(arr, device, sync=True):
     )
 
 
-# Below this, torch's own copy_ is as fast and cheaper to call than a kernel call.
-_KERNEL_COPY_BYTES = 1 << 20
-
-
 def copy_into(target: torch.Tensor, value: torch.Tensor) -> None:
     """``target.copy_(value)``.  A large copy between contiguous CPU tensors of one
     dtype and shape is the streaming copy kernel's (``kernels.copy``), whose
@@ -264,7 +260,9 @@ def copy_into(target: torch.Tensor, value: torch.Tensor) -> None:
     a checkpoint into a model is mostly this copy (docs/benchmarks.md, session 13).
     Anything else, and tensors sharing memory, go through ``copy_``."""
     if (
-        target.nbytes >= _KERNEL_COPY_BYTES
+        # below it the kernel is a plain memcpy: torch's copy_ is as fast, and cheaper
+        # to call
+        target.nbytes >= kernels.COPY_STREAM_BYTES
         and target.device.type == "cpu"
         and value.device.type == "cpu"
         and target.dtype == value.dtype
