@@ -272,3 +272,39 @@ def test_an_npz_export_refuses_types_numpy_lacks(tmp_path, kind):
     with pytest.raises(ztensor.UnsupportedError, match=f"no {kind} dtype") as err:
         ztensor.convert(src, str(out))
     assert err.value.obj == "x" and not out.exists()
+
+
+def test_dequantize_takes_a_checkpoint_directory(tmp_path):
+    """``ztensor dequantize DIR out.zt`` said "open a checkpoint directory with
+    ztensor.open_sharded(path)" (the Python API's words, in a command).  A
+    checkpoint is read as one file, its shards merged, digests checked
+    (``convert.checkpoint_as_one``, the reader ``convert DIR out.zt`` uses)."""
+    import json
+
+    q = ztensor.quantize(np.linspace(-1, 1, 64 * 128, dtype=np.float32).reshape(64, 128),
+                         group_size=64)
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    with ztensor.Writer(str(folder / "s1.zt")) as w:
+        w.write("proj", q, checksum="crc32c")
+    ztnp.save_file({"bias": np.ones(64, np.float32)}, str(folder / "s2.zt"))
+    (folder / "model.zt.index.json").write_text(json.dumps(
+        {"weight_map": {"proj": "s1.zt", "bias": "s2.zt"}}))
+    out = tmp_path / "d.zt"
+    done = subprocess.run([sys.executable, "-m", "ztensor", "dequantize", "--json", "--dtype",
+                           "float32", str(folder),
+                           str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dequantized"] == 1
+    with ztensor.Reader(str(out)) as r:
+        assert sorted(r.keys()) == ["bias", "proj"]
+        np.testing.assert_array_equal(r["proj"], ztensor.dequantize(q, dtype=np.float32))
+    # a damaged shard stops it, nothing written
+    raw = bytearray((folder / "s1.zt").read_bytes())
+    raw[200] ^= 0xFF
+    (folder / "s1.zt").write_bytes(bytes(raw))
+    out.unlink()
+    done = subprocess.run([sys.executable, "-m", "ztensor", "dequantize", str(folder), str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and not out.exists()
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -51,7 +51,7 @@ from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
 from ztensor.tools import convert_inputs
-from ztensor.tools.convert import convert
+from ztensor.tools.convert import checkpoint_as_one, convert
 from ztensor.tools.stats import (
     DEFAULT_MAX_ELEMENTS,
     MAX_BINS,
@@ -626,9 +626,13 @@ def cmd_dequantize(args, out):
     _refuse_overwrite(args.output, args.force)
     dtype = {"float16": np.float16, "float32": np.float32, "bfloat16": "bfloat16"}[args.dtype]
     converted = 0
-    reader = convert_inputs.input_reader(args.input)  # digests checked as it reads
-    with reader, Writer(args.output, attributes=reader.attributes) as writer:
-        progress = Progress(sum(reader.metadata(n).stored_size for n in reader), args.quiet)
+    # digests checked as it reads; a checkpoint's shards are merged into the output
+    if is_checkpoint(args.input):
+        opened = checkpoint_as_one(args.input, args.output)
+    else:
+        opened = convert_inputs.input_reader(args.input)
+    with opened as reader, Writer(args.output, attributes=reader.attributes) as writer:
+        progress = Progress(sum(reader.metadata(n).stored_size for n in reader.keys()), args.quiet)
         for name in reader.keys():
             obj = reader.read(name)
             if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and _decodable(obj)):

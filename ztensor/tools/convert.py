@@ -34,12 +34,13 @@ input bytes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import unicodedata
 import warnings
-from typing import Callable, List, NamedTuple, Optional, Union
+from typing import Callable, Iterator, List, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -468,27 +469,39 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress, drop_
     kind = exporters.format_for(target)
     if os.path.lexists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
-    plan = _plan_checkpoint(source, target, None)
-    where = plan.index or source
-    attributes = _merged_attributes(plan, where)
-    counter = _Counter(
-        progress, sum(os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards)
-    )
-    with sharded.open_sharded(source) as checkpoint:
-        merged = _MergedReader(checkpoint, plan, attributes, where)
-        try:
-            if kind == "zt":
-                exporters.plan_zt(merged)  # as the other exporters plan, before writing
-                count = _write_zt(target, attributes, merged.tensors(), compress, checksum, counter)
-            else:
-                count = exporters.writer_for(kind)(
-                    merged, target, progress=counter.add, drop_attributes=drop_attributes
-                )
-        finally:
-            merged.close()
+    with checkpoint_as_one(source, target) as merged:
+        counter = _Counter(progress, merged.input_bytes)
+        if kind == "zt":
+            exporters.plan_zt(merged)  # as the other exporters plan, before writing
+            count = _write_zt(
+                target, merged.attributes, merged.tensors(), compress, checksum, counter
+            )
+        else:
+            count = exporters.writer_for(kind)(
+                merged, target, progress=counter.add, drop_attributes=drop_attributes
+            )
     if progress is not None:
         progress(counter.total, counter.total)
     return count
+
+
+@contextlib.contextmanager
+def checkpoint_as_one(source, target=None) -> Iterator["_MergedReader"]:
+    """A checkpoint directory or index read as one file is: ``path``,
+    ``attributes`` (the shards' merged: a key two shards give different values is
+    refused), ``keys``, ``metadata``, ``read``, one shard open at a time, every
+    ``.zt`` digest checked (convert_inputs.READ_OPTIONS).  What a merged output is
+    written from: ``convert DIR out.zt`` and ``dequantize DIR out.zt``.  ``target``:
+    the output, which may not be one of the checkpoint's files."""
+    plan = _plan_checkpoint(source, target if target is not None else os.devnull, None)
+    where = plan.index or source
+    attributes = _merged_attributes(plan, where)
+    with sharded.open_sharded(source) as checkpoint:
+        merged = _MergedReader(checkpoint, plan, attributes, where)
+        try:
+            yield merged
+        finally:
+            merged.close()
 
 
 def _merged_attributes(plan, where):
@@ -515,6 +528,10 @@ class _MergedReader:
 
     def __init__(self, checkpoint, plan, attributes, path):
         self.path, self.attributes = path, attributes
+        # what the checkpoint's files hold, for progress
+        self.input_bytes = sum(
+            os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards
+        )
         self._checkpoint = checkpoint
         self._names = [name for _, _, names in plan.shards for name in names]
         self._file_of = {name: file for file, _, names in plan.shards for name in names}
