@@ -306,21 +306,27 @@ def _bits_and_meaning(storage: str, ltype):
     return ("u16", "bf16") if storage == "bf16" else (storage, ltype)
 
 
-def elements_fit(given, given_type, storage: str, ltype) -> bool:
+def elements_fit(given, given_type, storage: str, ltype, *, codes_declared: bool) -> bool:
     """Whether elements a caller gives may become an object stored as ``storage``
     with logical type ``ltype``: ``given`` is :func:`spec_types_for` of their numpy
     dtype, ``given_type`` the logical type of bit patterns (a torch bf16 or FP8
     tensor's, which arrive as uint16/uint8 bits), else None.  The bits must be the
     object's, and a logical type, when the elements carry one, its own: uint8 codes
     are an FP8 object's codes, but a float8_e5m2 tensor's are not an f8_e4m3fn
-    object's (its 1.0 read back as 1.5).  The one rule for a stream's chunks and a
-    replaced tensor's data."""
+    object's (its 1.0 read back as 1.5).  Plain integers are taken as a bf16 or
+    FP8 object's codes only where the caller declared codes (``codes_declared``: a
+    stream made with a uint dtype and ``type=``); elsewhere ``np.full(4, 2,
+    np.uint16)`` could as well mean the value 2, and is refused.  The one rule for
+    a stream's chunks and a replaced tensor's data."""
     if given is None:
         return False
     bits, meaning = _bits_and_meaning(*given)
     if given_type is not None:
         meaning = given_type
     want_bits, want_meaning = _bits_and_meaning(storage, ltype)
+    coded = want_meaning == "bf16" or want_meaning in FP8_TYPES  # codes are not values
+    if meaning is None and coded and not codes_declared:
+        return False
     return bits == want_bits and meaning in (None, want_meaning)
 
 

@@ -373,16 +373,23 @@ def _read_index(index: str, options) -> Tuple[Dict[str, str], Dict[str, Any]]:
 
 
 def _require_one_checkpoint(folder: str, index: str, weight_map: Dict[str, str]) -> None:
-    """A folder opened by its name must hold one checkpoint: every other index in it
-    (a PyTorch index beside a safetensors one, as Hugging Face repositories have)
-    and every whole-checkpoint file an index's name implies (``model.safetensors``
+    """A folder opened by its name must hold one checkpoint: every other zTensor or
+    safetensors index in it and every whole-checkpoint file such an index's name
+    implies (``model.safetensors``
     beside ``model.safetensors.index.json``, which transformers loads first) must
     name the same tensors as the index chosen, else the folder is refused, naming
     both.  Two indexes naming different tensors lost one index's tensors without a
     word, and ztensor and transformers loaded different weights from one folder.
     A caller who means one of them opens it by its path."""
     names, shards = set(weight_map), set(weight_map.values())
-    indexes = sorted(n for n in os.listdir(folder) if n.endswith(_INDEX_SUFFIXES))
+    # a PyTorch index or file is not compared: transformers takes safetensors
+    # first and ignores it, and older transformers kept a tied head in .bin
+    # shards that the safetensors ones (and the hub's conversion) leave out
+    indexes = sorted(
+        n
+        for n in os.listdir(folder)
+        if n.endswith(_INDEX_SUFFIXES) and not n.endswith(".bin.index.json")
+    )
     for other in indexes:
         path = os.path.join(folder, other)
         if path != index:

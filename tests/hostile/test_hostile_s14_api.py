@@ -98,3 +98,14 @@ def test_a_name_that_is_no_str_is_a_type_error_everywhere(tmp_path):
             w.write(b"a", np.ones(1))
         with pytest.raises(ztensor.FormatError, match="non-empty"):
             w.write("", np.ones(1))
+
+
+def test_a_closed_reader_is_still_true(model):
+    """``if self.reader: self.reader.close()`` ran twice in cleanup code raised
+    ClosedError once len() refused a closed Reader: a handle is true, open or
+    closed (``reader.Reader.__bool__``), as a ShardedReader is."""
+    r = ztensor.Reader(model)
+    r.close()
+    assert bool(r)
+    if r:
+        r.close()

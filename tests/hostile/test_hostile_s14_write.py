@@ -308,3 +308,46 @@ def test_dequantize_takes_a_checkpoint_directory(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2 and not out.exists()
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_plain_integers_are_codes_only_where_codes_were_declared(tmp_path):
+    """After dtypes.elements_fit first landed, a stream made with ml_dtypes'
+    bfloat16 took a uint16 chunk as bit patterns (1, 2, 3 read back as 9e-41...)
+    and replace_tensor took np.full(4, 2, np.uint16) for a bf16 object: both had
+    been refused, since the integers may as well mean values.  Codes are taken only
+    from a stream made with a uint dtype and ``type=``."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    path = str(tmp_path / "c.zt")
+    with pytest.raises(ztensor.FormatError, match="chunk has dtype uint16"):
+        with ztensor.Writer(path) as w:
+            with w.stream("s", (3,), ml_dtypes.bfloat16) as s:
+                s.write(np.array([1, 2, 3], np.uint16))
+    with ztensor.Writer(path) as w:
+        with w.stream("s", (3,), np.uint16, type="bf16") as s:  # codes, declared
+            s.write(np.array([1.0, 2.0, 3.0], np.float32).astype(ml_dtypes.bfloat16)
+                    .view(np.uint16))
+        w.write_numpy("b", np.ones(4, np.float32).astype(ml_dtypes.bfloat16))
+    with ztensor.Reader(path) as r:
+        assert r["s"].astype(np.float32).tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(ztensor.FormatError, match="uint16"):
+        ztensor.replace_tensor(path, "b", np.full(4, 2, np.uint16))
+    ztensor.replace_tensor(path, "b", np.full(4, 2, np.float32).astype(ml_dtypes.bfloat16))
+    with ztensor.Reader(path) as r:
+        assert r["b"].astype(np.float32).tolist() == [2.0] * 4
+
+
+def test_a_pytorch_index_with_a_tied_head_is_not_a_second_checkpoint(tmp_path):
+    """Hub repositories hold model.safetensors.index.json beside
+    pytorch_model.bin.index.json, and older transformers kept a tied lm_head in the
+    .bin shards that the safetensors ones leave out: the folder was refused as two
+    checkpoints (``sharded._require_one_checkpoint`` compares zTensor and
+    safetensors checkpoints only; transformers ignores the .bin index there too)."""
+    import json
+
+    _st_file(tmp_path / "model-00001-of-00001.safetensors", {"wte": np.ones(2, np.float32)})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"wte": "model-00001-of-00001.safetensors"}}))
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"weight_map": {"wte": "pytorch_model-00001.bin", "lm_head": "pytorch_model-00001.bin"}}))
+    with ztensor.open_sharded(str(tmp_path)) as r:
+        assert r.keys() == ["wte"]

@@ -94,7 +94,11 @@ def replace_tensor(
         # bf16 tensor was refused as uint16).  An unknown logical type's elements
         # are the stored ones (an f64 array replaced a u8 object's data)
         fits = dtypes.elements_fit(
-            dtypes.spec_types_for(arr.dtype), given_type, comp.dtype, comp.type
+            dtypes.spec_types_for(arr.dtype),
+            given_type,
+            comp.dtype,
+            comp.type,
+            codes_declared=False,  # np.full(4, 2, np.uint16) may mean the value 2
         )
         if tuple(arr.shape) != tuple(meta.shape) or not fits:
             # a FormatError (a ValueError, as it was) naming the file and object

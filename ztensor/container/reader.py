@@ -279,6 +279,11 @@ class Reader:
         self._require_open()
         return len(self._manifest)
 
+    def __bool__(self) -> bool:
+        # a handle is true, open or closed (``if self.reader: self.reader.close()``
+        # runs twice in cleanup code): not len(), which a closed Reader refuses
+        return True
+
     def __contains__(self, name: object) -> bool:
         self._require_open()
         return name in self._manifest

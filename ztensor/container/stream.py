@@ -89,7 +89,10 @@ class TensorStream:
             chunk, given_type = to_numpy_for_writing(chunk, self.name, self._writer.path)
         if isinstance(chunk, np.ndarray):
             given = dtypes.spec_types_for(chunk.dtype)
-            if not dtypes.elements_fit(given, given_type, *self._stored):
+            # a stream made with uint8/uint16 and type= takes raw codes; one made
+            # with ml_dtypes' bfloat16 or float8 takes values of that type only
+            declared = not dtypes.is_ml_dtype(self.dtype)
+            if not dtypes.elements_fit(given, given_type, *self._stored, codes_declared=declared):
                 shown = given_type or chunk.dtype
                 raise FormatError(
                     f"chunk has dtype {shown}, the stream {self._shown_type()}",
