@@ -123,7 +123,8 @@ class Limits:
     max_objects : int
         Largest number of objects in one file.
 
-    Each is a non-negative int (numpy integers taken): anything else is a TypeError,
+    Each is a non-negative int (numpy integers, and floats holding a whole number
+    such as ``1e7``, taken): anything else (nan, 2.5, None) is a TypeError,
     a negative one a ValueError, naming the field.  Values above 2**64 - 1 are kept
     as 2**64 - 1, which no size reaches.
     """
@@ -140,8 +141,14 @@ class Limits:
         # a float, a string or None failed mid-read, or not at all
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, (float, np.floating)) and float(value).is_integer():
+                value = int(value)  # Limits(max_objects=1e7): a whole number, as written
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"Limits.{f.name} must be an int, not {type(value).__name__}")
+                raise TypeError(
+                    f"Limits.{f.name} must be a whole number, not {value!r:.40}"
+                    if isinstance(value, (float, np.floating))
+                    else f"Limits.{f.name} must be an int, not {type(value).__name__}"
+                )
             if value < 0:
                 raise ValueError(f"Limits.{f.name} must not be negative, got {value}")
             # a plain int, and none above what a u64 holds (the C checks take u64s):

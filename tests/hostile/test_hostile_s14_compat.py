@@ -277,6 +277,9 @@ def test_limits_take_numpy_ints_and_cap_huge_ones(small):
     (Limits.__post_init__)."""
     lim = ztensor.Limits(max_rank=np.int64(3), max_manifest_size=10**30)
     assert type(lim.max_rank) is int and lim.max_rank == 3
+    # a float holding a whole number is that number, as written (max_objects=1e7
+    # worked before Limits was checked); nan, inf and 1.5 are refused above
+    assert ztensor.Limits(max_objects=1e7).max_objects == 10_000_000
     assert lim.max_manifest_size == (1 << 64) - 1
     with ztensor.Reader(str(small), limits=lim) as r:
         assert r.read_numpy("z", copy=True).shape == (100,)
