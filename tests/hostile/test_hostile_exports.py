@@ -66,7 +66,7 @@ def test_a_tensor_named_metadata_is_refused_for_safetensors(tmp_path, capsys):
     assert err.obj == "__metadata__" and err.path == str(src)
     cli_refuses(tmp_path, src, tmp_path / "m.safetensors", capsys)
     # every other output holds it
-    ztensor.convert(src, tmp_path / "m.npz", drop_attributes=True)  # npz: arrays only
+    ztensor.convert(src, tmp_path / "m.npz")
     np.testing.assert_array_equal(np.load(tmp_path / "m.npz")["__metadata__"], [1, 1])
 
 

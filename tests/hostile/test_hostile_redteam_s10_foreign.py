@@ -183,7 +183,7 @@ def test_convert_of_a_safetensors_bool_byte_two_writes_one(tmp_path, ext):
     raw[8 + struct.unpack("<Q", raw[:8])[0]] = 2
     path.write_bytes(bytes(raw))
     out = tmp_path / ("o" + ext)
-    ztensor.convert(str(path), str(out), drop_attributes=ext == ".npz")
+    ztensor.convert(str(path), str(out), drop_attributes=ext == ".npz")  # npz: arrays only
     with ztensor.Reader(out) as r:
         assert np.asarray(r.read("b").components["data"]).view(np.uint8).tolist() == [1, 0, 1]
 

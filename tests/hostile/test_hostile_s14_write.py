@@ -182,10 +182,16 @@ def test_an_export_refuses_attributes_it_cannot_hold(tmp_path, with_attributes, 
 
 
 def test_an_npz_export_refuses_file_attributes(tmp_path):
-    """An .npz holds arrays only: file attributes alone are refused too."""
+    """An .npz holds arrays only: file attributes alone are refused too, but for
+    safetensors' framework marker {"format": "pt"}, which every transformers
+    checkpoint carries and the output's format replaces."""
+    plain = str(tmp_path / "p.zt")
+    ztnp.save_file({"a": np.ones(2)}, plain, metadata={"format": "pt"})
+    ztensor.convert(plain, str(tmp_path / "p.npz"))
+    assert np.load(tmp_path / "p.npz")["a"].tolist() == [1.0, 1.0]
     src = str(tmp_path / "f.zt")
-    ztnp.save_file({"a": np.ones(2)}, src, metadata={"format": "np"})
-    with pytest.raises(ztensor.UnsupportedError, match="file attributes.*'format'"):
+    ztnp.save_file({"a": np.ones(2)}, src, metadata={"format": "np", "note": "kept?"})
+    with pytest.raises(ztensor.UnsupportedError, match="file attributes.*'note'"):
         ztensor.convert(src, str(tmp_path / "o.npz"))
     assert not (tmp_path / "o.npz").exists()
     ztensor.convert(src, str(tmp_path / "o.npz"), drop_attributes=True)

@@ -201,9 +201,7 @@ def test_a_checkpoint_into_one_file(tmp_path, suffix):
     tensors = hf_folder(tmp_path / "hf", keep=keep)
     (tmp_path / "out").mkdir()
     target = tmp_path / "out" / ("merged" + suffix)
-    # an .npz holds arrays only: the shards' {"format": "pt"} is left out when asked
-    drop = ["--drop-attributes"] if suffix == ".npz" else []
-    assert main(["convert", "-q", str(tmp_path / "hf"), str(target), *drop]) == 0
+    assert main(["convert", "-q", str(tmp_path / "hf"), str(target)]) == 0
     assert os.listdir(tmp_path / "out") == [target.name]  # one file, nothing beside it
     if suffix == ".safetensors":
         loaded = st_torch.load_file(str(target))
@@ -235,8 +233,7 @@ def test_a_file_output_that_cannot_be_written_is_refused_and_absent(tmp_path, ca
     index["weight_map"]["x.npy"] = "extra.safetensors"
     (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(index))
     (tmp_path / "out").mkdir()
-    cases = [("a.npz --drop-attributes", "x.npy"), ("a.npz", "--drop-attributes"),
-             ("a.safetensors --format zt", "format"),
+    cases = [("a.npz", "x.npy"), ("a.safetensors --format zt", "format"),
              ("a.bin.zt --format safetensors", "format")]
     try:
         import gguf  # noqa: F401

@@ -148,8 +148,12 @@ def _attributes_kept(reader, fmt: str, *, file_level: bool, drop: bool, names=No
     if drop:
         return
     hint = "; pass drop_attributes=True (--drop-attributes) to write the file without them"
-    if file_level and reader.attributes:
-        keys = ", ".join(_short(k) for k in list(reader.attributes)[:3])
+    # safetensors' {"format": "pt"} (every transformers checkpoint has it) names the
+    # framework that wrote the file, which the output's own format replaces: the one
+    # attribute an export leaves out unasked
+    held = {k: v for k, v in reader.attributes.items() if (k, type(v)) != ("format", str)}
+    if file_level and held:
+        keys = ", ".join(_short(k) for k in list(held)[:3])
         raise UnsupportedError(
             f"file attributes have no place in {fmt} ({keys}){hint}", path=reader.path
         )
