@@ -420,9 +420,9 @@ class _Slice:
         """Another format's selection, at the cost its entry states
         (ztensor/foreign/base.py ``Entry``): where the format reads rows (an HDF5
         hyperslab), the rows the first index spans; where every load makes the
-        whole tensor anew (a deflated ``.npz`` member), the tensor made once per
-        handle and kept, as a zstd component is (memory: the tensor, what
-        ``get_tensor`` hands out); else its reader's view, selected."""
+        whole tensor anew (a deflated ``.npz`` member), the tensor made once and kept
+        until the handle slices another (memory: one tensor, what ``get_tensor``
+        hands out); else its reader's view, selected."""
         entry = self._internals.foreign.entries[self._name]
         shape = self._meta.shape
         first = selection[0] if selection else slice(None)
@@ -442,6 +442,9 @@ class _Slice:
         if whole is None:
             whole = self._reader.read_numpy(self._name)
             if entry.whole:
+                # one kept: a loader slicing every tensor in turn (tensor parallel)
+                # holds one decoded member, not the whole file decoded
+                self._decoded.clear()
                 self._decoded[self._name] = whole
         return np.array(whole[selection])
 

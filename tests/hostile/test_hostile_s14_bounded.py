@@ -162,7 +162,11 @@ def test_an_hdf5_chunk_far_larger_than_its_dataset_is_refused(tmp_path):
     """A 1 MB file whose 10-element gzip dataset has one 1 GiB chunk (maxshape
     None) made ``read_numpy`` use 1.1 GB and seconds to return 40 bytes: the
     chunk-to-storage ratio (32,768) let it through.  A chunk may hold at most the
-    dataset's bytes or 64 MiB, whichever is more.  Kept by ``hdf5_file._spec``."""
+    dataset's bytes or 64 MiB, whichever is more, when compressed; it is refused
+    when that dataset is read, and the file's other datasets stay readable (a
+    refusal at open made a file with one such log dataset unreadable), and an
+    uncompressed chunk, read in place, is not refused.  Kept by
+    ``hdf5_file._chunk_problem``."""
     h5py = pytest.importorskip("h5py")
     path = tmp_path / "bigchunk_gz.h5"
     with h5py.File(path, "w") as f:
@@ -170,9 +174,17 @@ def test_an_hdf5_chunk_far_larger_than_its_dataset_is_refused(tmp_path):
             "x", shape=(10,), maxshape=(None,), chunks=(2**28,), dtype="i4", compression="gzip"
         )
         d[:] = np.arange(10)
-    with pytest.raises(ztensor.LimitError, match="one chunk") as exc:
-        ztensor.Reader(path)
-    assert exc.value.obj == "x" and str(path) in str(exc.value)
+        f.create_dataset("ok", data=np.ones((100, 8), np.float32))
+        raw = f.create_dataset("log", shape=(0, 4096), maxshape=(None, 4096),
+                               chunks=(8192, 4096), dtype=np.float32)  # 128 MiB, unfiltered
+        raw.resize((10, 4096))
+        raw[:] = 2
+    with ztensor.Reader(path) as r:
+        with pytest.raises(ztensor.LimitError, match="one compressed chunk") as exc:
+            r.read_numpy("x")
+        assert exc.value.obj == "x" and str(path) in str(exc.value)
+        assert r["ok"].shape == (100, 8)
+        assert r["log"].shape == (10, 4096) and float(r["log"][9, 4095]) == 2.0
 
 
 def test_hdf5_chunks_up_to_the_bound_still_read(tmp_path):
@@ -188,3 +200,17 @@ def test_hdf5_chunks_up_to_the_bound_still_read(tmp_path):
     with ztensor.Reader(path) as r:
         np.testing.assert_array_equal(r.read_numpy("grow"), np.arange(10))
         np.testing.assert_array_equal(r.read_numpy("whole"), np.arange(1000.0))
+
+
+def test_slicing_every_deflated_member_in_turn_keeps_one(tmp_path):
+    """safe_open kept every deflated .npz member it had sliced: a loader slicing
+    each tensor in turn (tensor parallel) held the whole file decoded (264 MiB
+    against 53).  One member is kept, until another is sliced
+    (``safe._Slice._foreign_selected``)."""
+    path = tmp_path / "c.npz"
+    np.savez_compressed(path, **{f"t{i}": np.full((50, 40), i, np.int32) for i in range(5)})
+    with ztensor.safe_open(str(path), framework="np") as f:
+        for i in range(5):
+            assert f.get_slice(f"t{i}")[:, 0:3].tolist() == [[i] * 3] * 50
+            kept = f._decoded  # noqa: SLF001 - the cache this test is about
+            assert list(kept) == [f"t{i}"]

@@ -31,8 +31,9 @@ the fill value; a compressed chunk expands), and h5py allocates the whole shape
 before reading.  So a dataset may declare at most ``MAX_EXPANSION`` times the bytes
 its storage really holds (and always ``SMALL`` bytes), and at most the Limits'
 ``max_component_size``; its chunk likewise.  A chunk is decoded whole to read any
-element of it, so it may hold at most the dataset's bytes or ``MAX_CHUNK`` (64 MiB),
-whichever is more.  Otherwise it is a LimitError before anything is allocated.
+element of it, so a compressed chunk may hold at most the dataset's bytes or
+``MAX_CHUNK`` (64 MiB), whichever is more; otherwise reading that dataset is a
+LimitError before anything is allocated (the file's other datasets stay readable).
 What the datasets say they store adds up to at most the file's size
 (:class:`_Storage`): a chunk index may name one chunk many times.  A part of a
 dataset (``safe_open.get_slice``, a ``ztensor.dask`` chunk) reads only the chunks
@@ -284,14 +285,6 @@ def _spec(path, key, dataset, limits, allow_external, storage):
     if chunks is not None:
         chunk_bytes = math.prod(chunks) * dtype.itemsize
         _check_size(path, key, "one chunk", chunk_bytes, stored, limits, allow_external)
-        if chunk_bytes > max(nbytes, MAX_CHUNK):
-            raise LimitError(
-                f"one chunk {list(chunks)} holds {chunk_bytes} bytes, more than both "
-                f"the dataset's {nbytes} and MAX_CHUNK ({MAX_CHUNK}): reading any "
-                "element would decode all of it",
-                path=path,
-                obj=key,
-            )
     storage, ltype = found
     spec = ObjectSpec(
         key, shape, "dense", {}, {"data": ComponentSpec("data", storage, ltype, 0, nbytes)}
@@ -322,21 +315,51 @@ def _check_size(path, key, what, nbytes, stored, limits, allow_external):
 
 def _entry(path, key, dataset, spec, chunks) -> Entry:
     """The dataset's entry: read whole when loaded, and by rows (a hyperslab: HDF5
-    reads only the chunks holding them, each at most ``MAX_CHUNK`` or the dataset,
-    checked by :func:`_spec`) for the readers of parts, in blocks of a chunk's
-    first extent.  Only what :func:`_spec` let through is read, by the same
-    dataset object, so every containment check holds for a part too."""
+    reads only the chunks holding them) for the readers of parts, in blocks of a
+    chunk's first extent.  Only what :func:`_spec` let through is read, by the same
+    dataset object, so every containment check holds for a part too; a chunk too
+    large to decode (:func:`_chunk_problem`) is refused when the dataset is read,
+    not when the file opens, so the file's other datasets stay readable."""
+    problem = _chunk_problem(dataset, spec, chunks)
+
+    def checked(selection):
+        if problem is not None:
+            raise LimitError(problem, path=path, obj=key)
+        return _read(path, key, dataset, selection)
 
     def load():
-        return Tensor({"data": _read(path, key, dataset, ())})
+        return Tensor({"data": checked(())})
 
     def read_rows(start: int, end: int) -> np.ndarray:
-        return _read(path, key, dataset, slice(start, end))
+        return checked(slice(start, end))
 
     if not spec.shape:  # a scalar has no rows
         return Entry(spec, load, whole=True)
     block = int(chunks[0]) if chunks else 1
     return Entry(spec, load, whole=True, read_rows=read_rows, row_block=max(block, 1))
+
+
+def _chunk_problem(dataset, spec, chunks):
+    """Why reading the dataset would cost more than it holds, or None.  A filtered
+    (compressed) chunk is decoded whole to read any element of it, so it may hold
+    at most the dataset's bytes or ``MAX_CHUNK``, whichever is more (a 1 MB file's
+    10-element dataset in one gzip chunk of 1 GiB cost 1.1 GB to read 40 bytes).  An
+    unfiltered chunk is read in place, only the elements asked for."""
+    if chunks is None:
+        return None
+    try:
+        filtered = dataset.id.get_create_plist().get_nfilters() > 0
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        filtered = True  # cannot tell: judged as the costly kind
+    nbytes = spec.components["data"].length  # the dataset's bytes
+    chunk_bytes = math.prod(chunks) * dataset.dtype.itemsize
+    if not filtered or chunk_bytes <= max(nbytes, MAX_CHUNK):
+        return None
+    return (
+        f"one compressed chunk {list(chunks)} holds {chunk_bytes} bytes, more than both "
+        f"the dataset's {nbytes} and MAX_CHUNK ({MAX_CHUNK}): reading any element "
+        "would decode all of it"
+    )
 
 
 def _read(path, key, dataset, selection):
