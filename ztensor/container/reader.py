@@ -809,7 +809,10 @@ class Reader:
     def __del__(self):
         # as open files do: an unclosed Reader is released, with a ResourceWarning
         if not getattr(self, "_closed", True):
-            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
+            try:
+                warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
+            except Exception:  # interpreter shutdown: the modules the text needs are gone
+                pass
             self.close()
 
     def __repr__(self) -> str:

@@ -859,15 +859,21 @@ class Writer:
         if getattr(self, "_state", "closed") in ("open", "streaming"):
             # nothing was promised to the final name: drop the temporary file, and
             # say so, as Python does for a file never closed
-            shown = repr(self)
+            try:
+                shown = repr(self)
+            except Exception:  # interpreter shutdown: the file is dropped all the same
+                shown = "<ztensor.Writer>"
             problem = self._discard()
-            warnings.warn(
-                f"{shown} was never closed: {len(self._objects)} objects "
-                "discarded, the file was not written" + (f"; {problem}" if problem else ""),
-                ResourceWarning,
-                stacklevel=2,
-                source=self,
-            )
+            try:
+                warnings.warn(
+                    f"{shown} was never closed: {len(self._objects)} objects "
+                    "discarded, the file was not written" + (f"; {problem}" if problem else ""),
+                    ResourceWarning,
+                    stacklevel=2,
+                    source=self,
+                )
+            except Exception:  # interpreter shutdown
+                pass
 
     def __repr__(self) -> str:
         state = "finished" if self._state == "closed" else self._state  # the reference's word

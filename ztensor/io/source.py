@@ -581,6 +581,17 @@ def _read_exactly(f, offset, length, name, what, where):
             chunk = f.read(want)
             check_range_reply(chunk, getattr(f, "size", None), name)
             n = len(chunk) if chunk else 0
+            if 0 < n < want and not use_readinto:
+                # a server's reply holding part of the range asked for: taken piece
+                # by piece, one request each, a 64 MiB read of 1-byte replies was 67
+                # million requests, each inside the deadline (the batch path, and
+                # docs/remote.md, already refused it)
+                raise FormatError(
+                    f"{what}: the source returned {n} bytes for the {want} asked for "
+                    f"at {offset + done}",
+                    path=name,
+                    **where,
+                )
             if n > want:
                 raise FormatError(
                     f"{what}: the source returned {n} bytes for the {want} "
@@ -653,6 +664,48 @@ def _read_bounded(f, limit, what, path) -> bytes:
         parts.append(part)
 
 
+class _OwnPosition(io.RawIOBase):
+    """A ``memory://`` file with a position of its own.  fsspec's memory filesystem
+    hands every opener the one file object it stores, so two Readers of one URL
+    moved each other's position between a seek and a read (threads got another
+    tensor's bytes, or the manifest's, as values).  Reads slice the stored bytes of
+    the version opened; the shared object's position is never used."""
+
+    def __init__(self, shared: io.BytesIO) -> None:
+        super().__init__()
+        self._shared = shared
+        self._pos = 0
+        self.fs = getattr(shared, "fs", None)
+        self.path = getattr(shared, "path", None)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def _size(self) -> int:
+        with self._shared.getbuffer() as buf:
+            return len(buf)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size()}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        with self._shared.getbuffer() as buf:
+            end = len(buf) if size is None or size < 0 else min(len(buf), self._pos + size)
+            data = bytes(buf[self._pos : end]) if end > self._pos else b""
+        self._pos += len(data)
+        return data
+
+
 def open_url(url, storage_options=None):
     """An fsspec URL as a seekable file object (fsspec is optional), its failures
     translated by :func:`network_errors`.  HTTP(S) replies are checked against the
@@ -678,6 +731,8 @@ def open_url(url, storage_options=None):
             f = fs.open(inner, "rb", cache_type="none", **pinned)
         except TypeError:  # a filesystem whose files take no cache_type
             f = fs.open(inner, "rb")
+        if type(fs).__name__ == "MemoryFileSystem" and isinstance(f, io.BytesIO):
+            f = _OwnPosition(f)
     if not unversioned and not _version_held(f, url):
         # a store that names a version ztensor cannot hold its reads to (gcsfs's
         # generation, adlfs's ETag: neither their files nor cat_ranges send one by

@@ -1,0 +1,73 @@
+"""Session 14: remote sources, tried as a hostile server and as threads would.
+Each test names the one function that keeps its rule."""
+import sys
+import threading
+
+import numpy as np
+import pytest
+from http_servers import raw  # noqa: F401  (a fixture)
+
+import ztensor
+import ztensor.numpy as ztnp
+
+
+def test_two_readers_of_one_memory_url_keep_their_own_position():
+    """fsspec's memory filesystem hands every opener its one stored file object:
+    two Readers of one memory:// URL moved each other's position between a seek and
+    a read, and threads got another tensor's values, or the manifest's bytes as
+    floats.  Each gets a position of its own (``source._OwnPosition``)."""
+    pytest.importorskip("fsspec")
+    url = "memory://s14-bucket/m.zt"
+    ztnp.save_file({f"t{i}": np.full(64, i, np.float32) for i in range(8)}, url)
+    readers = [ztensor.Reader(url) for _ in range(4)]
+    bad = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def run(k):
+        for j in range(200):
+            i = (j + k) % 8
+            got = readers[k].read_numpy(f"t{i}", copy=True)
+            if not (got == i).all():
+                bad.append((k, i))
+
+    try:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+        for r in readers:
+            r.close()
+    assert bad == []
+
+
+def test_a_reply_holding_part_of_the_range_is_refused(raw, tmp_path):
+    """A server answering every range with at most 100 bytes, honestly labelled,
+    was read piece by piece, a request each: a 64 MiB read of 1-byte replies would
+    be 67 million requests, each inside the deadline.  A reply holding less than
+    was asked is a FormatError, as docs/remote.md says and the batch read already
+    had it (``source._read_exactly``)."""
+    path = tmp_path / "m.zt"
+    ztnp.save_file({"w": np.arange(50000, dtype=np.uint8)}, str(path))
+    data = path.read_bytes()
+    count = [0]
+
+    def reply(method, asked, headers):
+        count[0] += 1
+        if method == "HEAD" or asked is None:
+            return (b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: "v"\r\n'
+                    b"Connection: close\r\n\r\n" % len(data))
+        first = asked[0]
+        last = min(asked[1], first + 99, len(data) - 1)
+        return (b'HTTP/1.1 206 P\r\nContent-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n'
+                b'ETag: "v"\r\nConnection: close\r\n\r\n'
+                % (first, last, len(data), last - first + 1)) + data[first:last + 1]
+
+    with pytest.raises(ztensor.FormatError, match="returned 100 bytes") as err:
+        with ztensor.Reader(raw(reply).url("/m.zt")) as r:
+            r.read_numpy("w")
+    assert "127.0.0.1" in str(err.value)
+    assert count[0] < 20  # refused at the first short reply, not read piece by piece
