@@ -850,10 +850,20 @@ class ShardedReader:
 
 
 def _size(path: str, storage_options: Any = None) -> int:
+    """A shard's size in bytes, for progress (its reads check what it holds)."""
     if _is_url(path):
         with network_errors(path):
             fs, inner = url_filesystem(path, storage_options)
-            return int(fs.size(inner))
+            size = fs.size(inner)
+        # a server stating no usable length (none, "*", -5): fsspec gives None, and
+        # int(None) was a bare TypeError from verify() and read_all()
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise FormatError(
+                "the server gives no length for this URL, so its bytes cannot be read "
+                "by range",
+                path=path,
+            )
+        return size
     return os.path.getsize(path)
 
 

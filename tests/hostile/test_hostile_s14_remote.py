@@ -71,3 +71,33 @@ def test_a_reply_holding_part_of_the_range_is_refused(raw, tmp_path):
             r.read_numpy("w")
     assert "127.0.0.1" in str(err.value)
     assert count[0] < 20  # refused at the first short reply, not read piece by piece
+
+
+@pytest.mark.parametrize("head_length", [None, b"-5", b"*"])
+def test_a_remote_checkpoint_without_lengths_is_a_clean_refusal(raw, tmp_path, head_length):
+    """A server stating no usable length for a shard (none, -5, "*"): verify() and
+    read_all() raised a bare TypeError (int(None)) while ls and info said what was
+    wrong (``sharded._size``)."""
+    ztensor.save_sharded({"a": np.ones(1000, np.float32), "b": np.ones(1000, np.float32)},
+                         str(tmp_path), max_shard_size=4000)
+    files = {"/ck/" + p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def reply(method, asked, headers):
+        data = files.get(headers[":path"])
+        if data is None:
+            return b"HTTP/1.1 404 NF\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        if method == "HEAD":
+            length = b"" if head_length is None else b"Content-Length: " + head_length + b"\r\n"
+            return b"HTTP/1.1 200 OK\r\n" + length + b'ETag: "v"\r\nConnection: close\r\n\r\n'
+        if asked is None:
+            return b'HTTP/1.1 200 OK\r\nETag: "v"\r\nConnection: close\r\n\r\n' + data
+        first, last = asked[0], min(asked[1], len(data) - 1)
+        return (b'HTTP/1.1 206 P\r\nContent-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n'
+                b'ETag: "v"\r\nConnection: close\r\n\r\n'
+                % (first, last, len(data), last - first + 1)) + data[first:last + 1]
+
+    url = raw(reply).url("/ck/model.zt.index.json")
+    for call in (lambda ck: ck.verify(), lambda ck: ck.read_all()):
+        with pytest.raises(ztensor.ZTensorError, match="no length"):
+            with ztensor.open_sharded(url) as ck:
+                call(ck)
