@@ -270,7 +270,10 @@ def test_output_fits_any_stream_encoding(tmp_path, capsys, encoding, command):
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:1/model.safetensors", "s3://bucket/model.zt"]
+    "url", ["http://127.0.0.1:1/model.safetensors", "s3://bucket/model.zt",
+            # an index's folder was listed as a local one, its shards read from local
+            # paths made from the URL (./http:/host/ck/...): refused the same (s14)
+            "http://127.0.0.1:1/ck/model.zt.index.json"]
 )
 def test_convert_of_one_file_by_url_says_so(tmp_path, capsys, url):
     """``ztensor convert http://host/model.safetensors out.zt`` took the URL for a local

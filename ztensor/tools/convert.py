@@ -89,6 +89,15 @@ def convert(
             f"{' or '.join(SHARD_FORMATS)} shards",
             path=target,
         )
+    if is_url(source):
+        # taken for a local path, a file's URL was "No such file or directory" (for a
+        # server that refused the connection as for one that holds the file), and an
+        # index's folder was listed and its shards read as local paths made from the
+        # URL (./http:/host/ck/...)
+        raise UnsupportedError(
+            "convert reads from a local path (download the file or checkpoint first)",
+            path=source,
+        )
     checkpoint = os.path.isdir(source) or source.endswith(".index.json")
     _zt_options_fit(_output_kind(checkpoint, target, format), compress, checksum, target)
     if checkpoint:
@@ -100,14 +109,6 @@ def convert(
     # goes where it points), replaced only with --force, as _merge_checkpoint has it
     if os.path.lexists(target) and not force:
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=target)
-    if is_url(source):
-        # open_local_input took it for a path: "No such file or directory", for a
-        # server that refused the connection as for one that holds the file
-        raise UnsupportedError(
-            "convert reads one file from a local path (download it first); "
-            "a checkpoint's index may be a URL",
-            path=source,
-        )
     with open_local_input(source) as f:  # a FIFO, a device, a NUL in the name: refused
         total = os.fstat(f.fileno()).st_size
     return _convert_file(
