@@ -432,6 +432,11 @@ class ShardedReader:
         self._lock = threading.Lock()
         self._users: Dict[int, int] = {}
         self._retired: Dict[int, Reader] = {}
+        # the local index's version, taken before it is read: a shard opened after
+        # the checkpoint was rewritten (save_sharded removes the index first) would
+        # mix two versions' tensors (_open_checked compares)
+        self._index = index
+        self._index_version = None if index is None or _is_url(index) else atomic.identity(index)
         if index is None:
             single = self._single_file(self.path)
             self.folder = os.path.dirname(single)
@@ -549,8 +554,17 @@ class ShardedReader:
     ) -> Reader:
         """A new Reader of shard ``file``, checked to hold exactly the tensors the
         index places there: the one place a shard is opened for reading (none once
-        the checkpoint is closed: a ClosedError, as from a closed Reader)."""
+        the checkpoint is closed: a ClosedError, as from a closed Reader; none once a
+        local index was rewritten or removed, which would mix two checkpoints'
+        tensors: a FormatError saying to open it again)."""
         self._require_open(name)
+        if self._index_version is not None and atomic.identity(self._index) != self._index_version:
+            raise FormatError(
+                "the checkpoint changed while open (its index was rewritten or removed): "
+                "its shards would mix two versions; open it again",
+                path=self.path,
+                obj=name,
+            )
         try:
             reader = Reader(self._shard(file), storage_options=self._options, **reader_options)
         except IsADirectoryError:  # NotAFileError too: its advice is for a checkpoint
@@ -859,8 +873,7 @@ def _size(path: str, storage_options: Any = None) -> int:
         # int(None) was a bare TypeError from verify() and read_all()
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise FormatError(
-                "the server gives no length for this URL, so its bytes cannot be read "
-                "by range",
+                "the server gives no length for this URL, so its bytes cannot be read by range",
                 path=path,
             )
         return size

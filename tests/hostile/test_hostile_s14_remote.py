@@ -101,3 +101,23 @@ def test_a_remote_checkpoint_without_lengths_is_a_clean_refusal(raw, tmp_path, h
         with pytest.raises(ztensor.ZTensorError, match="no length"):
             with ztensor.open_sharded(url) as ck:
                 call(ck)
+
+
+def test_a_checkpoint_rewritten_while_open_is_not_mixed(tmp_path):
+    """open_sharded, read a; save_sharded rewrote the checkpoint; reading b opened
+    shard two of the new version: a 1.0 and b 2.0, one silently mixed checkpoint.
+    A shard opened after the local index was rewritten or removed is refused
+    (``sharded.ShardedReader._open_checked``); what was read stays valid."""
+    folder = str(tmp_path / "ck")
+    ztensor.save_sharded({"a": np.full(100, 1.0), "b": np.full(100, 1.0)}, folder,
+                         max_shard_size=900)
+    with ztensor.open_sharded(folder) as ck:
+        a = ck["a"]
+        ztensor.save_sharded({"a": np.full(100, 2.0), "b": np.full(100, 2.0)}, folder,
+                             max_shard_size=900)
+        with pytest.raises(ztensor.FormatError, match="changed while open") as err:
+            ck["b"]
+        assert err.value.obj == "b"
+        assert float(a[0]) == 1.0
+    with ztensor.open_sharded(folder) as ck:  # opened again: the new version, whole
+        assert float(ck["a"][0]) == float(ck["b"][0]) == 2.0
