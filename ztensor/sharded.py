@@ -432,6 +432,7 @@ class ShardedReader:
         self._lock = threading.Lock()
         self._users: Dict[int, int] = {}
         self._retired: Dict[int, Reader] = {}
+        self._slicers: "OrderedDict[str, Any]" = OrderedDict()  # get_slice's handles
         # the local index's version, taken before it is read: a shard opened after
         # the checkpoint was rewritten (save_sharded removes the index first) would
         # mix two versions' tensors (_open_checked compares)
@@ -748,10 +749,28 @@ class ShardedReader:
         """safe_open's lazy slice of ``name``, over its shard (only the rows asked
         for are read)."""
         with self._using(name):
-            pass  # the name must be in its shard
-        return safe_open(
-            self._shard(self._map[name]), framework="np", storage_options=self._options
-        ).get_slice(name)
+            pass  # the name must be in its shard, of the index's version
+        file = self._map[name]
+        with self._lock:
+            handle = self._slicers.pop(file, None)
+        if handle is None:
+            # one handle a shard, kept (a handle a call left each slice unclosed: 300
+            # slices held 307 descriptors past MAX_OPEN_SHARDS, and a request set a
+            # call over a URL); the least recently used closed past MAX_OPEN_SHARDS,
+            # and every one with the checkpoint
+            handle = safe_open(self._shard(file), framework="np", storage_options=self._options)
+        with self._lock:
+            self._slicers[file] = handle
+            evicted = []
+            while len(self._slicers) > MAX_OPEN_SHARDS:
+                evicted.append(self._slicers.popitem(last=False)[1])
+            closed = self._closed
+        for old in evicted:
+            old.close()
+        if closed:  # a close raced this call
+            handle.close()
+            self._require_open(name)
+        return handle.get_slice(name)
 
     def verify(
         self,
@@ -844,8 +863,12 @@ class ShardedReader:
             readers = [*self._readers.values(), *self._retired.values()]
             self._readers.clear()
             self._retired.clear()
+            slicers = list(self._slicers.values())
+            self._slicers.clear()
         for reader in readers:  # a read racing close: "reader is closed", as a Reader's
             reader.close()
+        for handle in slicers:
+            handle.close()
 
     def __enter__(self) -> "ShardedReader":
         return self
