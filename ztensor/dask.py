@@ -26,9 +26,15 @@ Three rules keep a graph honest about the file it reads:
   cached per file *identity* (device, inode, size, modification and change time
   for a local file; the server's size, ETag or modification time for a URL), looked
   up again for every chunk, so a file rewritten in place or replaced (``ztensor``'s
-  edits, an atomic rename) is reopened (:class:`_Handles`).  A chunk whose object
-  no longer has the shape and dtype the array was made with is a ClosedError
+  edits, an atomic rename) is reopened (:class:`_Handles`).  A chunk that finds
+  another identity than the array was made with (of a URL whose server names no
+  version: another size), or an object of another shape or dtype, is a ClosedError
   naming the file and the object: make a new array.
+
+:func:`from_zt_all` builds its arrays from one open of the file, or of the
+checkpoint's index and of each shard (:func:`_arrays_of`), with the checks
+:func:`from_zt` makes for one: a checkpoint of thousands of tensors opened its
+index and a shard once per tensor (over HTTP, 400 tensors took 5,242 requests).
 """
 
 from __future__ import annotations
@@ -86,57 +92,131 @@ def from_zt(
     Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
     ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense
     or cannot be decoded, ValueError for ``rows``/``chunk_bytes`` below 1."""
-    import dask.array as da
-
-    if rows is not None and (not _is_count(rows) or rows < 1):
-        raise ValueError(f"rows must be at least 1, got {rows!r}")
-    if not _is_count(chunk_bytes) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
+    _check_chunking(rows, chunk_bytes)
     source = _path_of(source)
     options = check_storage_options(source, storage_options)
     source = _shard_of(source, name, options)
     # the version every chunk must find (_read): a rewrite between two chunks of one
     # compute would otherwise mix the two files' values in one array
-    version = _identity(source, options)
+    version = _identity(source, options)[0]
     with safe_open(source, framework="np", storage_options=options) as f:
-        piece = f.get_slice(name)  # UnsupportedError unless dense
-        shape = tuple(piece.get_shape())
-        meta = f.reader.metadata(name)
-        dtype = _dtype_of(meta)
-        _require_readable(f.reader, meta)
-        block = _row_block(f.reader, name)
-    # the file and its credentials travel in the graph as one object that shows
-    # neither (_Target): printed, tokenized into key names or drawn, a graph holds no
-    # URL secret or storage option
-    target = _Target(source, options)
-    if not shape:
-        return da.from_delayed(_delayed_scalar(target, name, dtype, version), shape=(), dtype=dtype)
-    chunks = _plan(shape, dtype, chunk_bytes, rows, max_chunks, block, path=source, obj=name)
-    # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
-    return da.map_blocks(
-        _read_rows,
-        dtype=dtype,
-        chunks=chunks,
-        target=target,
-        tensor=name,
-        meta=np.empty((0,) * len(shape), dtype),
-        version=version,
-        whole=block is None,
-    )
+        f.get_slice(name)  # UnsupportedError unless dense
+        plan = _FileArrays(source, options, version, chunk_bytes, rows, max_chunks)
+        return plan.array(f.reader, name)
 
 
-def from_zt_all(source: Any, **kwargs: Any) -> Dict[str, dask.array.Array]:
+def from_zt_all(
+    source: Any,
+    *,
+    chunk_bytes: int = _DEFAULT_CHUNK_BYTES,
+    rows: Optional[int] = None,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> Dict[str, dask.array.Array]:
     """name -> dask array for every dense object of ``source`` (a file, or a
-    sharded checkpoint's directory or index)."""
+    sharded checkpoint's directory or index), in its order; keywords and errors as
+    :func:`from_zt`'s.  The file, or the index and each shard, is opened once for
+    all of them (:func:`_arrays_of`)."""
+    _check_chunking(rows, chunk_bytes)
     source = _path_of(source)
-    options = kwargs.get("storage_options")
-    if _is_sharded(source):
-        with open_sharded(source, storage_options=options) as s:
-            names = [n for n in s.keys() if s.metadata(n).format == "dense"]
-    else:
-        with Reader(source, storage_options=options) as r:
-            names = [n for n in r.keys() if r.metadata(n).format == "dense"]
-    return {n: from_zt(source, n, **kwargs) for n in names}
+    options = check_storage_options(source, storage_options)
+    settings = (chunk_bytes, rows, max_chunks)
+    if not _is_sharded(source):
+        return _arrays_of(
+            source, options, settings, lambda: Reader(source, storage_options=options)
+        )
+    arrays: Dict[str, dask.array.Array] = {}
+    with open_sharded(source, storage_options=options) as s:
+        for file in s.files():
+            # the checked open every read of a shard makes (ShardedReader.open_shard:
+            # it holds exactly the tensors the index places there), once per shard
+            arrays.update(
+                _arrays_of(s.shard_path(file), options, settings, lambda f=file: s.open_shard(f))
+            )
+        return {n: arrays[n] for n in s.keys() if n in arrays}
+
+
+def _arrays_of(path, options, settings, open_reader) -> Dict[str, Any]:
+    """name -> array for every dense object of the one file ``path``, opened once
+    (by ``open_reader``) after its identity is taken, as :func:`from_zt` takes it."""
+    version = _identity(path, options)[0]
+    with open_reader() as reader:
+        plan = _FileArrays(path, options, version, *settings)
+        return {
+            n: plan.array(reader, n) for n in reader.keys() if reader.metadata(n).format == "dense"
+        }
+
+
+def _check_chunking(rows, chunk_bytes) -> None:
+    if rows is not None and (not _is_count(rows) or rows < 1):
+        raise ValueError(f"rows must be at least 1, got {rows!r}")
+    if not _is_count(chunk_bytes) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
+
+
+class _FileArrays:
+    """The arrays of one file: its path, storage options and identity when opened
+    (the version each chunk must find, :func:`_read`), and the chunking asked for."""
+
+    def __init__(self, path, options, version, chunk_bytes, rows, max_chunks) -> None:
+        # the file and its credentials travel in the graph as one object that shows
+        # neither (_Target): printed, tokenized into key names or drawn, a graph holds
+        # no URL secret or storage option
+        self.target = _Target(path, options)
+        self.version = version
+        self.chunk_bytes, self.rows, self.max_chunks = chunk_bytes, rows, max_chunks
+
+    def array(self, reader, name) -> dask.array.Array:
+        """The array of dense object ``name`` of ``reader`` (this plan's file),
+        refused now for what every chunk would refuse."""
+        import dask.array as da
+
+        meta = reader.metadata(name)
+        shape = tuple(meta.shape)
+        dtype = _dtype_of(meta)
+        _require_readable(reader, meta)
+        block = _row_block(reader, name)
+        if not shape:
+            return da.from_delayed(
+                _delayed_scalar(self.target, name, dtype, self.version), shape=(), dtype=dtype
+            )
+        chunks = _plan(
+            shape,
+            dtype,
+            self.chunk_bytes,
+            self.rows,
+            self.max_chunks,
+            block,
+            path=self.target.source,
+            obj=name,
+        )
+        # (map_blocks keeps name= for the graph key: the tensor's name travels as tensor=)
+        array = da.map_blocks(
+            _read_rows,
+            dtype=dtype,
+            chunks=chunks,
+            target=self.target,
+            tensor=name,
+            meta=np.empty((0,) * len(shape), dtype),
+            version=self.version,
+            whole=block is None,
+        )
+        if block is None:
+            # read whole once, then split into the chunks the caller asked for (rows=
+            # or chunk_bytes: they were silently one chunk), each from that one read
+            asked = _plan(
+                shape,
+                dtype,
+                self.chunk_bytes,
+                self.rows,
+                self.max_chunks,
+                1,
+                path=self.target.source,
+                obj=name,
+            )
+            if asked != chunks:
+                array = array.rechunk(asked)
+        return array
 
 
 def _is_count(value) -> bool:
@@ -292,27 +372,32 @@ _VERSION_FIELDS = (
 
 
 def _identity(source: str, storage_options=None):
-    """What tells one version of a file from another, cheaply: for a local file its
-    stat (a rename gives another inode; a rewrite in place another size or time);
-    for a URL what the server says of it, or None where it says nothing beyond the
-    size (such a file gets a fresh handle per chunk: nothing shows it unchanged)."""
+    """(identity, versioned): what tells one version of a file from another,
+    cheaply.  For a local file its stat (a rename gives another inode; a rewrite in
+    place another size or time); for a URL what the server says of it, its size
+    with its version.  A server that names no version (read only with
+    ``ztensor_allow_unversioned``) gives its size alone, and versioned False: a
+    change of size is still seen (a chunk of another file is a ClosedError, as
+    docs/remote.md promises), but nothing shows such a file unchanged, so it gets
+    a fresh handle per chunk (:meth:`_Handles.acquire`)."""
     if not is_url(source):
         st = os.stat(source)
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), True
     # a URL gone or refused since the graph was made says so (404, refused), as a
     # read of it would: fsspec's bare FileNotFoundError named no status
     with network_errors(source):
         fs, inner = url_filesystem(source, storage_options)
         info = fs.info(inner)
     marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
-    return (("size", str(info.get("size"))),) + marks if marks else None
+    return (("size", str(info.get("size"))),) + marks, bool(marks)
 
 
 class _Handles:
     """Open ``safe_open`` handles of one worker process, keyed by (source, file
-    identity), at most ``limit`` of them.  Every chunk looks its file up again: a
-    handle opened on an earlier version of the file is never used once the file
-    has changed, and is closed when the last chunk using it is done."""
+    identity), at most ``limit`` of them; a handle of a file with no version
+    (:func:`_identity`) is its chunk's own, its key marked so.  Every chunk looks
+    its file up again: a handle opened on an earlier version of the file is never
+    used once the file has changed, and is closed when the last chunk using it is done."""
 
     def __init__(self, limit: int = 16) -> None:
         self._lock = threading.Lock()
@@ -326,26 +411,24 @@ class _Handles:
         # a handle opened with other options (credentials) is not this caller's
         where = source if not options else (source, repr(sorted(options.items())))
         for _ in range(8):
-            before = _identity(source, options)
-            if before is None:  # no version to key by: this chunk's own handle
-                key, handle = (
-                    (where, object()),
-                    safe_open(source, framework="np", storage_options=options),
-                )
+            before, versioned = _identity(source, options)
+            key: Any = (where, before)
+            if versioned:
+                with self._lock:
+                    entry = self._open.get(key)
+                    if entry is not None:
+                        entry[1] += 1
+                        self._open.move_to_end(key)
+                        return key, entry[0]
+            handle = safe_open(source, framework="np", storage_options=options)
+            if _identity(source, options)[0] != before:  # changed while it was opened: again
+                handle.close()
+                continue
+            if not versioned:  # nothing shows it unchanged later: this chunk's own handle
+                key = (where, before, object())
                 with self._lock:
                     self._open[key] = [handle, 1, True]  # closed on release
                 return key, handle
-            key = (where, before)
-            with self._lock:
-                entry = self._open.get(key)
-                if entry is not None:
-                    entry[1] += 1
-                    self._open.move_to_end(key)
-                    return key, entry[0]
-            handle = safe_open(source, framework="np", storage_options=options)
-            if _identity(source, options) != before:  # changed while it was opened: again
-                handle.close()
-                continue
             with self._lock:
                 entry = self._open.get(key)
                 if entry is None:
@@ -395,10 +478,10 @@ _HANDLES = _Handles()
 atexit.register(_HANDLES.clear)
 
 
-def _read(source, tensor, shape, dtype, select, storage_options=None, version=None):
+def _read(source, tensor, shape, dtype, select, storage_options, version):
     key, handle = _HANDLES.acquire(source, storage_options)
     try:
-        if version is not None and key[1] != version:  # keyed by (source, its identity)
+        if key[1] != version:  # keyed by (source, its identity, ...)
             raise ClosedError(
                 "the file changed since this dask array was made (a chunk of the earlier "
                 "file and one of this would be mixed): make a new array",
@@ -420,7 +503,7 @@ def _read(source, tensor, shape, dtype, select, storage_options=None, version=No
         _HANDLES.release(key)
 
 
-def _read_rows(block_info=None, *, target, tensor, version=None, whole=False):
+def _read_rows(block_info=None, *, target, tensor, version, whole=False):
     info = block_info[None]
     r0, r1 = info["array-location"][0]
 
@@ -443,13 +526,15 @@ def _read_rows(block_info=None, *, target, tensor, version=None, whole=False):
 def _entire(handle, tensor):
     """The one chunk of a tensor read whole (:func:`_row_block`), as ``get_tensor``
     makes it: through a slice it would stay in the worker's cached handle after
-    the compute (safe_open keeps what it decodes whole, for the next slice).  It
-    may be read-only (a deflated member's decoded bytes): copying it would double
-    the chunk's memory."""
-    return handle.get_tensor(tensor)
+    the compute (safe_open keeps what it decodes whole, for the next slice).  A
+    read-only one (a deflated member's decoded bytes) is copied: chunks are
+    writable, as every other format's are (map_blocks functions that write in place
+    failed with numpy's read-only error)."""
+    arr = handle.get_tensor(tensor)
+    return arr if arr.flags.writeable else arr.copy()
 
 
-def _delayed_scalar(target, name, dtype, version=None):
+def _delayed_scalar(target, name, dtype, version):
     import dask
 
     return dask.delayed(_read_target)(target, name, dtype, version)

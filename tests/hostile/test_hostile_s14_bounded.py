@@ -51,23 +51,28 @@ def test_slices_of_a_deflated_npz_member_decode_it_once_per_handle(deflated, dec
     assert decodes == ["a.npy", "a.npy"]
 
 
-def test_dask_reads_a_deflated_npz_member_as_one_chunk(deflated, decodes):
+def test_dask_reads_a_deflated_npz_member_once_per_compute(deflated, decodes):
     """``from_zt`` on a deflated ``.npz`` member made chunk after chunk, each
     decoding the whole member (103 s for a sum a single read does in 1.2 s).  A
-    member that cannot be read from its middle is one chunk however small the
-    chunks asked.  Kept by ``ztensor.dask._plan`` (from ``dask._row_block``)."""
+    member that cannot be read from its middle is read once, whole, and split into
+    the chunks asked (``rows=3`` gave one chunk, silently), each writable as every
+    other format's chunks are (map_blocks writing in place failed on the decoded
+    bytes).  Kept by ``ztensor.dask._plan`` (from ``dask._row_block``) and
+    ``dask._entire``."""
     pytest.importorskip("dask")
     import dask
 
     import ztensor.dask as zd
 
     want = np.arange(1000, dtype=np.float32).reshape(100, 10)
-    for kwargs in ({"chunk_bytes": 40}, {"rows": 3}, {}):
+    for kwargs, blocks in (({"chunk_bytes": 400}, 10), ({"rows": 3}, 34), ({}, 1)):
         arr = zd.from_zt(deflated, "a", **kwargs)
-        assert arr.numblocks == (1, 1)
+        assert arr.numblocks == (blocks, 1)
         with dask.config.set(scheduler="synchronous"):
-            np.testing.assert_array_equal(arr.rechunk((10, 10)).compute(), want)
-    assert decodes == ["a.npy"] * 3  # one decode per compute, none at graph time
+            np.testing.assert_array_equal(arr.compute(), want)
+            doubled = arr.map_blocks(lambda b: b.__imul__(2)).compute()
+        np.testing.assert_array_equal(doubled, 2 * want)
+    assert decodes == ["a.npy"] * 6  # one decode per compute, none at graph time
 
 
 def test_a_stored_npz_member_still_chunks_by_rows(tmp_path, decodes):
