@@ -19,9 +19,9 @@ Three rules keep a graph honest about the file it reads:
 * Its work follows the bytes: another format's tensor is chunked as its format
   reads it (:func:`_row_block`), so no two chunks decode the same bytes: an HDF5
   dataset in whole chunks of its own (each dask chunk reads only its rows' HDF5
-  chunks), a deflated ``.npz`` member, which cannot be read from its middle, as
-  one chunk (``rows`` and ``chunk_bytes`` round up to that; ``.rechunk()`` splits
-  it after the one read).
+  chunks), a deflated ``.npz`` member, which cannot be read from its middle, read
+  whole once per compute and split into the chunks ``rows`` or ``chunk_bytes``
+  ask for.
 * A worker's open handle never outlives the file it was opened on: handles are
   cached per file *identity* (device, inode, size, modification and change time
   for a local file; the server's size, ETag or modification time for a URL), looked
