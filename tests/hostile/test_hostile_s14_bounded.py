@@ -219,3 +219,27 @@ def test_slicing_every_deflated_member_in_turn_keeps_one(tmp_path):
             assert f.get_slice(f"t{i}")[:, 0:3].tolist() == [[i] * 3] * 50
             kept = f._decoded  # noqa: SLF001 - the cache this test is about
             assert list(kept) == [f"t{i}"]
+
+
+def test_onnx_external_data_that_is_not_utf8_is_refused(tmp_path):
+    """The CI's fuzz run (foreign_structured) made an ONNX external-data location
+    that is not UTF-8: protobuf hands such a proto2 string out as bytes, and
+    ``location.replace`` raised a bare TypeError.  A FormatError naming the tensor
+    (``onnx_file._ExternalData.place``)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    t = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
+    t.ClearField("float_data")
+    t.data_location = TensorProto.EXTERNAL
+    entry = t.external_data.add()
+    entry.key, entry.value = "location", "QQQQ.bin"
+    graph = helper.make_graph([], "g", [], [], initializer=[t])
+    raw = helper.make_model(graph).SerializeToString()
+    assert raw.count(b"QQQQ") == 1
+    path = tmp_path / "m.onnx"
+    path.write_bytes(raw.replace(b"QQQQ", b"\xff\xfe\xfd\xfc"))
+    with pytest.raises(ztensor.ZTensorError) as err:
+        with ztensor.Reader(str(path)) as r:
+            r.read_numpy("w")
+    assert not isinstance(err.value, TypeError) and "m.onnx" in str(err.value)

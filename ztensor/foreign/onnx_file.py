@@ -305,6 +305,11 @@ class _ExternalData:
         where = {"path": self.path, "obj": key}
         info = {}
         for entry in tensor.external_data:
+            if not isinstance(entry.key, str) or not isinstance(entry.value, str):
+                # protobuf hands a proto2 string field that is not UTF-8 out as bytes
+                raise FormatError(
+                    f"external data entry {entry.key[:40]!r} is not UTF-8 text", **where
+                )
             if entry.key in info:
                 raise FormatError(
                     f"external data key {entry.key[:40]!r} given twice: readers differ "
