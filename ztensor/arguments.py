@@ -64,8 +64,12 @@ def _ambiguous_spellings() -> Dict[str, Tuple[np.dtype, np.dtype]]:
             numpy_reading = np.dtype(row.spec)
         except TypeError:
             continue
-        if numpy_reading != np.dtype(row.numpy):
-            found[row.spec] = (numpy_reading, np.dtype(row.numpy))
+        spec_reading = np.dtype(row.numpy)
+        # by kind and width: the table's dtypes are little-endian, numpy's names
+        # native, so on a big-endian host "complex64" differed only in byte order
+        kinds = [(d.kind, d.itemsize) for d in (numpy_reading, spec_reading)]
+        if kinds[0] != kinds[1]:
+            found[row.spec] = (numpy_reading, spec_reading)
     return found
 
 
