@@ -60,11 +60,17 @@ def test_the_ambiguous_names_are_exactly_the_table_rows_numpy_also_reads():
     expected = set()
     for row in ztensor.dtypes.ROWS:
         try:
-            if np.dtype(row.spec) != np.dtype(row.numpy):
+            numpy_reading, spec_reading = np.dtype(row.spec), np.dtype(row.numpy)
+            # another type, not another byte order (the table's dtypes are
+            # little-endian: on s390x "complex64" differs from it only so)
+            if (numpy_reading.kind, numpy_reading.itemsize) != (
+                spec_reading.kind,
+                spec_reading.itemsize,
+            ):
                 expected.add(row.spec)
         except TypeError:
             pass
-    assert set(AMBIGUOUS_DTYPE_NAMES) == expected >= {"u8", "i8", "f16"}
+    assert set(AMBIGUOUS_DTYPE_NAMES) == expected == {"u8", "i8", "f16"}
 
 
 @pytest.mark.parametrize(
