@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from ztensor import dtypes
 from ztensor.errors import FormatError, UnsupportedError
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.tensor import Tensor
@@ -103,15 +102,12 @@ def spec_of(name: str, tensor: Tensor, offset: int = 0) -> ObjectSpec:
     comps = {}
     for role, arr in tensor.components.items():
         arr = np.asarray(arr)
-        found = dtypes.spec_types_for(arr.dtype)
+        found = tensor.spec_types(role)  # the Writer's rule, so the spec matches what it stores
         if found is None:
             raise UnsupportedError(
                 f"numpy dtype {arr.dtype} has no zTensor type", obj=name, component=role
             )
         storage, ltype = found
-        ltype = tensor.types.get(role, ltype)
-        if ltype == "bf16":
-            storage, ltype = "bf16", None
         comps[role] = ComponentSpec(role, storage, ltype, offset, arr.nbytes)
     return ObjectSpec(name, tensor.shape, tensor.format, tensor.attributes, comps)
 
