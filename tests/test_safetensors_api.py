@@ -317,3 +317,65 @@ def test_torch_load_file_copy_reads_in_one_batch(tmp_path):
         out["a"][0] = 100  # owned memory: the file and the next load are untouched
     again = ztensor.torch.load_file(str(tmp_path / "t.zt"), copy=True)
     assert again["a"][0] == 0
+
+
+# ------------------------------------------------------------------ safetensors 0.8's calls
+def test_get_tensors_is_every_get_tensor_in_the_order_of_the_bytes(tmp_path):
+    """safe_open.get_tensors (safetensors 0.8): a dict of every tensor keys() lists,
+    in offset order, as safetensors' own gives it."""
+    st = pytest.importorskip("safetensors.numpy")
+    from safetensors import safe_open as st_open
+    tensors = {"z": np.arange(3.0), "a": np.ones((2, 2), np.float16), "m": np.array([7], np.int8)}
+    path = str(tmp_path / "m.safetensors")
+    st.save_file(tensors, path)
+    with st_open(path, framework="np") as theirs, ztensor.safe_open(path, framework="np") as ours:
+        if not hasattr(theirs, "get_tensors"):
+            pytest.skip("this safetensors has no get_tensors (0.8 added it)")
+        want, got = theirs.get_tensors(), ours.get_tensors()
+        assert list(got) == list(want) == ours.offset_keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+            np.testing.assert_array_equal(got[name], ours.get_tensor(name))
+
+
+def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
+    a = np.random.default_rng(1).standard_normal((20, 30)).astype(np.float32)
+    b = np.arange(5, dtype=np.int8)
+    specs = {"a": ztensor.TensorSpec(dtype=a.dtype.name, shape=a.shape, data_ptr=a.ctypes.data,
+                                     data_len=a.nbytes),
+             "b": ztensor.TensorSpec("I8", b.shape, b.ctypes.data, b.nbytes),
+             "e": ztensor.TensorSpec("float32", [0, 3], 0, 0)}
+    got = dict(ztensor.deserialize(ztensor.serialize(specs)))
+    np.testing.assert_array_equal(np.frombuffer(got["a"]["data"], np.float32).reshape(20, 30), a)
+    assert got["b"] == {"dtype": "int8", "shape": [5], "data": bytes(range(5))}
+    assert got["e"]["shape"] == [0, 3] and got["e"]["data"] == b""
+    ztensor.serialize_file(specs, str(tmp_path / "s.zt"))
+    with ztensor.safe_open(str(tmp_path / "s.zt"), framework="np") as f:
+        np.testing.assert_array_equal(f.get_tensor("a"), a)
+    with pytest.raises(ztensor.SafetensorError, match="nonsense"):
+        ztensor.TensorSpec(dtype="nonsense", shape=[1], data_ptr=0, data_len=0)
+    with pytest.raises(TypeError):  # safetensors 0.8: a raw address is a TensorSpec's
+        ztensor.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}})
+    with pytest.raises(ztensor.FormatError, match="needs 12"):
+        ztensor.serialize({"t": ztensor.TensorSpec("float32", [3], a.ctypes.data, 8)})
+
+
+@pytest.mark.parametrize("kind", ["float8_e4m3fnuz", "float8_e5m2fnuz"])
+def test_fnuz_safetensors_files_read_and_export(tmp_path, kind):
+    """safetensors 0.8 writes F8_E4M3FNUZ / F8_E5M2FNUZ: read and exported as it
+    writes them (they were refused)."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    import ztensor.torch as zt
+    x = torch.tensor([0.5, -1.0, 2.0, 0.0]).to(getattr(torch, kind))
+    path = str(tmp_path / "f.safetensors")
+    try:
+        st.save_file({"x": x}, path)
+    except Exception:
+        pytest.skip("this safetensors cannot write FNUZ types")
+    got = zt.load_file(path)["x"]
+    assert got.dtype == x.dtype and torch.equal(got.view(torch.uint8), x.view(torch.uint8))
+    ztensor.convert(path, str(tmp_path / "f.zt"))
+    ztensor.convert(str(tmp_path / "f.zt"), str(tmp_path / "g.safetensors"))
+    back = st.load_file(str(tmp_path / "g.safetensors"))["x"]
+    assert back.dtype == x.dtype and torch.equal(back.view(torch.uint8), x.view(torch.uint8))

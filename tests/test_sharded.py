@@ -70,16 +70,30 @@ def test_lying_indexes_are_refused(tmp_path, index, words):
                 r[name]
 
 
-def test_a_resave_removes_the_old_index_before_writing_shards(tmp_path, monkeypatch):
+def test_a_resave_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypatch):
+    """save_sharded writes the new checkpoint whole into a hidden folder, then moves
+    it into place (atomic.move_staged): a failure in any shard leaves the old one as
+    it was, index and all (removing the old index first left no checkpoint)."""
     ztensor.save_sharded(TENSORS, tmp_path, max_shard_size="40kB")
+    before = sorted(os.listdir(tmp_path))
     from ztensor.container import writer
 
-    def crash(self):
-        raise OSError("disk died")
-    monkeypatch.setattr(writer.Writer, "close", crash)
+    real_close, closed = writer.Writer.close, []
+
+    def crash_on_second(self):
+        closed.append(self)
+        if len(closed) == 2:
+            raise OSError("disk died")
+        return real_close(self)
+    monkeypatch.setattr(writer.Writer, "close", crash_on_second)
     with pytest.raises(OSError):
-        ztensor.save_sharded(TENSORS, tmp_path, max_shard_size="40kB")
-    assert not (tmp_path / "model.zt.index.json").exists()  # never an index to a torn shard
+        ztensor.save_sharded({k: v + 1 for k, v in TENSORS.items()}, tmp_path,
+                             max_shard_size="40kB")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == before  # nothing staged is left behind
+    with ztensor.open_sharded(tmp_path) as r:
+        for name, value in TENSORS.items():
+            np.testing.assert_array_equal(r[name], value)
 
 
 def test_torch_save_model_sharded_and_load_model_from_the_directory(tmp_path):

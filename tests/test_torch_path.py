@@ -171,8 +171,10 @@ def test_load_model_of_a_sharded_checkpoint_never_holds_the_model_twice(tmp_path
                          capture_output=True, text=True).stdout
     growth = int(out.split()[-1])
     # the model's own memory is already there: loading adds at most one shard's mapped
-    # pages (and a little slack), where a copy of every tensor added the whole model
-    assert growth <= shard + (8 << 20), (growth, shard)
+    # pages and some slack, where a copy of every tensor added the whole model.  The
+    # slack: about 10 MB that a load of views alone adds (threads, torch's own), seen
+    # on a 6.18 kernel (8 MiB of slack passed on earlier machines, failed there)
+    assert growth <= shard + (12 << 20), (growth, shard)
     assert growth < model_bytes // 2
 
 

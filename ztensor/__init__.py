@@ -38,7 +38,7 @@ from ztensor.io import source
 from ztensor.kernels import backend
 from ztensor.objects import ComponentSpec, ObjectSpec
 from ztensor.safe import safe_open, safe_open_handle
-from ztensor.serialize import deserialize, serialize, serialize_file
+from ztensor.serialize import TensorSpec, deserialize, serialize, serialize_file
 from ztensor.sharded import ShardedReader, open_sharded, save_sharded
 from ztensor.spec import DEFAULT_LIMITS, Limits
 from ztensor.tensor import Tensor
@@ -99,6 +99,7 @@ __all__ = [
     "replace_tensor",
     "serialize",
     "serialize_file",
+    "TensorSpec",
     "deserialize",
     "save_sharded",
     "open_sharded",

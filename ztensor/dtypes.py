@@ -33,8 +33,9 @@ class DType:
     torch: str = ""  # torch's name (torch.<name>)
     safetensors: str = ""  # safetensors' name, reported by safe_open's get_dtype()
     safetensors_file: bool = True  # ztensor reads and writes it in .safetensors files
-    # (not C128, which safetensors lacks, nor the FNUZ names, which newer safetensors
-    # releases write: refused on read and on export today)
+    # (not C128, which safetensors lacks; the FNUZ names are safetensors 0.8's, which
+    # writes and reads them: an older safetensors refuses such a file, as it refuses
+    # what 0.8 writes)
     reference: str = ""  # the reference implementation's name (= v0.1's dtype name)
     gguf: int = -1  # GGUF's ggml type id, for the types GGUF stores plainly
 
@@ -93,7 +94,6 @@ ROWS = (
         ml_dtypes="float8_e4m3fnuz",
         torch="float8_e4m3fnuz",
         safetensors="F8_E4M3FNUZ",
-        safetensors_file=False,
     ),
     DType(
         "f8_e5m2fnuz",
@@ -103,7 +103,6 @@ ROWS = (
         ml_dtypes="float8_e5m2fnuz",
         torch="float8_e5m2fnuz",
         safetensors="F8_E5M2FNUZ",
-        safetensors_file=False,
     ),
     DType("complex64", "f32", "<c8", torch="complex64", safetensors="C64"),
     DType(

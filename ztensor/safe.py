@@ -189,6 +189,17 @@ class safe_open:  # noqa: N801 - the name safetensors users know
             return numpy_to_torch_plain(arr, self._device)
         return arr
 
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor :meth:`keys` lists, name -> :meth:`get_tensor` (safetensors
+        0.8's call), in the order of their bytes in the file (:meth:`offset_keys`);
+        a quantized object's checkpoint names follow, sorted."""
+        names = self.keys()
+        listed = set(names)
+        order = [n for n in self.offset_keys() if n in listed]
+        placed = set(order)
+        order += [n for n in names if n not in placed]
+        return {name: self.get_tensor(name) for name in order}
+
     def _flat_array(self, name: str) -> np.ndarray:
         """The numpy array of a name :meth:`keys` lists that is no dense object (a
         quantized object by its own name, dequantized; one of its GPTQ names), as

@@ -1,13 +1,15 @@
 """safetensors' low-level functions: ``serialize``, ``serialize_file`` and
 ``deserialize``, over zTensor files.
 
-A tensor is given as ``{"dtype": str, "shape": [int], "data": bytes}`` (the dtype
-by torch's name without ``torch.``, e.g. ``"float32"``, ``"bfloat16"``, or by
-safetensors', e.g. ``"F32"``); the bytes are the elements, little-endian, row-major.
+A tensor is given as ``{"dtype": str, "shape": [int], "data": bytes}``, or as
+safetensors 0.8's :class:`TensorSpec` (dtype, shape, a raw address and length).  The
+dtype is torch's name without ``torch.`` (``"float32"``, ``"bfloat16"``) or
+safetensors' (``"F32"``); the bytes are the elements, little-endian, row-major.
 ``deserialize`` reads zTensor and safetensors bytes alike."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -29,6 +31,55 @@ _TORCH_NAMES = dtypes.TORCH_KINDS
 _NAME_OF = dtypes.ML_NAMES
 
 
+def _kind_of(dtype_name: Any):
+    """(numpy storage, logical type) of a dtype by torch's or safetensors' name, or None."""
+    if not isinstance(dtype_name, str):
+        return None
+    return _TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
+
+
+class TensorSpec:
+    """One tensor for :func:`serialize` / :func:`serialize_file`, as safetensors 0.8
+    describes it: ``TensorSpec(dtype, shape, data_ptr, data_len)``, ``data_ptr`` the
+    address of ``data_len`` bytes of elements (little-endian, row-major).  The dtype
+    is checked here (an unknown one is a SafetensorError, as in safetensors); the
+    rest when it is serialized.
+
+    Unsafe as safetensors' is: the address is the caller's word.  The memory must
+    stay alive, unchanged, through every call that is given the spec; nothing can
+    check that an address is valid.  The dict form (``{"dtype", "shape", "data"}``)
+    holds its bytes and needs no such care."""
+
+    __slots__ = ("dtype", "shape", "data_ptr", "data_len")
+
+    def __init__(self, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
+        if _kind_of(dtype) is None:
+            raise SafetensorError(f"unknown dtype {show(dtype)}")
+        for what, value in (("data_ptr", data_ptr), ("data_len", data_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TypeError(f"{what} must be a non-negative int, not {show(value)}")
+        self.dtype = dtype
+        self.shape = list(caller_shape(shape))
+        self.data_ptr = data_ptr
+        self.data_len = data_len
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorSpec(dtype={self.dtype!r}, shape={self.shape}, "
+            f"data_ptr={self.data_ptr:#x}, data_len={self.data_len})"
+        )
+
+
+def _spec_dict(spec: TensorSpec) -> Dict[str, Any]:
+    """A TensorSpec as the dict form: its bytes a view of the memory it points to."""
+    if not spec.data_len:
+        return {"dtype": spec.dtype, "shape": spec.shape, "data": b""}
+    if not spec.data_ptr:
+        raise TypeError("a TensorSpec with data_len > 0 needs a data_ptr")
+    data = (ctypes.c_char * spec.data_len).from_address(spec.data_ptr)
+    return {"dtype": spec.dtype, "shape": spec.shape, "data": memoryview(data).cast("B")}
+
+
 def _arrays(tensor_dict: Any, path: Any):
     """(name, array, logical type) of each dtype/shape/bytes dict, every field checked
     first: any bad value is a FormatError naming the tensor and ``path`` (the file
@@ -39,14 +90,20 @@ def _arrays(tensor_dict: Any, path: Any):
             f"expected a dict of tensors, got {type(tensor_dict).__name__}", path=path
         )
     for name, info in _save.canonical_order(tensor_dict):  # one order: same tensors, same bytes
+        if isinstance(info, TensorSpec):
+            info = _spec_dict(info)
+        elif isinstance(info, dict) and "data_ptr" in info and "data" not in info:
+            raise TypeError(
+                f"tensor {show(name)}: a raw address is given as a TensorSpec, not a dict"
+            )
         if not isinstance(info, dict) or not {"dtype", "shape", "data"} <= set(info):
-            raise FormatError("a tensor needs 'dtype', 'shape' and 'data'", path=path, obj=name)
+            raise FormatError(
+                "a tensor needs 'dtype', 'shape' and 'data' (or is a TensorSpec)",
+                path=path,
+                obj=name,
+            )
         dtype_name = info["dtype"]
-        kind = (
-            _TORCH_NAMES.get(dtype_name) or dtypes.SAFETENSORS_STORAGE.get(dtype_name)
-            if isinstance(dtype_name, str)
-            else None
-        )
+        kind = _kind_of(dtype_name)
         if kind is None:
             raise FormatError(f"unknown dtype {show(dtype_name)}", path=path, obj=name)
         # the one rule for a caller's shape (numpy integers taken, bools and

@@ -26,6 +26,7 @@ import functools
 import math
 import os
 import re
+import shutil
 import stat
 import threading
 import unicodedata
@@ -195,30 +196,46 @@ def save_sharded(
         check_shard_name(f"{prefix}.zt.index.json", index_path)
     except FormatError as exc:
         raise ValueError(f"prefix {prefix!r} does not make plain file names: {exc}") from None
-    if _is_url(index_path):
+    local = not _is_url(index_path)
+    if not local:
         remote_write.Upload(index_path, storage_options).remove()  # as below
-    old_mode = None if _is_url(index_path) else _remove_old_index(index_path)
+    # a local checkpoint is written whole into a hidden folder beside its files, then
+    # moved into place (atomic.move_staged): a refusal or failure in any shard (a torch
+    # tensor only its Writer refuses, a full disk) leaves the old checkpoint as it was,
+    # index and all; the index was removed first, and one shard's refusal left none
+    staging = atomic.staging_folder(folder) if local else None
     total = sum(_nbytes(v) for v in tensors.values())
     done = 0
     weight_map = {}
-    for file, names in zip(files, plan):
-        with Writer(place(folder, file), attributes=metadata, storage_options=storage_options) as w:
-            for name in names:
-                value = tensors[name]
-                if type(value).__module__.startswith("torch"):
-                    w.write_torch(name, value, compress=compress, checksum=checksum)
-                else:
-                    w.write_numpy(name, value, compress=compress, checksum=checksum)
-                weight_map[name] = file
-                done += _nbytes(value)
-                if progress is not None:
-                    progress(done, total)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    if _is_url(index_path):  # uploaded whole, last (remote_write.Upload.commit)
-        remote_write.Upload(index_path, storage_options).write_json(index)
-    else:
-        # the old index was removed first: its mode is given, not found beside it
-        atomic.write_json_atomically(index_path, index, mode=old_mode)
+    try:
+        for file, names in zip(files, plan):
+            with Writer(
+                place(staging or folder, file), attributes=metadata, storage_options=storage_options
+            ) as w:
+                for name in names:
+                    value = tensors[name]
+                    if type(value).__module__.startswith("torch"):
+                        w.write_torch(name, value, compress=compress, checksum=checksum)
+                    else:
+                        w.write_numpy(name, value, compress=compress, checksum=checksum)
+                    weight_map[name] = file
+                    done += _nbytes(value)
+                    if progress is not None:
+                        progress(done, total)
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        if staging is None:  # uploaded whole, last (remote_write.Upload.commit)
+            remote_write.Upload(index_path, storage_options).write_json(index)
+        else:
+            # the old index goes before any shard is replaced, so a crash while they
+            # move leaves no index, never one naming a mix; the new one keeps its mode
+            old_mode = _remove_old_index(index_path)
+            atomic.write_json_atomically(
+                os.path.join(staging, os.path.basename(index_path)), index, mode=old_mode
+            )
+            atomic.move_staged(staging, folder, index=os.path.basename(index_path))
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return files
 
 
@@ -793,12 +810,7 @@ class ShardedReader:
         self._require_open()
         checked, done = 0, 0
         paths = {file: self._shard(file) for file in self.shards}
-        sizes = {}
-        for file, path in paths.items():
-            try:
-                sizes[file] = _size(path, self._options)
-            except OSError:
-                sizes[file] = 0  # reported when the shard is opened
+        sizes = self._progress_sizes(paths)
         total = sum(sizes.values())
         for file, path in paths.items():
             try:
@@ -830,6 +842,18 @@ class ShardedReader:
                 progress(done, total)
         return checked
 
+    def _progress_sizes(self, paths: Dict[str, str]) -> Dict[str, int]:
+        """Each shard's size, for progress only: a shard that cannot be looked at
+        counts 0 here and is refused, naming the index, when it is opened (a bare
+        FileNotFoundError came from read_all, before any shard was opened)."""
+        sizes = {}
+        for file, path in paths.items():
+            try:
+                sizes[file] = _size(path, self._options)
+            except OSError:
+                sizes[file] = 0
+        return sizes
+
     def _missing(self, file: str, reader: Reader) -> List[str]:
         """The tensors the index places in shard ``file`` that ``reader`` lacks."""
         return [n for n in self._placed.get(file, ()) if n not in reader]
@@ -842,13 +866,14 @@ class ShardedReader:
         self._require_open()
         out: Dict[str, Any] = {}
         paths = {file: self._shard(file) for file in self.shards}
-        total, done = sum(_size(p, self._options) for p in paths.values()), 0
-        for file, path in paths.items():
+        sizes = self._progress_sizes(paths) if progress is not None else {}
+        total, done = sum(sizes.values()), 0
+        for file in paths:
             names = self._placed.get(file, [])
-            if names:
+            if names:  # opened and checked as every read opens a shard (_open_checked)
                 with self._using(names[0]) as reader:
                     out.update(reader.read_numpy(names, copy=copy))
-            done += _size(path, self._options)
+            done += sizes.get(file, 0)
             if progress is not None:
                 progress(done, total)
         return {name: out[name] for name in self._map}

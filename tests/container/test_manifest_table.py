@@ -173,7 +173,7 @@ BLOBS = bytes(56) + bytes(range(256)) * 2
     (one(comps={"data": entry(offset=None)}), True),
     (one(comps={"data": entry(offset=64.0)}), True),
     (one(comps={"data": entry(type=None)}), True),
-    (one(comps={"data": entry(), "extra": entry(offset=128)}), False),
+    (one(comps={"data": entry(), "extra": entry(offset=128)}), True),  # dense: data alone
     (one(comps={"data": entry(), "extra": entry(offset=96, length=64)}), True),  # overlaps
     (one(comps={"values": entry()}), True),                               # dense w/o data
     (one(comps={}), True),

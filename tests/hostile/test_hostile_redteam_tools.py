@@ -197,7 +197,7 @@ def test_a_link_at_the_output_is_an_existing_output(tmp_path):
 
 def _fail_on_second_shard(monkeypatch, exc):
     calls = []
-    write, stored = zt_writer.Writer.write, export._stored_elements
+    write, stored = zt_writer.Writer.write, export._stored_view
 
     def writer_write(self, name, *args, **kwargs):
         calls.append(name)
@@ -212,7 +212,7 @@ def _fail_on_second_shard(monkeypatch, exc):
         return stored(reader, name)
 
     monkeypatch.setattr(zt_writer.Writer, "write", writer_write)
-    monkeypatch.setattr(export, "_stored_elements", stored_elements)
+    monkeypatch.setattr(export, "_stored_view", stored_elements)
     return calls
 
 

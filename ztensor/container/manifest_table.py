@@ -300,6 +300,10 @@ def _check_objects(specs, itemsize, checker):
         rows = specs.data_component_rows()[dense]
         if (rows < 0).any() or not objects[EXTENT_OK, dense].all():
             raise _Slow
+        # a dense object holds 'data' alone: one with another component goes the
+        # general way, which refuses it
+        if (dense[comps[OBJECT].astype(np.int64)] & (comps[ROLE] != ROLES.index("data"))).any():
+            raise _Slow
         expected = objects[NUMEL, dense] * itemsize[rows]  # < 2**63: extent_ok bounds it
         decoded = np.where(
             comps[ENCODING, rows] == ENCODINGS.index("raw"), comps[LENGTH, rows], comps[ULEN, rows]

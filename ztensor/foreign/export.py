@@ -28,7 +28,7 @@ import numpy as np
 
 from ztensor import attributes as attrs
 from ztensor import dtypes
-from ztensor.errors import FormatError, UnsupportedError
+from ztensor.errors import FormatError, UnsupportedError, memory_is_a_limit
 from ztensor.foreign.base import optional_import
 from ztensor.foreign.gguf_file import VALUE_TYPES
 from ztensor.foreign.names import NameTable
@@ -64,11 +64,20 @@ def writer_for(kind: str) -> Callable:
     return {"safetensors": write_safetensors, "npz": write_npz, "gguf": write_gguf}[kind]
 
 
-def _atomic(path: str, write: Callable[[Any], None], *, by_name: bool = False) -> None:
+def _atomic(path: str, write: Callable[[Any], None], size: int, *, by_name: bool = False) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``,
-    renamed into place once complete (ztensor/io/atomic.py)."""
-    atomic.replace_atomically(path, write, by_name=by_name)
+    renamed into place once complete (ztensor/io/atomic.py); ``size``: the bytes of
+    tensor data it writes, which the disk must have room for first."""
+    atomic.replace_atomically(path, write, by_name=by_name, size=size)
+
+
+def data_bytes(reader, names) -> int:
+    """The bytes the objects ``names`` of ``reader`` hold decoded: what an export
+    of them writes, less its headers (a view's elements counted as written out)."""
+    return sum(
+        c.decoded_length for name in names for c in reader.metadata(name).components.values()
+    )
 
 
 def _utf8(text: str, what: str, path, obj=None) -> bytes:
@@ -119,18 +128,22 @@ def plan_zt(reader) -> None:
     refusing them only when it reaches them, would name its own output and no
     object, after writing every tensor before, or the checkpoint shards before."""
     path = reader.path
-    _zt_holds(attrs.check_map, reader.attributes, "file attributes", path=path)
+    # writing=True: the Writer's own check, a NaN with a sign or payload included
+    # (valid in a pickle or a GGUF value; CBOR's canonical NaN cannot hold it)
+    _zt_holds(attrs.check_map, reader.attributes, "file attributes", path=path, writing=True)
     for name in reader.keys():
         _zt_holds(attrs.check_name, name, "object names", path=path, obj=name)
         spec = reader.metadata(name)
-        _zt_holds(attrs.check_map, spec.attributes or {}, "attributes", path=path, obj=name)
+        _zt_holds(
+            attrs.check_map, spec.attributes or {}, "attributes", path=path, obj=name, writing=True
+        )
 
 
-def _zt_holds(check, value, what, **where) -> None:
+def _zt_holds(check, value, what, writing: bool = False, **where) -> None:
     """``check`` (a Writer rule) on ``value``; what it refuses, an UnsupportedError
     naming the input: the input is valid in its own format, ``.zt`` cannot hold it."""
     try:
-        check(value, what, **where)
+        check(value, what, **where, **({"writing": True} if writing else {}))
     except FormatError as exc:
         raise UnsupportedError(
             f"{exc.message}: a .zt file cannot hold it", path=where["path"], obj=where.get("obj")
@@ -245,13 +258,13 @@ def write_safetensors(reader, path: str, progress=None, drop_attributes: bool = 
     def write(f):
         f.write(plan.header)
         for name in plan.names:
-            arr = _stored_elements(reader, name)
-            if arr.size:  # the array's own bytes: tobytes() would hold a second copy
-                f.write(memoryview(arr).cast("B"))
-            if progress:
-                progress(arr.nbytes)
+            for piece in _stored_pieces(reader, name):
+                if piece.size:  # the array's own bytes: tobytes() would hold a second copy
+                    f.write(memoryview(piece).cast("B"))
+                if progress:
+                    progress(piece.nbytes)
 
-    _atomic(path, write)
+    _atomic(path, write, data_bytes(reader, plan.names))
     return len(plan.names)
 
 
@@ -298,7 +311,7 @@ def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
             )
         comp = specs[name].components["data"]
         logical = "bf16" if comp.dtype == "bf16" else comp.type
-        if logical is not None and logical != "bool":
+        if logical in dtypes.ML_NAMES:  # bf16 and FP8; complex and bool are numpy's own
             # numpy has no such dtype: the member would hold bit patterns that
             # numpy.load gives back as plain integers, the type lost
             raise UnsupportedError(
@@ -323,32 +336,96 @@ def write_npz(reader, path: str, progress=None, drop_attributes: bool = False) -
     def write(f):
         with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
             for name, member in plan:
-                arr = np.asarray(_stored_elements(reader, name))
+                view = _stored_view(reader, name)
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(_stored_dtype(view.dtype)),
+                    "fortran_order": False,
+                    "shape": view.shape,
+                }
                 with z.open(member, "w", force_zip64=True) as out:
-                    np.lib.format.write_array(out, np.asarray(arr, order="C"), allow_pickle=False)
-                if progress:
-                    progress(arr.nbytes)
+                    _npy_header(out, header)
+                    for piece in _stored_pieces(reader, name, view):
+                        if piece.size:
+                            out.write(memoryview(piece).cast("B"))
+                        if progress:
+                            progress(piece.nbytes)
 
-    _atomic(path, write)
+    _atomic(path, write, data_bytes(reader, [name for name, _ in plan]))
     return len(plan)
 
 
-def _stored_elements(reader, name):
-    """The object's elements, little-endian, in its shape (bits for bf16/FP8), as
-    every exporter writes them: a bool's bytes 0 or 1 only (values.clean_bools, the
-    writers' rule; a reader's bool array may hold other bytes, true as not zero)."""
+# an exporter writes a tensor's elements in pieces of about this many bytes: a view
+# that shows more elements than its file holds (a stride-0 torch.save tensor: 1.4 KB
+# of file, 256 GiB of elements) is copied a piece at a time, never whole
+PIECE_BYTES = 64 << 20
+
+
+def _npy_header(out, header) -> None:
+    """An ``.npy`` header, in the first version that holds it (numpy's own choice:
+    1.0, or 2.0 for a header past 64 KiB)."""
+    try:
+        np.lib.format.write_array_header_1_0(out, header)
+    except ValueError:
+        np.lib.format.write_array_header_2_0(out, header)
+
+
+def _stored_view(reader, name):
+    """The object's elements as read (a view where the format allows), bf16/FP8 as
+    their bits; not yet contiguous or little-endian (:func:`_as_stored`)."""
     arr = np.asarray(reader.read(name).components["data"])
-    if arr.dtype == np.bool_:
-        arr = values.clean_bools(arr)
     if dtypes.is_ml_dtype(arr.dtype):
         arr = arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8)
-    if (
-        arr.dtype.itemsize > 1
-        and arr.dtype.byteorder not in ("<", "|")
-        and not (arr.dtype.byteorder == "=" and np.little_endian)
-    ):
-        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return arr
+
+
+def _stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The little-endian dtype an exporter writes elements of ``dtype`` as."""
+    return dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+
+
+def _as_stored(arr):
+    """``arr`` as every exporter writes it: little-endian, C-contiguous, a bool's
+    bytes 0 or 1 only (values.clean_bools, the writers' rule; a reader's bool array
+    may hold other bytes, true as not zero)."""
+    if arr.dtype == np.bool_:
+        arr = values.clean_bools(arr)
+    arr = arr.astype(_stored_dtype(arr.dtype), copy=False)
     return np.asarray(arr, order="C")  # not ascontiguousarray: a 0-d array stays 0-d
+
+
+def _pieces(arr, budget: Optional[int] = None):
+    """Views of ``arr`` along its leading axes, each of at most ``budget`` bytes
+    (default :data:`PIECE_BYTES`; or one element), that hold its elements in C order."""
+    budget = PIECE_BYTES if budget is None else budget
+    if arr.ndim == 0 or arr.nbytes <= budget:
+        yield arr
+        return
+    row = arr.nbytes // arr.shape[0]
+    if row > budget:
+        for i in range(arr.shape[0]):
+            yield from _pieces(arr[i], budget)
+        return
+    step = budget // row
+    for start in range(0, arr.shape[0], step):
+        yield arr[start : start + step]
+
+
+def _stored_pieces(reader, name, view=None):
+    """The object's elements (see :func:`_as_stored`; ``view``: its
+    :func:`_stored_view`, when the caller has it), in C order, as contiguous
+    pieces of at most :data:`PIECE_BYTES`: what the safetensors and npz exporters
+    write, so memory stays at one piece whatever the view shows.  Memory that
+    runs out is a LimitError naming the file and object."""
+    with memory_is_a_limit(reader.path, name):
+        for piece in _pieces(_stored_view(reader, name) if view is None else view):
+            yield _as_stored(piece)
+
+
+def _stored_elements(reader, name):
+    """The object's elements whole (see :func:`_as_stored`), for a writer that takes
+    one array (gguf-py's); memory that runs out is a LimitError naming them."""
+    with memory_is_a_limit(reader.path, name):
+        return _as_stored(_stored_view(reader, name))
 
 
 def _short(value) -> str:
@@ -471,7 +548,7 @@ def write_gguf(reader, path: str, progress=None, drop_attributes: bool = False) 
                 progress(arr.nbytes)
         w.close()
 
-    _atomic(path, write, by_name=True)
+    _atomic(path, write, sum(t.nbytes for t in plan.tensors), by_name=True)
     return len(plan.tensors)
 
 

@@ -32,6 +32,17 @@ def check_entry(checker, name, shape, comps):
     data = comps.get("data")
     if data is None:
         checker.fail("dense object has no 'data' component", name)
+    # the spec gives a dense object one component: another is nothing a read of the
+    # array shows (read_numpy, read_torch, every flat path), and replace_tensor
+    # dropped it without a word; refused on read and write alike
+    extra = sorted(role for role in comps if role not in ROLES)
+    if extra:
+        checker.fail(
+            f"dense object has a component the format does not define ({extra[0]!r}; "
+            "a dense object holds 'data' alone)",
+            name,
+            extra[0],
+        )
     expected = (
         math.prod(shape)
         * dtypes.element_ratio(data.dtype, data.type)

@@ -13,8 +13,10 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
-from typing import Any, Callable
+import tempfile
+from typing import Any, Callable, Optional
 
 from ztensor.errors import WriteError, ZTensorError
 from ztensor.io.paths import resolve_folder
@@ -203,8 +205,33 @@ def note_leftover(exc: BaseException, problem: Any) -> None:
         add_note(problem)
 
 
+def require_room(path, nbytes: int) -> None:
+    """A WriteError naming ``path`` when the filesystem its file would be written on
+    has less room than ``nbytes``, before a byte is written: an output whose size a
+    file merely declares (a stride-0 view of 1.4 KB that is 256 GiB written out)
+    filled the disk for minutes, then failed.  No answer from the system: no check."""
+    folder = os.path.dirname(resolve_folder(os.fspath(path))) or "."
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return
+    free = st.f_bavail * st.f_frsize
+    if nbytes > free:
+        raise WriteError(
+            f"the output needs {nbytes:,} bytes and its disk has {free:,} free; nothing "
+            "was written",
+            path=path,
+            errno=errno.ENOSPC,
+        )
+
+
 def replace_atomically(
-    path: str, write: Callable[[Any], None], *, by_name: bool = False, mode=None
+    path: str,
+    write: Callable[[Any], None],
+    *,
+    by_name: bool = False,
+    mode=None,
+    size: Optional[int] = None,
 ) -> None:
     """``write(file object)`` (or ``write(temporary path)`` with ``by_name``, for
     writers that open the file themselves) into a temporary file beside ``path``'s
@@ -212,8 +239,11 @@ def replace_atomically(
     else ``mode``: see :func:`create_temp`).  On any failure the temporary file is
     removed (wherever its folder went: :meth:`Temp.discard`; one that cannot be is
     said in the error) and ``path`` is untouched; an OSError becomes a WriteError
-    naming ``path``."""
+    naming ``path``.  ``size``: the bytes it will write, when known (checked first:
+    :func:`require_room`)."""
     target = final_target(path)
+    if size is not None:
+        require_room(target, size)
     temp = create_temp(target, mode, label=path)
     try:
         if by_name:
@@ -256,3 +286,52 @@ __all__ = [
     "replace_atomically",
     "write_json_atomically",
 ]
+
+
+def staging_folder(target: str) -> str:
+    """A new hidden folder inside the folder ``target``, where a set of files that
+    must replace their namesakes together (a checkpoint's shards, copies and index)
+    is written whole before any is moved (:func:`move_staged`): the same filesystem,
+    so each move is a rename."""
+    try:
+        return tempfile.mkdtemp(prefix=".ztensor-staged-", dir=target)
+    except OSError as exc:
+        raise WriteError(
+            f"cannot create a folder for the new files: {exc.strerror or exc}",
+            path=target,
+            errno=exc.errno,
+        ) from None
+
+
+def move_staged(staging: str, target: str, index: str) -> None:
+    """Every file of ``staging`` renamed to its name in ``target``, the file named
+    ``index`` last (an index names shards that must be in place before it is).  A
+    file replaced keeps its permission bits (create_temp's rule), and a symbolic
+    link is replaced as :func:`final_target` says (its target)."""
+    names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
+    for name in names:
+        final = os.path.join(target, name)
+        try:
+            destination = final_target(final)
+            try:
+                os.chmod(os.path.join(staging, name), stat.S_IMODE(os.stat(destination).st_mode))
+            except FileNotFoundError:
+                pass  # a new file: the mode it was made with
+            try:
+                os.replace(os.path.join(staging, name), destination)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                # a link to another filesystem: copied beside its target, then renamed
+                replace_atomically(final, lambda out: _copy_into(os.path.join(staging, name), out))
+        except OSError as exc:
+            raise WriteError(
+                f"cannot move the new file into place: {exc.strerror or exc}",
+                path=final,
+                errno=exc.errno,
+            ) from None
+
+
+def _copy_into(path: str, out) -> None:
+    with open(path, "rb") as f:
+        shutil.copyfileobj(f, out, 1 << 20)

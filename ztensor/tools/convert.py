@@ -166,6 +166,8 @@ def _convert_file(source, target, compress, checksum, counter, drop_attributes=F
                 reader, target, progress=counter.add, drop_attributes=drop_attributes
             )
         exporters.plan_zt(reader)  # what .zt cannot hold, refused before the file exists
+        if not compress:  # raw: the output holds every byte decoded (compressed: unknown)
+            atomic.require_room(target, exporters.data_bytes(reader, reader.keys()))
     attributes, tensors = convert_inputs.open_any(source)
     return _write_zt(target, attributes, tensors, compress, checksum, counter)
 
@@ -361,62 +363,44 @@ def _convert_checkpoint(
         raise ZTensorError("exists; pass force=True (--force) to replace it", path=existing[0])
     made_folder = not os.path.isdir(target)
     os.makedirs(target, exist_ok=True)
-    if os.path.exists(index_path):
-        os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
     counter = _Counter(
         progress, sum(os.path.getsize(os.path.join(plan.folder, f)) for f, _, _ in plan.shards)
     )
-    # the files this conversion adds where there were none: a failure part way (a
-    # full disk, an interrupt, a shard whose data is broken) removes them again, and
-    # the folder if it made it, so what is left is what was there (less an index
-    # that --force replaces), never some shards of a checkpoint with no index
-    created = []
+    # every output file is written into a hidden folder inside ``target`` first; only
+    # once all of them are whole is the old index removed and each renamed into place
+    # (with the mode of the file it replaces), the new index last.  A failure part way
+    # (a full disk, an interrupt, a shard whose data is broken) removes the staged
+    # files, so the old checkpoint stays as it was, index and all: replacing shard
+    # by shard left the new first shard beside the old second one and no index
+    staging = atomic.staging_folder(target)
     try:
         count = _write_checkpoint(
-            plan,
-            fmt,
-            copies,
-            target,
-            index_path,
-            compress,
-            checksum,
-            counter,
-            created,
-            drop_attributes,
+            plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
         )
+        if os.path.lexists(index_path):
+            os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
+        atomic.move_staged(staging, target, index=os.path.basename(index_path))
     except BaseException:
-        for path in reversed(created):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        shutil.rmtree(staging, ignore_errors=True)
         if made_folder:
             try:
                 os.rmdir(target)  # only when empty: nothing of anyone else's is removed
             except OSError:
                 pass
         raise
+    shutil.rmtree(staging, ignore_errors=True)
     if progress is not None:
         progress(counter.total, counter.total)
     return count
 
 
-def _write_checkpoint(
-    plan, fmt, copies, target, index_path, compress, checksum, counter, created, drop_attributes
-):
-    """The planned shards, copies and index into ``target``; ``created`` gets every
-    path written that did not exist before, as it is written."""
-
-    def fresh(path):
-        if not os.path.lexists(path):
-            created.append(path)
-        return path
-
+def _write_checkpoint(plan, fmt, copies, folder, compress, checksum, counter, drop_attributes):
+    """The planned shards, copies and index into ``folder`` (the staging folder)."""
     count = 0
     for file, out, names in plan.shards:  # one shard at a time: memory stays at one tensor
         written = _convert_file(
             os.path.join(plan.folder, file),
-            fresh(os.path.join(target, out)),
+            os.path.join(folder, out),
             compress,
             checksum,
             counter,
@@ -429,13 +413,12 @@ def _write_checkpoint(
             )
         count += written
     for copy in copies:
-        fresh(os.path.join(target, copy.name))
-        _copy_file(copy, plan.folder, target)
+        _copy_file(copy, plan.folder, folder)
     # Hugging Face writes no index for one safetensors shard (model.safetensors is
     # loaded by name); a .zt checkpoint keeps an index whenever its input had one
     if len(plan.shards) > 1 or (plan.indexed and fmt == "zt"):
         atomic.write_json_atomically(
-            fresh(index_path),
+            os.path.join(folder, SHARD_FORMATS[fmt]),
             {
                 "metadata": {**plan.metadata, "total_size": counter.tensor_bytes},
                 "weight_map": plan.weight_map,
