@@ -153,3 +153,28 @@ def test_sharded_checkpoint_behind_a_url(server):
     assert one < 64 * 64 * 4 + (16 << 10)  # that tensor, its shard's footer and manifest
     with pytest.raises(ztensor.FormatError, match="index"):
         ztensor.open_sharded(f"{url}/ckpt/")
+
+
+def test_an_index_url_with_a_token_query_sends_it_with_every_shard(tmp_path):
+    """A server wanting a token with every request (a CDN's or an Azure SAS
+    ``?token=``): the index's query goes with each shard's URL (sharded._url_parts);
+    an index URL with a query was refused ("opened by its index")."""
+    guard = 'location /private/ { if ($arg_token != "s3cret") { return 403; } }'
+    with nginx(tmp_path, locations=guard) as (url, www, log):
+        tensors = {f"layer.{i}.w": np.full((64, 64), i, np.float32) for i in range(4)}
+        (www / "private").mkdir()
+        ztensor.save_sharded(tensors, www / "private" / "ckpt", max_shard_size=40_000)
+        index = f"{url}/private/ckpt/model.zt.index.json"
+        with pytest.raises(ztensor.ZTensorError, match="403"):
+            ztensor.open_sharded(index)
+        with ztensor.open_sharded(index + "?token=s3cret") as ckpt:
+            assert len(ckpt.shards) > 1
+            got = ckpt.read_all()
+            assert ckpt.verify() == 0
+        for name, value in tensors.items():
+            np.testing.assert_array_equal(got[name], value)
+        time.sleep(0.2)  # nginx writes its log after the reply
+        shard_statuses = [line.split()[2] for line in log.read_text().splitlines()
+                          if line.split()[1:2] and line.split()[1].endswith(".zt")]
+        # the shards were asked for, each with the token (none refused)
+        assert shard_statuses and set(shard_statuses) <= {"200", "206"}

@@ -379,3 +379,17 @@ def test_fnuz_safetensors_files_read_and_export(tmp_path, kind):
     ztensor.convert(str(tmp_path / "f.zt"), str(tmp_path / "g.safetensors"))
     back = st.load_file(str(tmp_path / "g.safetensors"))["x"]
     assert back.dtype == x.dtype and torch.equal(back.view(torch.uint8), x.view(torch.uint8))
+
+
+def test_a_meta_tensor_is_refused_as_safetensors_refuses_it(tmp_path):
+    """safetensors' own test_meta_tensor: saving a meta tensor raises RuntimeError
+    (torch's "Cannot copy out of meta tensor"); ours is an UnsupportedError, which
+    is a RuntimeError too (errors.UnsupportedError), naming the file and tensor."""
+    torch = pytest.importorskip("torch")
+    import ztensor.torch as zt
+    path = tmp_path / "m.zt"
+    with pytest.raises(RuntimeError) as info:
+        zt.save_file({"a": torch.zeros(2, device="meta")}, path)
+    assert isinstance(info.value, ztensor.UnsupportedError)
+    assert "'a'" in str(info.value) and "m.zt" in str(info.value)
+    assert not path.exists()

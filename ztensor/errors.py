@@ -129,11 +129,15 @@ class LimitError(ZTensorError):
     """A declared size exceeds a configured safety limit (see :class:`ztensor.Limits`)."""
 
 
-class UnsupportedError(ZTensorError, ValueError):
+class UnsupportedError(ZTensorError, ValueError, RuntimeError):
     """Valid, but something this version of ztensor cannot do (an unknown digest
     algorithm, format version 2.0).  A ``ValueError``, as numpy's for a ``.npy``
     version it does not know: the input is the problem, not a missing feature
-    (``NotImplementedError`` says "not written yet")."""
+    (``NotImplementedError`` says "not written yet").  A ``RuntimeError`` too, as
+    :class:`FormatError` is: safetensors raises torch's ``RuntimeError`` for a tensor
+    it cannot store (a meta tensor: "Cannot copy out of meta tensor"), and the
+    reference implementation ``RuntimeError`` for what it cannot do, so code
+    written against either catches it."""
 
 
 class ObjectNotFoundError(ZTensorError, KeyError):

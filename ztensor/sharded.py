@@ -338,7 +338,7 @@ def find_index(path: PathLike) -> Optional[str]:
     A URL must name the index itself: a server has no directory listing."""
     path = os.fspath(path)
     if _is_url(path):
-        if not path.endswith(".index.json"):
+        if not _url_parts(path)[0].endswith(".index.json"):
             raise FormatError(
                 "a sharded checkpoint behind a URL is opened by its index "
                 "(.../model.zt.index.json)",
@@ -362,6 +362,20 @@ def find_index(path: PathLike) -> Optional[str]:
             path=path,
         )
     return os.path.join(path, pick[0]) if pick else None
+
+
+def _url_parts(url: str) -> Tuple[str, str]:
+    """(the URL less its query, the query) of an index URL.  Only an HTTP(S) URL
+    keeps a query: a token a server or CDN wants with every request (an Azure SAS,
+    ``?token=``), sent with each shard's request too, as they sit in the index's
+    folder on the index's host.  A presigned S3 URL signs one object: its shards
+    are refused by the server (403), which the error says.  For an object store the
+    query is the object's version (s3fs: ``?versionId=``), so it is left in place
+    and the name check of its shards refuses nothing new."""
+    if not url.lower().startswith(("http://", "https://")):
+        return url, ""
+    base, _, query = url.split("#", 1)[0].partition("?")
+    return base, query
 
 
 def _read_index(index: str, options) -> Tuple[Dict[str, str], Dict[str, Any]]:
@@ -454,6 +468,7 @@ class ShardedReader:
         # the checkpoint was rewritten (save_sharded removes the index first) would
         # mix two versions' tensors (_open_checked compares)
         self._index = index
+        self._query = ""
         self._index_version = None if index is None or _is_url(index) else atomic.identity(index)
         if index is None:
             single = self._single_file(self.path)
@@ -463,7 +478,11 @@ class ShardedReader:
             self._map = {n: os.path.basename(single) for n in names}
             self._meta: Dict[str, Any] = {}
             return
-        self.folder = index.rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
+        # an HTTP(S) index's query goes with every shard's URL (_url_parts)
+        self._query = _url_parts(index)[1] if _is_url(index) else ""
+        self.folder = (
+            _url_parts(index)[0].rsplit("/", 1)[0] if _is_url(index) else os.path.dirname(index)
+        )
         self._map, self._meta = _read_index(index, self._options)
         if not _is_url(self.path) and os.path.isdir(self.path):
             _require_one_checkpoint(self.folder, index, self._map)
@@ -476,7 +495,8 @@ class ShardedReader:
         if self.folder.lower().startswith(("http://", "https://")):
             # a URL path segment: '?', '#', spaces and non-ASCII are escaped, so the
             # server sees exactly this name ('%' itself is never in a shard name)
-            return f"{self.folder}/{urllib.parse.quote(file, safe='')}"
+            query = f"?{self._query}" if self._query else ""
+            return f"{self.folder}/{urllib.parse.quote(file, safe='')}{query}"
         return f"{self.folder}/{file}"  # s3://, memory://...: keys, not URL-encoded
 
     @staticmethod
