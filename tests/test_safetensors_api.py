@@ -358,6 +358,16 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
         ztensor.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}})
     with pytest.raises(ztensor.FormatError, match="needs 12"):
         ztensor.serialize({"t": ztensor.TensorSpec("float32", [3], a.ctypes.data, 8)})
+    # numpy integers are taken, as safetensors takes them; a length past any address
+    # is a ValueError when made, and a FormatError when changed afterwards: no
+    # memory is looked at for a length the shape does not need
+    spec = ztensor.TensorSpec("int8", [np.int64(5)], np.uint64(b.ctypes.data), np.int64(5))
+    assert dict(ztensor.deserialize(ztensor.serialize({"b": spec})))["b"]["data"] == b.tobytes()
+    with pytest.raises(ValueError):
+        ztensor.TensorSpec("float32", [3], a.ctypes.data, 2**64)
+    spec.data_len = 2**62
+    with pytest.raises(ztensor.FormatError, match="needs 5"):
+        ztensor.serialize({"b": spec})
 
 
 @pytest.mark.parametrize("kind", ["float8_e4m3fnuz", "float8_e5m2fnuz"])

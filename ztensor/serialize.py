@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -55,13 +57,10 @@ class TensorSpec:
     def __init__(self, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
         if _kind_of(dtype) is None:
             raise SafetensorError(f"unknown dtype {show(dtype)}")
-        for what, value in (("data_ptr", data_ptr), ("data_len", data_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise TypeError(f"{what} must be a non-negative int, not {show(value)}")
         self.dtype = dtype
         self.shape = list(caller_shape(shape))
-        self.data_ptr = data_ptr
-        self.data_len = data_len
+        self.data_ptr = _address_field("data_ptr", data_ptr)
+        self.data_len = _address_field("data_len", data_len)
 
     def __repr__(self) -> str:
         return (
@@ -70,13 +69,42 @@ class TensorSpec:
         )
 
 
-def _spec_dict(spec: TensorSpec) -> Dict[str, Any]:
-    """A TensorSpec as the dict form: its bytes a view of the memory it points to."""
-    if not spec.data_len:
+def _address_field(what: str, value: Any) -> int:
+    """A TensorSpec's ``data_ptr`` or ``data_len``: an integer (numpy's too) from 0
+    to the largest address, else a TypeError or ValueError naming it."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not a bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
+    if not 0 <= number <= sys.maxsize:
+        raise ValueError(f"{what} must be from 0 to {sys.maxsize}, not {number}")
+    return number
+
+
+def _spec_dict(spec: TensorSpec, name: str, path: Any) -> Dict[str, Any]:
+    """A TensorSpec as the dict form: its bytes a view of the memory it points to,
+    once its length is the one its dtype and shape need (checked first: the fields
+    can be changed after the spec was made, and no memory is looked at for a length
+    that does not fit)."""
+    address = _address_field("data_ptr", spec.data_ptr)
+    length = _address_field("data_len", spec.data_len)
+    kind = _kind_of(spec.dtype)
+    shape = caller_shape(spec.shape)
+    if kind is not None and not shape_problem(shape, np.dtype(kind[0]).itemsize):
+        needed = math.prod(shape) * np.dtype(kind[0]).itemsize
+        if length != needed:
+            raise FormatError(
+                f"data_len {length}: shape {list(shape)} of {spec.dtype} needs {needed} bytes",
+                path=path,
+                obj=name,
+            )
+    if not length:
         return {"dtype": spec.dtype, "shape": spec.shape, "data": b""}
-    if not spec.data_ptr:
-        raise TypeError("a TensorSpec with data_len > 0 needs a data_ptr")
-    data = (ctypes.c_char * spec.data_len).from_address(spec.data_ptr)
+    if not address:
+        raise TypeError(f"tensor {show(name)}: a TensorSpec with data_len > 0 needs a data_ptr")
+    data = (ctypes.c_char * length).from_address(address)
     return {"dtype": spec.dtype, "shape": spec.shape, "data": memoryview(data).cast("B")}
 
 
@@ -91,7 +119,7 @@ def _arrays(tensor_dict: Any, path: Any):
         )
     for name, info in _save.canonical_order(tensor_dict):  # one order: same tensors, same bytes
         if isinstance(info, TensorSpec):
-            info = _spec_dict(info)
+            info = _spec_dict(info, name, path)
         elif isinstance(info, dict) and "data_ptr" in info and "data" not in info:
             raise TypeError(
                 f"tensor {show(name)}: a raw address is given as a TensorSpec, not a dict"

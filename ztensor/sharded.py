@@ -27,7 +27,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import threading
 import unicodedata
 import urllib.parse
@@ -208,57 +207,47 @@ def save_sharded(
     done = 0
     weight_map = {}
     try:
-        for file, names in zip(files, plan):
-            with Writer(
-                place(staging or folder, file), attributes=metadata, storage_options=storage_options
-            ) as w:
-                for name in names:
-                    value = tensors[name]
-                    if type(value).__module__.startswith("torch"):
-                        w.write_torch(name, value, compress=compress, checksum=checksum)
-                    else:
-                        w.write_numpy(name, value, compress=compress, checksum=checksum)
-                    weight_map[name] = file
-                    done += _nbytes(value)
-                    if progress is not None:
-                        progress(done, total)
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        if staging is None:  # uploaded whole, last (remote_write.Upload.commit)
-            remote_write.Upload(index_path, storage_options).write_json(index)
-        else:
-            # the old index goes before any shard is replaced, so a crash while they
-            # move leaves no index, never one naming a mix; the new one keeps its mode
-            old_mode = _remove_old_index(index_path)
-            atomic.write_json_atomically(
-                os.path.join(staging, os.path.basename(index_path)), index, mode=old_mode
-            )
-            atomic.move_staged(staging, folder, index=os.path.basename(index_path))
+        with atomic.staged_as_target(staging, folder) if staging else contextlib.nullcontext():
+            for file, names in zip(files, plan):
+                with Writer(
+                    place(staging or folder, file),
+                    attributes=metadata,
+                    storage_options=storage_options,
+                ) as w:
+                    for name in names:
+                        value = tensors[name]
+                        if type(value).__module__.startswith("torch"):
+                            w.write_torch(name, value, compress=compress, checksum=checksum)
+                        else:
+                            w.write_numpy(name, value, compress=compress, checksum=checksum)
+                        weight_map[name] = file
+                        done += _nbytes(value)
+                        if progress is not None:
+                            progress(done, total)
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            if staging is None:  # uploaded whole, last (remote_write.Upload.commit)
+                remote_write.Upload(index_path, storage_options).write_json(index)
+            else:
+                index_name = os.path.basename(index_path)
+                atomic.write_json_atomically(os.path.join(staging, index_name), index)
+                # the old checkpoint's shards this one does not rewrite go with it
+                atomic.move_staged(staging, folder, index_name, replaced=old_shards(index_path))
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return files
 
 
-def _remove_old_index(index_path: str) -> Optional[int]:
-    """Remove the index a new checkpoint will replace, before any shard is written:
-    a failure part way then leaves no index, never one naming the old shards.  The
-    file a symlink points to is removed (the link stays, and will point to the new
-    index); its mode is returned so that the new one gets it.  Anything but a
-    file there (a directory) is a WriteError before anything is written."""
-    target = atomic.final_target(index_path)
+def old_shards(index_path: str) -> List[str]:
+    """The shard names the local index at ``index_path`` gives (each passed
+    check_shard_name), or none when there is no index or it cannot be read: the
+    files a checkpoint written over it replaces."""
+    if not os.path.isfile(index_path):
+        return []
     try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise WriteError(f"cannot replace the index: {exc.strerror}", path=index_path) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise WriteError("the index's place is taken by something not a file", path=index_path)
-    try:
-        os.unlink(target)
-    except OSError as exc:
-        raise WriteError(f"cannot replace the index: {exc.strerror}", path=index_path) from None
-    return stat.S_IMODE(st.st_mode)
+        return sorted(set(_read_index(index_path, None)[0].values()))
+    except ZTensorError:
+        return []  # not an index this library reads: nothing of it is removed
 
 
 def _is_url(path: str) -> bool:

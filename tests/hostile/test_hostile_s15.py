@@ -243,3 +243,49 @@ def test_a_dense_object_with_another_component_is_refused_on_write(tmp_path):
         with ztensor.Writer(str(path)) as w:
             w.write("x", t)
     assert not path.exists()
+
+
+# ------------------------------------------------------------------ moving into place
+# Rule: atomic.move_staged checks every destination and readies every file (its mode,
+# a copy beside a destination on another filesystem) before the old index goes;
+# errors name the files where they were to be, never the hidden staging folder.
+
+
+def test_a_destination_that_cannot_be_replaced_keeps_the_old_checkpoint(tmp_path):
+    folder = tmp_path / "ck"
+    tensors = {f"t{i}": np.full(250, float(i), np.float32) for i in range(3)}
+    ztensor.save_sharded(tensors, str(folder), max_shard_size=1000)
+    (folder / "model-00004-of-00004.zt").mkdir()  # in the way of the new fourth shard
+    more = {**tensors, "t3": np.full(250, 3.0, np.float32)}
+    with pytest.raises(ztensor.WriteError, match="is a directory") as info:
+        ztensor.save_sharded({k: v + 10 for k, v in more.items()}, str(folder),
+                             max_shard_size=1000)
+    assert str(folder / "model-00004-of-00004.zt") in str(info.value)
+    assert ".ztensor-staged" not in str(info.value)
+    assert _values(folder) == {k: v.tolist() for k, v in tensors.items()}
+
+
+def test_a_refusal_in_a_staged_shard_names_the_shard_where_it_was_to_be(tmp_path):
+    folder = tmp_path / "ck"
+    with pytest.raises(ztensor.UnsupportedError) as info:
+        ztensor.save_sharded({"a": np.ones(2), "b": torch.zeros(2, dtype=torch.complex32)},
+                             str(folder), max_shard_size=16)
+    assert str(folder / "model-00002-of-00002.zt") in str(info.value)
+    assert ".ztensor-staged" not in str(info.value)
+
+
+def test_a_rewrite_keeps_the_index_mode_and_removes_the_shards_it_replaced(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    ztensor.save_sharded({f"t{i}": np.full(250, float(i), np.float32) for i in range(3)},
+                         str(src), max_shard_size=1000)
+    ztensor.convert(str(src), str(out))
+    for name in os.listdir(out):
+        os.chmod(out / name, 0o600)
+    small = tmp_path / "small"
+    ztensor.save_sharded({"t0": np.full(2, 5.0, np.float32), "t1": np.full(2, 6.0, np.float32)},
+                         str(small))  # one shard now
+    ztensor.convert(str(small), str(out), force=True)
+    assert sorted(os.listdir(out)) == ["model-00001-of-00001.zt", "model.zt.index.json"]
+    # the index replaced keeps its mode (it was removed first, and made anew: 0644)
+    assert os.stat(out / "model.zt.index.json").st_mode & 0o777 == 0o600
+    assert _values(out) == {"t0": [5.0, 5.0], "t1": [6.0, 6.0]}

@@ -9,6 +9,7 @@ checkpoint writers and converter (``*.index.json``: :func:`write_json_atomically
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -16,7 +17,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ztensor.errors import WriteError, ZTensorError
 from ztensor.io.paths import resolve_folder
@@ -296,40 +297,102 @@ def staging_folder(target: str) -> str:
     try:
         return tempfile.mkdtemp(prefix=".ztensor-staged-", dir=target)
     except OSError as exc:
-        raise WriteError(
-            f"cannot create a folder for the new files: {exc.strerror or exc}",
-            path=target,
-            errno=exc.errno,
-        ) from None
+        raise _failed("cannot create a folder for the new files", exc, target) from None
 
 
-def move_staged(staging: str, target: str, index: str) -> None:
-    """Every file of ``staging`` renamed to its name in ``target``, the file named
-    ``index`` last (an index names shards that must be in place before it is).  A
-    file replaced keeps its permission bits (create_temp's rule), and a symbolic
-    link is replaced as :func:`final_target` says (its target)."""
+def move_staged(staging: str, target: str, index: str, replaced=()) -> None:
+    """Every file of ``staging`` renamed to its name in the folder ``target``: the
+    new files of a checkpoint (``index`` the name of its index) replacing the old.
+
+    First nothing in ``target`` changes: every destination is checked (a directory,
+    a loop of links there is a WriteError: :func:`final_target`), each staged file
+    is given the permission bits of the file it replaces, and one whose destination
+    is on another filesystem (a link out of the folder) is copied into a temporary
+    file beside that destination.  A failure so far leaves ``target`` as it was.
+    Then the old index is removed (from here on a crash leaves no index, never one
+    naming a mix), each file renamed into place, the new index last, and the files
+    of ``replaced`` (the old index's shards) that the new checkpoint lacks removed:
+    they belonged to the checkpoint replaced."""
     names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
-    for name in names:
-        final = os.path.join(target, name)
+    ready = []  # (what to rename, its destination, its Temp when a copy)
+    try:
+        for name in names:
+            ready.append(_ready_to_move(os.path.join(staging, name), os.path.join(target, name)))
+        old_index = final_target(os.path.join(target, index))
+    except BaseException:
+        for _, _, temp in ready:
+            if temp is not None:
+                temp.discard()
+        raise
+    step = os.path.join(target, index)
+    try:
+        if os.path.lexists(old_index):
+            os.unlink(old_index)
+        for source, destination, temp in ready:
+            step = destination
+            os.replace(source, destination)
+            if temp is not None:
+                temp.done()
+    except OSError as exc:
+        for _, _, temp in ready:
+            if temp is not None:
+                temp.discard()
+        raise _failed("cannot move the new file into place", exc, step) from None
+    for name in set(replaced) - set(names) - {index}:
         try:
-            destination = final_target(final)
-            try:
-                os.chmod(os.path.join(staging, name), stat.S_IMODE(os.stat(destination).st_mode))
-            except FileNotFoundError:
-                pass  # a new file: the mode it was made with
-            try:
-                os.replace(os.path.join(staging, name), destination)
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    raise
-                # a link to another filesystem: copied beside its target, then renamed
-                replace_atomically(final, lambda out: _copy_into(os.path.join(staging, name), out))
-        except OSError as exc:
-            raise WriteError(
-                f"cannot move the new file into place: {exc.strerror or exc}",
-                path=final,
-                errno=exc.errno,
-            ) from None
+            os.unlink(os.path.join(target, name))
+        except OSError:
+            pass  # gone already, or not ours to remove: the new index does not name it
+
+
+def _ready_to_move(staged: str, final: str):
+    """(path to rename, destination, Temp or None) for moving ``staged`` to
+    ``final`` (see :func:`move_staged`); nothing at ``final`` changes."""
+    try:
+        destination = final_target(final)
+        try:
+            mode: Optional[int] = stat.S_IMODE(os.stat(destination).st_mode)
+        except FileNotFoundError:
+            mode = None  # a new file: the mode it was made with
+        if mode is not None:
+            os.chmod(staged, mode)
+        folder = os.path.dirname(destination)
+        if os.stat(staged).st_dev == os.stat(folder).st_dev:
+            return staged, destination, None
+        # another filesystem: a rename cannot cross it, so a copy beside it first
+        temp = create_temp(destination, stat.S_IMODE(os.stat(staged).st_mode), label=final)
+        try:
+            fd, temp.fd = temp.fd, None
+            with os.fdopen(fd, "wb") as out:
+                _copy_into(staged, out)
+        except BaseException:
+            temp.discard()
+            raise
+        return temp.path, destination, temp
+    except WriteError as exc:
+        exc.replace_path(os.fspath(exc.path), final)
+        raise
+    except OSError as exc:
+        raise _failed("cannot move the new file into place", exc, final) from None
+
+
+@contextlib.contextmanager
+def staged_as_target(staging: str, target: str) -> Iterator[None]:
+    """Errors raised while files are written into ``staging`` name them where they
+    will be, in ``target``: the hidden folder is no name the caller knows."""
+    try:
+        yield
+    except ZTensorError as exc:
+        if exc.path is not None and os.fspath(exc.path).startswith(staging + os.sep):
+            inside = os.fspath(exc.path)[len(staging) + 1 :]
+            exc.replace_path(os.fspath(exc.path), os.path.join(target, inside))
+        exc.replace_path(staging, target)
+        raise
+
+
+def _failed(what: str, exc: OSError, path: str) -> WriteError:
+    """The WriteError for an OSError of the step ``what`` on ``path``."""
+    return WriteError(f"{what}: {exc.strerror or exc}", path=path, errno=exc.errno)
 
 
 def _copy_into(path: str, out) -> None:

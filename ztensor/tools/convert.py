@@ -374,12 +374,14 @@ def _convert_checkpoint(
     # by shard left the new first shard beside the old second one and no index
     staging = atomic.staging_folder(target)
     try:
-        count = _write_checkpoint(
-            plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
-        )
-        if os.path.lexists(index_path):
-            os.unlink(index_path)  # from here on a crash leaves no index, never a wrong one
-        atomic.move_staged(staging, target, index=os.path.basename(index_path))
+        with atomic.staged_as_target(staging, target):
+            count = _write_checkpoint(
+                plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
+            )
+        # the old index goes first (a crash then leaves no index, never a wrong one),
+        # and the old checkpoint's shards this one does not rewrite after the new index
+        replaced = sharded.old_shards(index_path)
+        atomic.move_staged(staging, target, os.path.basename(index_path), replaced=replaced)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if made_folder:
