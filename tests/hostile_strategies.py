@@ -1274,3 +1274,56 @@ class address_space_cap:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, self.old)
         return False
+
+
+# ---------------------------------------------------------------- exports
+EXPORTS = [".zt", ".safetensors", ".npz", ".gguf"]
+
+
+def _same_elements(want: np.ndarray, got: np.ndarray) -> bool:
+    """Whether an export holds the input's elements: shape, dtype and bytes (a bool's
+    truth: a reader's bool array may hold bytes other than 1, exports write 0 or 1)."""
+    # in native byte order: a big-endian input (an .npy '>f4') is exported as its values
+    want, got = (a.astype(a.dtype.newbyteorder("="), copy=False) for a in (want, got))
+    if want.shape != got.shape or want.dtype != got.dtype:
+        return False
+    want, got = np.ascontiguousarray(want), np.ascontiguousarray(got)
+    if want.dtype == np.bool_:
+        return bool(((want.view(np.uint8) != 0) == (got.view(np.uint8) != 0)).all())
+    return want.tobytes() == got.tobytes()
+
+
+def export_round_trips_or_writes_nothing(path: Path, directory: Path, suffix: str,
+                                         limits: Any, most: int) -> str:
+    """``ztensor.convert(path, directory/"exported"+suffix)``: refused with a
+    ZTensorError and nothing left in ``directory`` that was not there, or written,
+    and every tensor of the input (as ``Reader`` reads it) read back from the output
+    with the same name, shape, dtype and bytes.  Inputs whose tensors show more than
+    ``most`` bytes are not exported (a run measures bugs, not the disk).  Returns
+    what happened ("skipped", "refused", "written")."""
+    import ztensor
+    try:
+        with ztensor.Reader(path, limits=limits) as r:
+            if sum(c.decoded_length for n in r.keys()
+                   for c in r.metadata(n).components.values()) > most:
+                return "skipped"
+    except ztensor.ZTensorError:
+        return "skipped"  # the readers' own properties cover what does not open
+    before = sorted(os.listdir(directory))
+    out = directory / ("exported" + suffix)
+    try:
+        ztensor.convert(str(path), str(out))
+    except ztensor.ZTensorError:
+        left = sorted(os.listdir(directory))
+        if left != before:
+            raise Breach(f"a refused export left {sorted(set(left) - set(before))}")
+        return "refused"
+    with ztensor.Reader(path, limits=limits) as src, ztensor.Reader(out) as dst:
+        if sorted(src.keys()) != sorted(dst.keys()):
+            raise Breach(f"exported names {sorted(dst.keys())} != {sorted(src.keys())}")
+        for name in src.keys():
+            if src.metadata(name).format != "dense":
+                continue  # another format (GGUF's blocks) goes as its format says
+            if not _same_elements(src.read_numpy(name), dst.read_numpy(name)):
+                raise Breach(f"{name!r} exported to {suffix} reads back otherwise")
+    return "written"

@@ -30,7 +30,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import ztensor
@@ -116,6 +116,30 @@ def test_hdf5_files(ctx):
 def test_onnx_models(ctx):
     pytest.importorskip("onnx")
     property_for("onnx", 300)(ctx)
+
+
+# ---------------------------------------------------------------- exports
+@pytest.mark.filterwarnings("ignore::ztensor.foreign.gguf_file.UnknownGGMLTypeWarning")
+@pytest.mark.parametrize("kind", [k for k in hs.FOREIGN if k != "hdf5"])
+def test_every_export_of_a_hostile_input_round_trips_or_writes_nothing(ctx, kind):
+    """The property fuzz_exports checks (hostile_strategies.export_round_trips_or_writes_nothing):
+    every foreign generator's file converted to each output format."""
+    if kind == "pytorch":
+        pytest.importorskip("torch")
+    if kind in ("gguf", "onnx"):
+        pytest.importorskip(kind)
+
+    @examples(60)
+    @given(data=st.data())
+    def check(ctx, data):
+        case = data.draw(hs.cases(kind, ctx), label=kind)
+        suffix = data.draw(st.sampled_from(hs.EXPORTS), label="output")
+        directory = ctx.fresh_case_dir()
+        path = case.write(directory)
+        with hs.address_space_cap():
+            event(hs.export_round_trips_or_writes_nothing(
+                path, directory, suffix, hs.small_limits(), 16 << 20))
+    check(ctx)
 
 
 # ---------------------------------------------------------------- sharded index

@@ -21,6 +21,9 @@ with atheris.instrument_imports(include=["ztensor"]):
     import ztensor.foreign.names  # noqa: F401
     import ztensor.sharded  # noqa: F401
     import ztensor.io.source  # noqa: F401
+    import ztensor.io.atomic  # noqa: F401
+    import ztensor.foreign.export  # noqa: F401
+    import ztensor.tools.convert  # noqa: F401
 
 # a fuzzed file may declare large sizes legitimately; keep them small enough that the
 # run measures bugs, not RAM (allocations beyond these are bugs)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run the fuzz targets against the sanitized build for a given time each (twelve).
+# Run the fuzz targets against the sanitized build for a given time each (thirteen).
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, every target)
 # Corpora live in build/fuzz-corpus/<target> (seeded from tests/data for the reader);
 # crashes are written to build/fuzz-crashes/; copy each into tests/data/fuzz-regressions/
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}; shift || true
-targets=${*:-reader kernels sparse importers manifest manifest_table quantized cli foreign_structured sharded remote zstd_frames}
+targets=${*:-reader kernels sparse importers manifest manifest_table quantized cli foreign_structured sharded remote zstd_frames exports}
 # ZTENSOR_FUZZ_UNSANITIZED=1 runs the in-tree build without ASan, 4-6 times faster: for
 # the targets that drive Python parsers (foreign_structured, sharded, remote, cli), whose
 # C kernels the sanitized targets cover
