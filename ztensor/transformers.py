@@ -31,6 +31,7 @@ import math
 import operator
 import os
 import re
+import shutil
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -48,6 +49,7 @@ from ztensor.errors import (
     url_without_secrets,
     without_secrets,
 )
+from ztensor.io import atomic
 from ztensor.io.paths import folder_of
 from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
@@ -104,6 +106,14 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     dtype = _caller_dtype(dtype, "dtype") if dtype is not None else None
     if dtype is None:
         dtype = _caller_dtype(torch_dtype, "torch_dtype")
+    if kwargs.get("trust_remote_code"):
+        # a config.json's auto_map (and the _name_or_path it sets) would choose the
+        # code to import and run, from any folder or a Hub repository
+        raise UnsupportedError(
+            "trust_remote_code is not supported: ztensor.transformers builds models "
+            "from transformers' own classes only (docs/transformers.md)",
+            path=source,
+        )
     folder, checkpoint = _locate(source)
 
     config_path = _beside(folder, CONFIG_NAME)
@@ -114,6 +124,9 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             path=config_path,
         )
     _refuse_hub_code(config_dict, config_path)
+    # where transformers would look for anything the config names is the caller's
+    # path, never one config.json gives (_name_or_path: another folder, a Hub repo)
+    config_dict = {**config_dict, "_name_or_path": url_without_secrets(source)}
     config_class = _config_class(cls, config_dict, source)
     with _config_refusals(config_path, "transformers refuses the config"):
         config, model_kwargs = config_class.from_dict(
@@ -317,11 +330,24 @@ def _checkpoint_extent(
     checkpoint: str, storage_options: Optional[Dict[str, Any]]
 ) -> Tuple[int, int]:
     """How many tensors the checkpoint holds (its index's names, or one file's), and
-    the element count of its largest."""
+    the element count of its largest, by the bytes present: the shape of a format
+    whose bytes the reader holds to it (dense, GPTQ, GGUF blocks), else the bytes its
+    components hold (a sparse object's shape is only declared: one value under a
+    shape of 2**60 switched the bound below off)."""
     with _open_checkpoint(checkpoint, storage_options) as r:
         names = r.keys()
-        largest = max((math.prod(r.metadata(n).shape) for n in names), default=0)
+        largest = max((_elements_present(r.metadata(n)) for n in names), default=0)
         return len(names), largest
+
+
+# formats whose shape the reader holds to the bytes the file stores
+_SHAPED_BY_BYTES = frozenset({"dense", "quantized_group", "gguf_blocks"})
+
+
+def _elements_present(spec: Any) -> int:
+    if spec.format in _SHAPED_BY_BYTES:
+        return math.prod(spec.shape)
+    return sum(c.decoded_length for c in spec.components.values())
 
 
 # a buffer a model computes in __init__ (rotary tables, causal masks) may exceed
@@ -399,21 +425,74 @@ _ALLOCATORS = {
 }
 
 
+def _tensors_in(values: Any) -> List[torch.Tensor]:
+    """The tensors among ``values`` and the lists and tuples in them (one level)."""
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def _joined_elements(args: tuple, kwargs: dict) -> int:
+    """``torch.cat`` and its kin: the sum of what they join."""
+    return sum(t.numel() for t in _tensors_in(list(args) + list(kwargs.values())))
+
+
+def _product_elements(args: tuple, kwargs: dict) -> int:
+    """``outer``/``kron``: every element of one with every element of the other."""
+    return math.prod(t.numel() for t in _tensors_in(list(args) + list(kwargs.values())))
+
+
+def _matmul_elements(args: tuple, kwargs: dict) -> int:
+    """``a @ b``: ``a``'s rows (and batch) by ``b``'s columns."""
+    a, b = _tensors_in(args)[:2]
+    rows = math.prod(a.shape[:-1]) if a.dim() > 1 else 1
+    return rows * (b.shape[-1] if b.dim() > 1 else 1)
+
+
+def _broadcast_elements(args: tuple, kwargs: dict) -> int:
+    """An elementwise operation's result: its tensor arguments' broadcast shape
+    (``arange(n)[:, None] * inv_freq`` makes a table neither factor is)."""
+    shapes = [t.shape for t in _tensors_in(list(args) + list(kwargs.values()))]
+    return math.prod(torch.broadcast_shapes(*shapes)) if len(shapes) > 1 else 0
+
+
+# what a call makes that no factory is asked for: joined, multiplied out, broadcast
+_COMBINERS = {
+    **dict.fromkeys(
+        ("cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack"),
+        _joined_elements,
+    ),
+    **dict.fromkeys(("outer", "ger", "kron", "cartesian_prod"), _product_elements),
+    **dict.fromkeys(("matmul", "mm", "bmm", "__matmul__", "einsum"), _matmul_elements),
+}
+
+
 def _requested_elements(name: str, args: tuple, kwargs: dict) -> int:
-    """The element count an allocator's call asks for (0 where it cannot be read:
+    """The element count a call asks for: an allocator's arguments, what a combining
+    call makes, or an elementwise call's broadcast shape (0 where it cannot be read:
     torch then refuses the call itself)."""
     try:
-        return _ALLOCATORS[name](args, kwargs)
-    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError):
+        if name in _ALLOCATORS:
+            return _ALLOCATORS[name](args, kwargs)
+        if name in _COMBINERS:
+            return _COMBINERS[name](args, kwargs)
+        return _broadcast_elements(args, kwargs)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError, RuntimeError):
         return 0
 
 
 class _AllocationBound(torch.overrides.TorchFunctionMode):
     """While a model is built from its config, a tensor larger than the checkpoint's
     largest (and than ``_ALWAYS_ALLOWED_ELEMENTS``) is refused before it is
-    allocated: no tensor of that size could be filled from the checkpoint, and a
-    config naming a vocabulary of 10**12 would otherwise reserve terabytes of
-    address space (and, where memory is not overcommitted, fail in the allocator)."""
+    allocated where the call says its size (a factory, a join, a product, a
+    broadcast), else as soon as it is made: no tensor of that size could be filled
+    from the checkpoint, and a config naming a vocabulary of 10**12 would otherwise
+    reserve terabytes of address space (and, where memory is not overcommitted, fail
+    in the allocator)."""
 
     def __init__(self, most_elements: int, config_path: str) -> None:
         super().__init__()
@@ -423,16 +502,22 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")  # torch.empty and the like
-        if name in _ALLOCATORS:
-            wanted = _requested_elements(name, args, kwargs)
-            if wanted > self.most:
-                raise LimitError(
-                    f"the config declares a tensor of {wanted} elements; at most "
-                    f"{self.most} are allowed (the checkpoint's largest tensor, and "
-                    f"never fewer than {_ALWAYS_ALLOWED_ELEMENTS})",
-                    path=self.config_path,
-                )
-        return func(*args, **kwargs)
+        self._refuse(_requested_elements(name, args, kwargs))
+        result = func(*args, **kwargs)
+        # and whatever a call made that no rule above foresaw (repeat, a view): the
+        # build stops at the first tensor past the bound
+        for made in _tensors_in(result if isinstance(result, (list, tuple)) else [result]):
+            self._refuse(made.numel())
+        return result
+
+    def _refuse(self, wanted: int) -> None:
+        if wanted > self.most:
+            raise LimitError(
+                f"the config declares a tensor of {wanted} elements; at most "
+                f"{self.most} are allowed (the checkpoint's largest tensor, and "
+                f"never fewer than {_ALWAYS_ALLOWED_ELEMENTS})",
+                path=self.config_path,
+            )
 
 
 @contextlib.contextmanager
@@ -576,6 +661,15 @@ def _load_weights(
             want = target.dtype
             if fp32 and want.is_floating_point and any(re.search(p, key) for p in fp32):
                 want = torch.float32
+            if value.is_complex() and not want.is_complex:
+                # Tensor.to drops the imaginary part with only torch's warning;
+                # transformers refuses such a file (its loader has no complex dtype)
+                raise FormatError(
+                    f"a complex tensor ({str(value.dtype).split('.')[1]}) for a "
+                    f"{str(want).split('.')[1]} parameter: its imaginary part would be lost",
+                    path=checkpoint,
+                    obj=key,
+                )
             # a copy the model owns (cast as transformers casts: Tensor.to), so the
             # shard's mapping is released below and the file may go away
             own[key] = value.to(dtype=want, copy=True)
@@ -687,20 +781,27 @@ def save_pretrained(
     config = copy.deepcopy(model.config)
     config.dtype = str(model.dtype).split(".")[1]
     config.architectures = [type(model).__name__]
-    config.save_pretrained(folder)
-    generation = getattr(model, "generation_config", None)
-    if generation is not None and model.can_generate():
-        generation.save_pretrained(folder)
-
-    files = save_sharded(
-        state_dict,
-        folder,
-        max_shard_size=max_shard_size,
-        prefix=WEIGHTS_PREFIX,
-        metadata=metadata,
-        compress=compress,
-        checksum=checksum,
-    )
+    # the configs are written aside first and moved in only once the weights are in
+    # place: a save whose weights failed left the new config.json beside the old
+    # weights, which then loaded under it without a word
+    staging = atomic.staging_folder(folder)
+    try:
+        config.save_pretrained(staging)
+        generation = getattr(model, "generation_config", None)
+        if generation is not None and model.can_generate():
+            generation.save_pretrained(staging)
+        files = save_sharded(
+            state_dict,
+            folder,
+            max_shard_size=max_shard_size,
+            prefix=WEIGHTS_PREFIX,
+            metadata=metadata,
+            compress=compress,
+            checksum=checksum,
+        )
+        atomic.move_staged(staging, folder, None)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
     for name in os.listdir(folder):
         path = os.path.join(folder, name)

@@ -289,3 +289,18 @@ def test_a_rewrite_keeps_the_index_mode_and_removes_the_shards_it_replaced(tmp_p
     # the index replaced keeps its mode (it was removed first, and made anew: 0644)
     assert os.stat(out / "model.zt.index.json").st_mode & 0o777 == 0o600
     assert _values(out) == {"t0": [5.0, 5.0], "t1": [6.0, 6.0]}
+
+
+def test_a_merged_file_is_not_written_into_an_indexless_checkpoint_folder(tmp_path):
+    """Rule: convert.checkpoint_as_one: a folder without an index is read as its one
+    checkpoint file, so a second one beside it (convert CK CK/x.zt) made a folder every
+    command refused."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    ztensor.numpy.save_file({"a": np.ones(2)}, str(folder / "model.zt"))
+    with pytest.raises(ztensor.ZTensorError, match="two checkpoint files"):
+        ztensor.convert(str(folder), str(folder / "x.zt"))
+    assert os.listdir(folder) == ["model.zt"]
+    ztensor.convert(str(folder), str(tmp_path / "x.zt"))  # elsewhere: written
+    with ztensor.Reader(str(tmp_path / "x.zt")) as r:
+        assert r.read_numpy("a").tolist() == [1.0, 1.0]

@@ -300,7 +300,7 @@ def staging_folder(target: str) -> str:
         raise _failed("cannot create a folder for the new files", exc, target) from None
 
 
-def move_staged(staging: str, target: str, index: str, replaced=()) -> None:
+def move_staged(staging: str, target: str, index: Optional[str], replaced=()) -> None:
     """Every file of ``staging`` renamed to its name in the folder ``target``: the
     new files of a checkpoint (``index`` the name of its index) replacing the old.
 
@@ -312,21 +312,22 @@ def move_staged(staging: str, target: str, index: str, replaced=()) -> None:
     Then the old index is removed (from here on a crash leaves no index, never one
     naming a mix), each file renamed into place, the new index last, and the files
     of ``replaced`` (the old index's shards) that the new checkpoint lacks removed:
-    they belonged to the checkpoint replaced."""
+    they belonged to the checkpoint replaced.  ``index`` None: files with no index
+    among them (a model's config files), each simply replaced."""
     names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
     ready = []  # (what to rename, its destination, its Temp when a copy)
     try:
         for name in names:
             ready.append(_ready_to_move(os.path.join(staging, name), os.path.join(target, name)))
-        old_index = final_target(os.path.join(target, index))
+        old_index = None if index is None else final_target(os.path.join(target, index))
     except BaseException:
         for _, _, temp in ready:
             if temp is not None:
                 temp.discard()
         raise
-    step = os.path.join(target, index)
+    step = target
     try:
-        if os.path.lexists(old_index):
+        if old_index is not None and os.path.lexists(old_index):
             os.unlink(old_index)
         for source, destination, temp in ready:
             step = destination

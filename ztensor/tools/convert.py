@@ -481,6 +481,18 @@ def checkpoint_as_one(source, target=None) -> Iterator["_MergedReader"]:
     the output, which may not be one of the checkpoint's files."""
     plan = _plan_checkpoint(source, target if target is not None else os.devnull, None)
     where = plan.index or source
+    if (
+        target is not None
+        and plan.index is None
+        and os.path.dirname(atomic.final_target(target)) == os.path.realpath(plan.folder)
+    ):
+        # a folder without an index is read as its one checkpoint file: a second
+        # beside it made a folder every command refused ("not exactly one")
+        raise ZTensorError(
+            "is in the folder of the checkpoint it is made from, which has no index: "
+            "that folder would hold two checkpoint files; write it elsewhere",
+            path=target,
+        )
     attributes = _merged_attributes(plan, where)
     with sharded.open_sharded(source) as checkpoint:
         merged = _MergedReader(checkpoint, plan, attributes, where)
