@@ -371,7 +371,8 @@ def _ready_to_move(staged: str, final: str):
             raise
         return temp.path, destination, temp
     except WriteError as exc:
-        exc.replace_path(os.fspath(exc.path), final)
+        if exc.path is not None:  # named as the caller will know it
+            exc.replace_path(os.fspath(exc.path), final)
         raise
     except OSError as exc:
         raise _failed("cannot move the new file into place", exc, final) from None
