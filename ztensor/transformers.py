@@ -145,10 +145,10 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
     # after work that follows the checkpoint, not the count the config declares
-    count, largest = _checkpoint_extent(checkpoint, storage_options)
+    count, present = _checkpoint_extent(checkpoint, storage_options)
     with _config_refusals(config_path, "the model this config declares cannot be built"):
         with _parameters_on_meta(2 * count + 1024, config_path):
-            with _AllocationBound(largest, config_path):
+            with _AllocationBound(present, config_path):
                 model = _build(cls, config, resolved, model_kwargs)
     # kept by the model (repr, config.json): a URL's credentials are not
     model.config.name_or_path = url_without_secrets(source)
@@ -330,14 +330,15 @@ def _checkpoint_extent(
     checkpoint: str, storage_options: Optional[Dict[str, Any]]
 ) -> Tuple[int, int]:
     """How many tensors the checkpoint holds (its index's names, or one file's), and
-    the element count of its largest, by the bytes present: the shape of a format
+    the elements they hold together, by the bytes present: the shape of a format
     whose bytes the reader holds to it (dense, GPTQ, GGUF blocks), else the bytes its
     components hold (a sparse object's shape is only declared: one value under a
-    shape of 2**60 switched the bound below off)."""
+    shape of 2**60 switched the bound below off).  Together, not the largest: one
+    parameter may be filled from many tensors (a mixture of experts' fused weights
+    from a file of one tensor an expert)."""
     with _open_checkpoint(checkpoint, storage_options) as r:
         names = r.keys()
-        largest = max((_elements_present(r.metadata(n)) for n in names), default=0)
-        return len(names), largest
+        return len(names), sum(_elements_present(r.metadata(n)) for n in names)
 
 
 # formats whose shape the reader holds to the bytes the file stores
@@ -455,10 +456,24 @@ def _matmul_elements(args: tuple, kwargs: dict) -> int:
 
 def _broadcast_elements(args: tuple, kwargs: dict) -> int:
     """An elementwise operation's result: its tensor arguments' broadcast shape
-    (``arange(n)[:, None] * inv_freq`` makes a table neither factor is)."""
+    (``arange(n)[:, None] * inv_freq`` makes a table neither factor is).  Only for
+    the calls in ``_ELEMENTWISE``: others with two tensors (``bucketize``,
+    ``type_as``) make something else, checked once made."""
     shapes = [t.shape for t in _tensors_in(list(args) + list(kwargs.values()))]
     return math.prod(torch.broadcast_shapes(*shapes)) if len(shapes) > 1 else 0
 
+
+_ELEMENTWISE_NAMES = (
+    "add sub mul div true_divide floor_divide remainder fmod pow atan2 hypot "
+    "maximum minimum fmax fmin where eq ne lt le gt ge logical_and logical_or "
+    "logical_xor bitwise_and bitwise_or bitwise_xor polar complex"
+).split()
+_DUNDERS = "add sub mul truediv floordiv mod pow and or xor eq ne lt le gt ge".split()
+_ELEMENTWISE = frozenset(
+    _ELEMENTWISE_NAMES
+    + [f"__{n}__" for n in _DUNDERS]
+    + [f"__r{n}__" for n in _DUNDERS if n not in ("eq", "ne", "lt", "le", "gt", "ge")]
+)
 
 # what a call makes that no factory is asked for: joined, multiplied out, broadcast
 _COMBINERS = {
@@ -480,14 +495,16 @@ def _requested_elements(name: str, args: tuple, kwargs: dict) -> int:
             return _ALLOCATORS[name](args, kwargs)
         if name in _COMBINERS:
             return _COMBINERS[name](args, kwargs)
-        return _broadcast_elements(args, kwargs)
+        if name in _ELEMENTWISE:
+            return _broadcast_elements(args, kwargs)
+        return 0  # checked once made (_AllocationBound.__torch_function__)
     except (TypeError, ValueError, OverflowError, ZeroDivisionError, IndexError, RuntimeError):
         return 0
 
 
 class _AllocationBound(torch.overrides.TorchFunctionMode):
     """While a model is built from its config, a tensor larger than the checkpoint's
-    largest (and than ``_ALWAYS_ALLOWED_ELEMENTS``) is refused before it is
+    tensors together (and than ``_ALWAYS_ALLOWED_ELEMENTS``) is refused before it is
     allocated where the call says its size (a factory, a join, a product, a
     broadcast), else as soon as it is made: no tensor of that size could be filled
     from the checkpoint, and a config naming a vocabulary of 10**12 would otherwise
@@ -514,7 +531,7 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
         if wanted > self.most:
             raise LimitError(
                 f"the config declares a tensor of {wanted} elements; at most "
-                f"{self.most} are allowed (the checkpoint's largest tensor, and "
+                f"{self.most} are allowed (the checkpoint's tensors together, and "
                 f"never fewer than {_ALWAYS_ALLOWED_ELEMENTS})",
                 path=self.config_path,
             )

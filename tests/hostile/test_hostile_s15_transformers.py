@@ -68,6 +68,10 @@ def test_a_buffer_made_by_arithmetic_is_held_to_the_bound(tmp_path):
     ("outer", lambda: (torch.zeros(3), torch.zeros(5)), 15),
     ("matmul", lambda: (torch.zeros(2, 3, 4), torch.zeros(4, 6)), 36),
     ("mul", lambda: (torch.zeros(7, 1), torch.zeros(9)), 63),
+    ("__mul__", lambda: (torch.zeros(7, 1), torch.zeros(9)), 63),
+    # two tensors, but no broadcast result: checked once made, not over-counted
+    ("bucketize", lambda: (torch.zeros(7, 1), torch.zeros(9)), 0),
+    ("type_as", lambda: (torch.zeros(7, 1), torch.zeros(9)), 0),
 ])
 def test_what_a_combining_call_makes_is_counted_before_it_is_made(call, args, elements):
     from ztensor.transformers import _requested_elements
@@ -124,3 +128,12 @@ def test_a_complex_weight_for_a_real_parameter_is_refused(tmp_path):
     with pytest.raises(ztensor.FormatError, match="imaginary") as info:
         ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
     assert info.value.obj == "model.norm.weight"
+
+
+def test_the_bound_is_what_the_checkpoint_holds_together(tmp_path):
+    """Rule: transformers._checkpoint_extent sums the elements present: a mixture of
+    experts builds one fused parameter from a file of one tensor an expert."""
+    from ztensor.transformers import _checkpoint_extent
+    path = str(tmp_path / "m.zt")
+    ztensor.torch.save_file({f"experts.{i}.w": torch.zeros(8, 4) for i in range(16)}, path)
+    assert _checkpoint_extent(path, None) == (16, 16 * 32)

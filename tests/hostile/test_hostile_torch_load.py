@@ -394,7 +394,7 @@ def test_a_config_declaring_a_huge_tensor_is_refused_before_it_is_allocated(
         return out
 
     monkeypatch.setattr(torch, "empty", watched)
-    with pytest.raises(ztensor.LimitError, match="checkpoint's largest") as info:
+    with pytest.raises(ztensor.LimitError, match="checkpoint's tensors together") as info:
         ztf.from_pretrained(transformers.AutoModelForCausalLM, str(folder))
     assert info.value.path.endswith("config.json")
     assert max(asked, default=0) < 1 << 27
