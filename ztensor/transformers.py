@@ -129,6 +129,11 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     config_dict = {**config_dict, "_name_or_path": url_without_secrets(source)}
     config_class = _config_class(cls, config_dict, source)
     with _config_refusals(config_path, "transformers refuses the config"):
+        # the floats JSON has no word for, as transformers writes them
+        # ({"__float__": "Infinity"}) and decodes them reading its own file
+        decode = getattr(config_class, "_decode_special_floats", None)
+        if decode is not None:
+            config_dict = decode(config_dict)
         config, model_kwargs = config_class.from_dict(
             config_dict, return_unused_kwargs=True, **kwargs
         )

@@ -137,3 +137,22 @@ def test_the_bound_is_what_the_checkpoint_holds_together(tmp_path):
     path = str(tmp_path / "m.zt")
     ztensor.torch.save_file({f"experts.{i}.w": torch.zeros(8, 4) for i in range(16)}, path)
     assert _checkpoint_extent(path, None) == (16, 16 * 32)
+
+
+def test_a_config_holding_infinity_as_transformers_writes_it_loads(tmp_path):
+    """transformers writes an infinite float as {"__float__": "Infinity"} (Mamba2's
+    time_step_limit) and decodes it reading its own file; from_pretrained refused
+    the config (transformers.from_pretrained decodes it the same way)."""
+    config = transformers.Mamba2Config(hidden_size=32, num_hidden_layers=1, vocab_size=64,
+                                       num_heads=4, head_dim=16, state_size=8, n_groups=1,
+                                       expand=2, time_step_limit=(0.0, float("inf")))
+    torch.manual_seed(0)
+    model = transformers.Mamba2ForCausalLM(config)
+    folder = tmp_path / "mamba2"
+    ztf.save_pretrained(model, folder)
+    assert "__float__" in (folder / "config.json").read_text()
+    loaded = ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert tuple(loaded.config.time_step_limit) == (0.0, float("inf"))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
