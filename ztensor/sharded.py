@@ -123,9 +123,9 @@ def _nbytes(value: Any) -> int:
 def _check_before_writing(tensors: Dict[str, Any], folder: str) -> None:
     """What a shard's Writer would refuse and can be known before a byte is
     written: every name (attrs.caller_name), and every numpy array's element
-    type (dtypes.spec_types_for).  Rewriting a checkpoint removes its old index
-    first, so a refusal found only while writing shard two left no checkpoint at
-    all (an object array, an int name)."""
+    type (dtypes.spec_types_for): refused before a byte is written, where the
+    Writer would refuse it only at its shard (a local rewrite is staged, so the old
+    checkpoint survives that too; a save to a URL is not)."""
     for name, value in tensors.items():
         attrs.caller_name(name, "tensor names", folder)
         if isinstance(value, np.ndarray) and dtypes.spec_types_for(value.dtype) is None:
@@ -201,7 +201,7 @@ def save_sharded(
     # a local checkpoint is written whole into a hidden folder beside its files, then
     # moved into place (atomic.move_staged): a refusal or failure in any shard (a torch
     # tensor only its Writer refuses, a full disk) leaves the old checkpoint as it was,
-    # index and all; the index was removed first, and one shard's refusal left none
+    # index and all (removing the old index first, one shard's refusal left none)
     staging = atomic.staging_folder(folder) if local else None
     total = sum(_nbytes(v) for v in tensors.values())
     done = 0
