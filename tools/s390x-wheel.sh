@@ -14,7 +14,8 @@
 # The venv sees the system's site-packages, where the root's Debian packages are:
 # numpy, cbor2, zstandard (the wheel's dependencies; pip checks them against the
 # wheel's metadata) and pytest, scipy, hypothesis.  ztensor itself is only ever the
-# wheel: the suite is copied to WORK/suite and run from there, and a pytest plugin
+# wheel: the suite is copied to WORK/suite-compiled and WORK/suite-fallback and run
+# from there, both at once, and a pytest plugin
 # (tools/installed_wheel_check.py) stops the run unless ztensor is imported from the
 # venv's site-packages, installed from this very wheel.
 set -euo pipefail
@@ -24,7 +25,7 @@ WHEELHOUSE=${WHEELHOUSE:-/opt/wheelhouse}
 PROFILE=${HYPOTHESIS_PROFILE:-qemu}
 
 step() { printf '[wheel %(%H:%M:%S)T] %s\n' -1 "$*"; }
-rm -rf "$WORK"; mkdir -p "$WORK/raw" "$WORK/dist" "$WORK/suite"
+rm -rf "$WORK"; mkdir -p "$WORK/raw" "$WORK/dist"
 
 step "venv $WORK/venv (system site-packages: Debian's numpy, cbor2, zstandard, pytest)"
 python3 -m venv --system-site-packages "$WORK/venv"
@@ -55,25 +56,35 @@ PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install --no-index --no-cache-dir "
   >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; exit 1; }
 
 # the suite alone, away from the source: tests (tests/data included), the docs that
-# tests check against the code, and pyproject.toml for pytest's settings and markers
-cp -R "$SRC/tests" "$SRC/docs" "$SRC/pyproject.toml" "$SRC/tools/installed_wheel_check.py" \
-  "$WORK/suite/"
-cd "$WORK/suite"
+# tests check against the code, and pyproject.toml for pytest's settings and markers;
+# one copy for each run, so that the two runs below share no folder
+for label in compiled fallback; do
+  mkdir -p "$WORK/suite-$label"
+  cp -R "$SRC/tests" "$SRC/docs" "$SRC/pyproject.toml" "$SRC/tools/installed_wheel_check.py" \
+    "$WORK/suite-$label/"
+done
 export PATH=$WORK/venv/bin:$PATH ZTENSOR_WHEEL=$wheel HYPOTHESIS_PROFILE=$PROFILE
-suite() {   # suite LABEL [VAR=value...]: one run, its last line kept as the counts
-  local label=$1 rc=0; shift
-  step "suite against the installed wheel: $label"
+suite() {   # suite LABEL [VAR=value...]: one run in its own copy, its output in WORK/LABEL.log
+  local label=$1; shift
   # python -m pytest puts the working folder (the suite's copy, no ztensor in it) on
   # sys.path, which is how the plugin next to the tests is found
-  env "$@" "$PY" -m pytest -q -p no:cacheprovider -p installed_wheel_check \
-      -m "not reference" ${PYTEST_ARGS:-tests} 2>&1 | tee "$WORK/$label.log" || rc=$?
-  counts[$label]=$(grep -E '(passed|failed|error|no tests ran)' "$WORK/$label.log" | tail -n1 || true)
-  return $rc
+  (cd "$WORK/suite-$label" && env "$@" "$PY" -m pytest -q -p no:cacheprovider \
+      -p installed_wheel_check --basetemp="$WORK/tmp-$label" \
+      -m "not reference" ${PYTEST_ARGS:-tests}) >"$WORK/$label.log" 2>&1
 }
-declare -A counts
+# the two runs side by side: emulation runs each on one core, and one after the
+# other they took about 40 minutes of CI's 90
+step "suites against the installed wheel: compiled and fallback, side by side"
+suite compiled & compiled=$!
+suite fallback ZTENSOR_PUREPYTHON=1 & fallback=$!
 rc=0
-suite compiled || rc=1
-suite fallback ZTENSOR_PUREPYTHON=1 || rc=1
+declare -A counts
+for label in compiled fallback; do
+  wait "${!label}" || rc=1
+  step "suite against the installed wheel: $label"
+  cat "$WORK/$label.log"
+  counts[$label]=$(grep -E '(passed|failed|error|no tests ran)' "$WORK/$label.log" | tail -n1 || true)
+done
 
 echo "== wheel:      ${wheel##*/}"
 echo "   auditwheel: ${raw##*/} is $verdict"
