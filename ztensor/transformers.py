@@ -150,14 +150,27 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     # every parameter the model registers is filled from a tensor of the checkpoint:
     # a config declaring many more (10**9 layers) is refused while it is built,
     # after work that follows the checkpoint, not the count the config declares
-    count, present = _checkpoint_extent(checkpoint, storage_options)
+    names, present = _checkpoint_extent(checkpoint, storage_options)
+    count = len(names)
     with _config_refusals(config_path, "the model this config declares cannot be built"):
         with _parameters_on_meta(2 * count + 1024, config_path):
             with _AllocationBound(present, config_path):
                 model = _build(cls, config, resolved, model_kwargs)
+    if _needs_conversion(model, names):
+        # a checkpoint transformers saved names some weights as the model did in an
+        # earlier design (one tensor an expert, GPT-NeoX's embed_out, ViT's query):
+        # transformers' own loader renames and merges them
+        built = type(model)
+        complex_ok = any(t.is_complex() for t in model.state_dict().values())
+        model = None  # transformers builds its own
+        with _AllocationBound(present, config_path):
+            model = _load_converted(
+                built, config, resolved, model_kwargs, checkpoint, storage_options, complex_ok
+            )
+    else:
+        _load_weights(model, checkpoint, resolved, cls, storage_options)
     # kept by the model (repr, config.json): a URL's credentials are not
     model.config.name_or_path = url_without_secrets(source)
-    _load_weights(model, checkpoint, resolved, cls, storage_options)
 
     if generation is not None and hasattr(model, "generation_config"):
         model.generation_config = generation
@@ -333,8 +346,8 @@ def _resolve_dtype(
 
 def _checkpoint_extent(
     checkpoint: str, storage_options: Optional[Dict[str, Any]]
-) -> Tuple[int, int]:
-    """How many tensors the checkpoint holds (its index's names, or one file's), and
+) -> Tuple[frozenset, int]:
+    """The names of the checkpoint's tensors (its index's, or one file's), and
     the elements they hold together, by the bytes present: the shape of a format
     whose bytes the reader holds to it (dense, GPTQ, GGUF blocks), else the bytes its
     components hold (a sparse object's shape is only declared: one value under a
@@ -343,7 +356,7 @@ def _checkpoint_extent(
     from a file of one tensor an expert)."""
     with _open_checkpoint(checkpoint, storage_options) as r:
         names = r.keys()
-        return len(names), sum(_elements_present(r.metadata(n)) for n in names)
+        return frozenset(names), sum(_elements_present(r.metadata(n)) for n in names)
 
 
 # formats whose shape the reader holds to the bytes the file stores
@@ -726,6 +739,169 @@ def _load_weights(
         )
 
 
+def _conversions(model: Any) -> List[Any]:
+    """transformers' renames and merges of checkpoint names for ``model``: none on a
+    transformers before 5 (which has no conversion mapping to apply)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+    except ImportError:
+        return []
+    return list(get_model_conversion_mapping(model) or ())
+
+
+def _needs_conversion(model: Any, names: frozenset) -> bool:
+    """Whether some parameter of the meta-built ``model`` is among the checkpoint's
+    ``names`` under no name of its own (nor a name it is tied to) and transformers
+    has conversions for the model that may supply it."""
+    groups = {n: g for g in _tied_groups(model) for n in g}
+    for name, _ in model.named_parameters(remove_duplicate=False):
+        if not any(n in names for n in groups.get(name, [name])):
+            return bool(_conversions(model))
+    return False
+
+
+def _load_converted(
+    cls: Any,
+    config: Any,
+    dtype: torch.dtype,
+    model_kwargs: Dict[str, Any],
+    checkpoint: str,
+    storage_options: Optional[Dict[str, Any]],
+    complex_ok: bool,
+) -> Any:
+    """The model of concrete class ``cls`` built and filled by transformers' own
+    ``from_pretrained`` from the checkpoint's zero-copy tensors (its public
+    ``state_dict=`` path: renames, merges of experts, tying,
+    ``_keep_in_fp32_modules``), held to :func:`_load_weights`' rules: what
+    transformers refuses or would skip is a FormatError naming the checkpoint, a
+    weight it would initialise at random an ObjectNotFoundError, a complex tensor for
+    a model of real ones a FormatError (a cast would drop its imaginary part), and
+    the model owns its memory (a parameter left a view of the file's mapping is
+    copied).  transformers' load report and progress bar are kept off the caller's
+    terminal: what they say is in the error or the warning."""
+    state = load_file(checkpoint, storage_options=storage_options)
+    if not complex_ok:
+        for name, value in state.items():
+            if value.is_complex():
+                raise FormatError(
+                    f"a complex tensor ({str(value.dtype).split('.')[1]}) for a model of "
+                    "real parameters: its imaginary part would be lost",
+                    path=checkpoint,
+                    obj=name,
+                )
+    mapped = {t.untyped_storage().data_ptr() for t in state.values()}
+    with _transformers_report() as report:
+        try:
+            with _config_refusals(checkpoint, "transformers refuses the checkpoint"):
+                model, info = cls.from_pretrained(
+                    None,
+                    config=config,
+                    state_dict=state,
+                    dtype=dtype,
+                    output_loading_info=True,
+                    # a mismatch comes back in the report, refused below by name
+                    ignore_mismatched_sizes=True,
+                    **model_kwargs,
+                )
+        except FormatError as exc:
+            found = _conversion_failure(report)
+            if found is None:
+                raise
+            target, why = found
+            raise FormatError(
+                f"transformers cannot convert the checkpoint's tensors for it: {why}",
+                path=checkpoint,
+                obj=target,
+            ) from exc.__cause__
+    del state
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for value in table.values():
+                if value is not None and value.untyped_storage().data_ptr() in mapped:
+                    # a view of the file's mapping: the file may go once loaded
+                    value.data = value.data.clone()
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)
+    if mismatched:
+        first = mismatched[0]
+        name = first[0] if isinstance(first, tuple) else str(first)
+        raise FormatError(
+            f"{len(mismatched)} tensor(s) of the checkpoint have another shape than "
+            f"{type(model).__name__}'s: {', '.join(str(m) for m in mismatched[:4])}",
+            path=checkpoint,
+            obj=name,
+        )
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise ObjectNotFoundError(
+            f"{len(missing)} weight(s) of {type(model).__name__} are "
+            f"not in the checkpoint: {shown}",
+            path=checkpoint,
+            obj=missing[0],
+        )
+    unexpected = sorted(info.get("unexpected_keys") or ())
+    if unexpected:
+        shown = ", ".join(repr(n) for n in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
+        warnings.warn(
+            without_secrets(
+                f"{checkpoint}: {len(unexpected)} tensor(s) the model "
+                f"{type(model).__name__} has no place for were not loaded: {shown}",
+                checkpoint,
+            ),
+            stacklevel=3,
+        )
+    return model
+
+
+@contextlib.contextmanager
+def _transformers_report() -> Iterator[List[str]]:
+    """transformers' load report (its log records) and progress bar held back while
+    it loads: the messages, collected, for :func:`_conversion_failure`."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    messages: List[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("transformers.modeling_utils")
+    handler, propagate = Collect(), logger.propagate
+    bar = hf_logging.is_progress_bar_enabled()
+    logger.addHandler(handler)
+    logger.propagate = False
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+# transformers' report of a failed conversion: torch's refusal, then this line
+_CONVERSION_FAILED = re.compile(r"^Error: (\w+) on tensors destined for (\S+?)\.? ", re.M)
+_EXCEPTION_LINE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): (.+)$", re.M)
+
+
+def _conversion_failure(report: List[str]) -> Optional[Tuple[str, str]]:
+    """(the parameter, what went wrong) of the first failed conversion in
+    transformers' report, or None where it names none."""
+    for message in report:
+        failed = _CONVERSION_FAILED.search(message)
+        if failed is None:
+            continue
+        cause = _EXCEPTION_LINE.findall(message[: failed.start()])
+        why = f"{failed.group(1)}: {cause[-1]}" if cause else failed.group(1)
+        return failed.group(2), why
+    return None
+
+
 def _tied_groups(model: Any) -> List[List[str]]:
     """The names of each parameter the built model holds under more than one name
     (tied while it was built): meta tensors have no storage to compare, so the
@@ -769,6 +945,7 @@ def save_pretrained(
     compress: Any = None,
     checksum: Optional[str] = None,
     compression: Any = None,
+    save_original_format: bool = True,
 ) -> List[str]:
     """Write ``model`` (a transformers ``PreTrainedModel``) into ``save_directory`` as
     :func:`from_pretrained` reads it: ``config.json`` (with the model's dtype and
@@ -780,7 +957,11 @@ def save_pretrained(
     not the head: ``ztensor.torch.remove_duplicate_names`` with the model's tied
     targets to discard).  Shards of an earlier save that this one does not rewrite
     are removed after the new index is written.  ``compress``/``compression`` and
-    ``checksum`` as for :func:`ztensor.torch.save_file`.  Returns the shard names."""
+    ``checksum`` as for :func:`ztensor.torch.save_file`.  ``save_original_format``
+    (the default, as in transformers 5): the names and layout of the checkpoint the
+    model's design was published with, as transformers writes them (a mixture of
+    experts' fused weights as one tensor an expert); False: the model's own
+    ``state_dict``.  Returns the shard names."""
     if not isinstance(model, transformers.PreTrainedModel):
         # before anything is written: a torch module has no config to save (it
         # failed with an AttributeError after the folder was made)
@@ -799,6 +980,8 @@ def save_pretrained(
         for name in dropped:
             metadata.setdefault(name, kept)
             del state_dict[name]
+    if save_original_format:
+        state_dict, metadata = _original_format(model, state_dict, metadata)
 
     config = copy.deepcopy(model.config)
     config.dtype = str(model.dtype).split(".")[1]
@@ -835,6 +1018,29 @@ def save_pretrained(
         ):
             os.unlink(path)
     return files
+
+
+def _original_format(
+    model: Any, state_dict: Dict[str, torch.Tensor], metadata: Dict[str, str]
+) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
+    """``state_dict`` under the names transformers saves (its conversions reversed),
+    and ``metadata`` with each dropped tied name pointing at its kept tensor's new
+    name (a pure rename keeps the tensor object)."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # a transformers before 5 saves the model's own names
+        return state_dict, metadata
+    before = {id(t): name for name, t in state_dict.items()}
+    reverted = revert_weight_conversion(model, state_dict)
+    if reverted is state_dict:
+        return state_dict, metadata
+    renamed = {before[id(t)]: name for name, t in reverted.items() if id(t) in before}
+    kept = {
+        dropped: renamed[name] if name in renamed else name
+        for dropped, name in metadata.items()
+        if dropped == "format" or name in renamed or name in reverted
+    }
+    return dict(reverted), kept
 
 
 def _check_sharing_is_tied(
