@@ -181,6 +181,8 @@ def test_a_compress_level_out_of_range_is_a_usage_error(source, tmp_path, capsys
     code, _, err = _run(["convert", source, out, *option], capsys)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "from -131072 to 22" in err and "\x1b" not in err
+    # the spelling the user typed is named (argparse says --level, where it is sent)
+    assert "--compress=LEVEL" in err and "--level LEVEL" in err
     assert not out.exists()
 
 

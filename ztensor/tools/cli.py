@@ -822,10 +822,11 @@ def _compress_level(text):
     except ValueError:
         value = 0
     if value == 0 or not spec.MIN_ZSTD_LEVEL <= value <= spec.MAX_ZSTD_LEVEL:
+        # argparse names --level, where --compress=LEVEL is sent: both are said
         raise argparse.ArgumentTypeError(
-            f"--compress takes a zstd level from {spec.MIN_ZSTD_LEVEL} to "
-            f"{spec.MAX_ZSTD_LEVEL}, not 0 (1 to 19 as a rule; the default is "
-            f"{spec.DEFAULT_ZSTD_LEVEL}), got {text!r}"
+            f"the zstd level (--level LEVEL or --compress=LEVEL) is an integer from "
+            f"{spec.MIN_ZSTD_LEVEL} to {spec.MAX_ZSTD_LEVEL} other than 0 (1 to 19 as a "
+            f"rule; the default is {spec.DEFAULT_ZSTD_LEVEL}), got {text!r}"
         )
     return value
 
