@@ -343,8 +343,9 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
     b = np.arange(5, dtype=np.int8)
     specs = {"a": ztensor.TensorSpec(dtype=a.dtype.name, shape=a.shape, data_ptr=a.ctypes.data,
                                      data_len=a.nbytes),
-             "b": ztensor.TensorSpec("I8", b.shape, b.ctypes.data, b.nbytes),
-             "e": ztensor.TensorSpec("float32", [0, 3], 0, 0)}
+             "b": ztensor.TensorSpec(dtype="I8", shape=b.shape, data_ptr=b.ctypes.data,
+                                                data_len=b.nbytes),
+             "e": ztensor.TensorSpec(dtype="float32", shape=[0, 3], data_ptr=0, data_len=0)}
     got = dict(ztensor.deserialize(ztensor.serialize(specs)))
     np.testing.assert_array_equal(np.frombuffer(got["a"]["data"], np.float32).reshape(20, 30), a)
     assert got["b"] == {"dtype": "int8", "shape": [5], "data": bytes(range(5))}
@@ -357,14 +358,16 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
     with pytest.raises(TypeError):  # safetensors 0.8: a raw address is a TensorSpec's
         ztensor.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}})
     with pytest.raises(ztensor.FormatError, match="needs 12"):
-        ztensor.serialize({"t": ztensor.TensorSpec("float32", [3], a.ctypes.data, 8)})
+        ztensor.serialize({"t": ztensor.TensorSpec(dtype="float32", shape=[3], data_ptr=a.ctypes.data,
+                                                  data_len=8)})
     # numpy integers are taken, as safetensors takes them; a length past any address
     # is a ValueError when made, and a FormatError when changed afterwards: no
     # memory is looked at for a length the shape does not need
-    spec = ztensor.TensorSpec("int8", [np.int64(5)], np.uint64(b.ctypes.data), np.int64(5))
+    spec = ztensor.TensorSpec(dtype="int8", shape=[np.int64(5)], data_ptr=np.uint64(b.ctypes.data),
+                              data_len=np.int64(5))
     assert dict(ztensor.deserialize(ztensor.serialize({"b": spec})))["b"]["data"] == b.tobytes()
     with pytest.raises(ValueError):
-        ztensor.TensorSpec("float32", [3], a.ctypes.data, 2**64)
+        ztensor.TensorSpec(dtype="float32", shape=[3], data_ptr=a.ctypes.data, data_len=2**64)
     spec.data_len = 2**62
     with pytest.raises(ztensor.FormatError, match="needs 5"):
         ztensor.serialize({"b": spec})
@@ -403,3 +406,27 @@ def test_a_meta_tensor_is_refused_as_safetensors_refuses_it(tmp_path):
     assert isinstance(info.value, ztensor.UnsupportedError)
     assert "'a'" in str(info.value) and "m.zt" in str(info.value)
     assert not path.exists()
+
+
+def test_tensor_spec_is_made_as_safetensors_makes_it():
+    """safetensors 0.8's TensorSpec takes keywords only and torch's dtype names, and
+    reports safetensors' name (``float32`` -> ``F32``); ours does the same (it also
+    takes safetensors' names), and says float4 and float8_e8m0 have no zTensor type
+    rather than that they are unknown."""
+    a = np.arange(6, dtype=np.float32)
+    fields = dict(shape=[6], data_ptr=a.ctypes.data, data_len=24)
+    with pytest.raises(TypeError):
+        ztensor.TensorSpec("float32", [6], a.ctypes.data, 24)
+    for name, code in [("float32", "F32"), ("bfloat16", "BF16"), ("int8", "I8"),
+                       ("float8_e4m3fn", "F8_E4M3"), ("bool", "BOOL"), ("F16", "F16")]:
+        assert ztensor.TensorSpec(dtype=name, **fields).dtype == code
+    st = pytest.importorskip("safetensors")
+    if hasattr(st, "TensorSpec"):
+        for name in ("float32", "bfloat16", "int8", "float8_e4m3fn", "bool", "complex64"):
+            assert st.TensorSpec(dtype=name, **fields).dtype == \
+                ztensor.TensorSpec(dtype=name, **fields).dtype
+        with pytest.raises(TypeError):
+            st.TensorSpec("float32", [6], a.ctypes.data, 24)
+    for name in ("float4_e2m1fn_x2", "float8_e8m0fnu"):
+        with pytest.raises(ztensor.SafetensorError, match="no zTensor type"):
+            ztensor.TensorSpec(dtype=name, **fields)

@@ -193,6 +193,11 @@ SAFETENSORS_STORAGE = {
 }
 # spec dtype (or logical type) -> safetensors' name
 SAFETENSORS_NAMES = {row.spec: row.safetensors for row in ROWS if row.safetensors}
+# torch's dtype name -> safetensors' name (a safetensors 0.8 TensorSpec takes the one
+# and reports the other)
+TORCH_TO_SAFETENSORS = {row.torch: row.safetensors for row in ROWS if row.torch and row.safetensors}
+# dtypes safetensors 0.8 names that zTensor has no type for
+SAFETENSORS_ONLY = ("float8_e8m0fnu", "float4_e2m1fn_x2", "F8_E8M0", "F4")
 
 # spec type -> numpy dtype code of the types GGUF stores plainly (bf16 as its bits)
 GGUF_NUMPY = {row.spec: row.numpy for row in ROWS if row.gguf >= 0}

@@ -42,10 +42,13 @@ def _kind_of(dtype_name: Any):
 
 class TensorSpec:
     """One tensor for :func:`serialize` / :func:`serialize_file`, as safetensors 0.8
-    describes it: ``TensorSpec(dtype, shape, data_ptr, data_len)``, ``data_ptr`` the
-    address of ``data_len`` bytes of elements (little-endian, row-major).  The dtype
-    is checked here (an unknown one is a SafetensorError, as in safetensors); the
-    rest when it is serialized.
+    describes it: ``TensorSpec(dtype=, shape=, data_ptr=, data_len=)`` (keywords only,
+    as there), ``data_ptr`` the address of ``data_len`` bytes of elements
+    (little-endian, row-major).  ``dtype`` is torch's name for it (``"float32"``,
+    ``"bfloat16"``) or safetensors' (``"F32"``); ``.dtype`` is safetensors' name, as
+    safetensors reports it.  The dtype is checked here (an unknown one is a
+    SafetensorError, as in safetensors; float4 and float8_e8m0, which zTensor has no
+    type for, say so); the rest when it is serialized.
 
     Unsafe as safetensors' is: the address is the caller's word.  The memory must
     stay alive, unchanged, through every call that is given the spec; nothing can
@@ -54,10 +57,12 @@ class TensorSpec:
 
     __slots__ = ("dtype", "shape", "data_ptr", "data_len")
 
-    def __init__(self, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
+    def __init__(self, *, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
         if _kind_of(dtype) is None:
+            if dtype in dtypes.SAFETENSORS_ONLY:
+                raise SafetensorError(f"dtype {dtype} has no zTensor type (docs/dtypes.md)")
             raise SafetensorError(f"unknown dtype {show(dtype)}")
-        self.dtype = dtype
+        self.dtype = dtypes.TORCH_TO_SAFETENSORS.get(dtype, dtype)
         self.shape = list(caller_shape(shape))
         self.data_ptr = _address_field("data_ptr", data_ptr)
         self.data_len = _address_field("data_len", data_len)
