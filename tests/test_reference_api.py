@@ -61,6 +61,29 @@ def test_metadata_dtype_names_and_format(model):
         assert "1 tensor" not in repr(r) and "3 tensor(s)" in repr(r)
 
 
+def test_a_shape_equals_the_list_the_reference_reported(model, tmp_path):
+    """The reference's metadata shape was a list (``meta.shape == [4, 6]`` in its
+    users' code); ours is a tuple, as numpy's, and equal to that list too, for a
+    small file (one spec per object) and a large one (manifest_table's shared
+    shapes), and through safetensors."""
+    import pickle
+
+    big = tmp_path / "big.zt"
+    with ztensor.Writer(big) as w:
+        for i in range(100):
+            w.add(f"t{i}", np.zeros((2, 3 + i % 2), np.float32))
+    st = tmp_path / "m.safetensors"
+    ztensor.convert(model, st)
+    for path, name, want in [(model, "w", [4, 6]), (big, "t1", [2, 4]), (st, "w", [4, 6])]:
+        with ztensor.open(path) as r:
+            shape = r.metadata(name).shape
+        assert shape == want and want == shape and not shape != want
+        assert shape == tuple(want) and hash(shape) == hash(tuple(want))
+        assert shape != want[::-1] and shape != want + [1] and shape != "x"
+        assert isinstance(shape, tuple) and np.zeros(shape).shape == tuple(want)
+        assert pickle.loads(pickle.dumps(shape)) == want
+
+
 def test_read_tensors_and_read_torch(model):
     torch = pytest.importorskip("torch")
     with ztensor.Reader(model) as r:

@@ -191,6 +191,25 @@ class ComponentSpec(Mapping):
         )
 
 
+class Shape(tuple):
+    """An object's shape: a tuple, as numpy's shapes are, that is also equal to the
+    list of the same sizes, which the reference implementation reported
+    (``r.metadata("w").shape == [4096, 4096]`` in its users' code)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, list):
+            return tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+
 class ObjectSpec:
     """One named object: shape, format, attributes and components.
 
@@ -204,7 +223,7 @@ class ObjectSpec:
 
     def __init__(self, name, shape, format, attributes, components, legacy=None):
         self.name = name
-        self.shape = tuple(shape)
+        self.shape = Shape(shape)
         self.format = format
         self.attributes = attributes
         self.components = components  # role name -> ComponentSpec

@@ -33,7 +33,7 @@ from ztensor.container.manifest_checks import (
     refuse_repeated_keys,
 )
 from ztensor.errors import ZTensorError
-from ztensor.objects import ComponentSpec, ObjectSpec
+from ztensor.objects import ComponentSpec, ObjectSpec, Shape
 
 # columns of the tables (csrc/manifest_scan.h, zt_mf_object / zt_mf_component: the
 # compiled extension exports the structs' field order, HEADER_CONSTANTS, and
@@ -117,7 +117,7 @@ _DTYPE_NAMES = [None if _p is None else dtypes.REFERENCE_NAMES.get(_p[0], _p[0])
 
 
 def _shape_list(starts, ranks, dims):
-    """The shape tuple of every object (its dims[start:start + rank]), each
+    """The shape of every object (its dims[start:start + rank], an objects.Shape), each
     distinct shape made once and shared.  Rows are grouped by a hash of (rank,
     dims) and every row is compared with its group's first, so a collision only
     means the plain way: one tuple per object."""
@@ -140,12 +140,12 @@ def _shape_list(starts, ranks, dims):
         if all((column == column[rep]).all() for column in columns):
             dims_list = dims.tolist()
             made = [
-                tuple(dims_list[s : s + k])
+                Shape(dims_list[s : s + k])
                 for s, k in zip(starts[first].tolist(), ranks[first].tolist())
             ]
             return list(map(made.__getitem__, group.tolist()))
     dims_list = dims.tolist()
-    return [tuple(dims_list[s : s + k]) for s, k in zip(starts.tolist(), ranks.tolist())]
+    return [Shape(dims_list[s : s + k]) for s, k in zip(starts.tolist(), ranks.tolist())]
 
 
 # dtype index -> numpy dtype of a plain view (None: never one: bf16, v1.1 aliases of
