@@ -178,3 +178,26 @@ def test_an_index_url_with_a_token_query_sends_it_with_every_shard(tmp_path):
                           if line.split()[1:2] and line.split()[1].endswith(".zt")]
         # the shards were asked for, each with the token (none refused)
         assert shard_statuses and set(shard_statuses) <= {"200", "206"}
+
+
+def test_a_checkpoint_replaced_on_the_server_while_open_is_not_mixed(server):
+    """A release replaced on the server between two shards' reads (its index and
+    shards rewritten, the same names): shard two of the new release was read under
+    the old index, one checkpoint of two releases' values.  Every shard opened
+    after the index changed (its ETag) is refused (``sharded.ShardedReader._open_checked``
+    through ``source.file_version``), as for a local index; what was read stays."""
+    url, www, _ = server
+    def release(value):
+        ztensor.save_sharded({"a": np.full(100, value), "b": np.full(100, value)},
+                             www / "ck", max_shard_size=900)
+    release(1.0)
+    with ztensor.open_sharded(f"{url}/ck/model.zt.index.json") as ck:
+        a = ck["a"]
+        time.sleep(1.1)  # nginx's ETag is the mtime in seconds and the size
+        release(2.0)
+        with pytest.raises(ztensor.FormatError, match="changed while open") as err:
+            ck["b"]
+        assert err.value.obj == "b"
+        assert float(a[0]) == 1.0
+    with ztensor.open_sharded(f"{url}/ck/model.zt.index.json") as ck:
+        assert float(ck["a"][0]) == float(ck["b"][0]) == 2.0

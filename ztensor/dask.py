@@ -52,7 +52,7 @@ import numpy as np
 from ztensor.container.reader import Reader
 from ztensor.errors import ClosedError, LimitError, UnsupportedError, url_without_secrets
 from ztensor.io import components, values
-from ztensor.io.source import is_url, network_errors, url_filesystem
+from ztensor.io.source import file_version
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
 from ztensor.sharded import is_checkpoint, open_sharded
@@ -98,7 +98,7 @@ def from_zt(
     source = _shard_of(source, name, options)
     # the version every chunk must find (_read): a rewrite between two chunks of one
     # compute would otherwise mix the two files' values in one array
-    version = _identity(source, options)[0]
+    version = file_version(source, options)[0]
     with safe_open(source, framework="np", storage_options=options) as f:
         f.get_slice(name)  # UnsupportedError unless dense
         plan = _FileArrays(source, options, version, chunk_bytes, rows, max_chunks)
@@ -139,7 +139,7 @@ def from_zt_all(
 def _arrays_of(path, options, settings, open_reader) -> Dict[str, Any]:
     """name -> array for every dense object of the one file ``path``, opened once
     (by ``open_reader``) after its identity is taken, as :func:`from_zt` takes it."""
-    version = _identity(path, options)[0]
+    version = file_version(path, options)[0]
     with open_reader() as reader:
         plan = _FileArrays(path, options, version, *settings)
         return {
@@ -355,48 +355,11 @@ class _Target:
 
 
 # ------------------------------------------------------------------ workers' handles
-# what fsspec's info() may say of a version of a file (HTTP, S3, GCS, local, memory)
-_VERSION_FIELDS = (
-    "ETag",
-    "etag",
-    "Content-MD5",
-    "Digest",
-    "LastModified",
-    "last_modified",
-    "mtime",
-    "created",
-    "ino",
-    "VersionId",
-    "generation",
-)
-
-
-def _identity(source: str, storage_options=None):
-    """(identity, versioned): what tells one version of a file from another,
-    cheaply.  For a local file its stat (a rename gives another inode; a rewrite in
-    place another size or time); for a URL what the server says of it, its size
-    with its version.  A server that names no version (read only with
-    ``ztensor_allow_unversioned``) gives its size alone, and versioned False: a
-    change of size is still seen (a chunk of another file is a ClosedError, as
-    docs/remote.md promises), but nothing shows such a file unchanged, so it gets
-    a fresh handle per chunk (:meth:`_Handles.acquire`)."""
-    if not is_url(source):
-        st = os.stat(source)
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), True
-    # a URL gone or refused since the graph was made says so (404, refused), as a
-    # read of it would: fsspec's bare FileNotFoundError named no status
-    with network_errors(source):
-        fs, inner = url_filesystem(source, storage_options)
-        info = fs.info(inner)
-    marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
-    return (("size", str(info.get("size"))),) + marks, bool(marks)
-
-
 class _Handles:
     """Open ``safe_open`` handles of one worker process, keyed by (source, file
     identity), at most ``limit`` of them; a handle of a file with no version
-    (:func:`_identity`) is its chunk's own, its key marked so.  Every chunk looks
-    its file up again: a handle opened on an earlier version of the file is never
+    (:func:`ztensor.io.source.file_version`) is its chunk's own, its key marked so.
+    Every chunk looks its file up again: a handle opened on an earlier version of the file is never
     used once the file has changed, and is closed when the last chunk using it is done."""
 
     def __init__(self, limit: int = 16) -> None:
@@ -411,7 +374,7 @@ class _Handles:
         # a handle opened with other options (credentials) is not this caller's
         where = source if not options else (source, repr(sorted(options.items())))
         for _ in range(8):
-            before, versioned = _identity(source, options)
+            before, versioned = file_version(source, options)
             key: Any = (where, before)
             if versioned:
                 with self._lock:
@@ -421,7 +384,7 @@ class _Handles:
                         self._open.move_to_end(key)
                         return key, entry[0]
             handle = safe_open(source, framework="np", storage_options=options)
-            if _identity(source, options)[0] != before:  # changed while it was opened: again
+            if file_version(source, options)[0] != before:  # changed while it was opened: again
                 handle.close()
                 continue
             if not versioned:  # nothing shows it unchanged later: this chunk's own handle

@@ -52,6 +52,7 @@ from ztensor.foreign.names import json_loads_unique
 from ztensor.io import atomic
 from ztensor.io import upload as remote_write
 from ztensor.io.source import (
+    file_version,
     is_url,
     network_errors,
     read_small_file,
@@ -453,12 +454,13 @@ class ShardedReader:
         self._users: Dict[int, int] = {}
         self._retired: Dict[int, Reader] = {}
         self._slicers: "OrderedDict[str, Any]" = OrderedDict()  # get_slice's handles
-        # the local index's version, taken before it is read: a shard opened after
-        # the checkpoint was rewritten (save_sharded removes the index first) would
-        # mix two versions' tensors (_open_checked compares)
+        # the index's version, taken before it is read: a shard opened after the
+        # checkpoint was rewritten (save_sharded removes the index first; a server's
+        # copy replaced by a newer release) would mix two versions' tensors
+        # (_open_checked compares)
         self._index = index
         self._query = ""
-        self._index_version = None if index is None or _is_url(index) else atomic.identity(index)
+        self._index_version = self._version_now()
         if index is None:
             single = self._single_file(self.path)
             self.folder = os.path.dirname(single)
@@ -475,6 +477,18 @@ class ShardedReader:
         self._map, self._meta = _read_index(index, self._options)
         if not _is_url(self.path) and os.path.isdir(self.path):
             _require_one_checkpoint(self.folder, index, self._map)
+
+    def _version_now(self) -> Any:
+        """The index's version as it is now (a local file's stat, what a server
+        says of a URL: :func:`ztensor.io.source.file_version`); None where nothing
+        can tell (no index; a server naming no version, read by the caller's
+        opt-in) or the local index is gone (then it differs from the one taken)."""
+        if self._index is None:
+            return None
+        if not _is_url(self._index):
+            return atomic.identity(self._index)
+        identity, versioned = file_version(self._index, self._options)
+        return identity if versioned else None
 
     def _shard(self, file: str) -> str:
         """The path or URL of shard ``file``: a name check_shard_name passed when the
@@ -585,7 +599,7 @@ class ShardedReader:
         local index was rewritten or removed, which would mix two checkpoints'
         tensors: a FormatError saying to open it again)."""
         self._require_open(name)
-        if self._index_version is not None and atomic.identity(self._index) != self._index_version:
+        if self._index_version is not None and self._version_now() != self._index_version:
             raise FormatError(
                 "the checkpoint changed while open (its index was rewritten or removed): "
                 "its shards would mix two versions; open it again",

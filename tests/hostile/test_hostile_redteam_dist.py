@@ -208,7 +208,7 @@ def test_a_redirect_loop_says_so(web):  # noqa: F811
 
 # ----------------------------------------------------------------- dask
 def test_dask_url_gone_before_compute_says_404(web, tmp_path):  # noqa: F811
-    """A worker's look-up of the file's version (dask._identity) let fsspec's bare
+    """A worker's look-up of the file's version (source.file_version) let fsspec's bare
     FileNotFoundError out: no status, not a ZTensorError."""
     pytest.importorskip("dask")  # an optional dependency: the clean-wheel run has none
     zdask = pytest.importorskip("ztensor.dask")

@@ -40,7 +40,7 @@ def test_unversioned_url_replaced_by_another_size_is_refused(web, tmp_path):  # 
     array's identity was None, so chunks checked only shape and dtype, and a file
     swapped for one of another size between chunks gave one array of both files'
     rows (row sums [0, 0, 1000, 1000]).  docs/remote.md says a change of size is
-    seen; the size is now the identity (dask._identity), and a chunk of the other
+    seen; the size is now the identity (source.file_version), and a chunk of the other
     file is the ClosedError a versioned change gives (dask._read)."""
     first = _bytes_of(tmp_path, {"w": np.zeros((4, 1000), np.float32)})
     other = _bytes_of(
@@ -79,9 +79,9 @@ def test_unversioned_url_unchanged_reads_whole(web, tmp_path):  # noqa: F811
 @pytest.fixture
 def opens(monkeypatch):
     """Every Reader opened (safe_open's and the checkpoint's shards' included),
-    by path, and every identity looked up (dask._identity), by path."""
+    by path, and every identity looked up (source.file_version, through dask), by path."""
     seen = {"readers": [], "identities": []}
-    init, identity = reader_module.Reader.__init__, zdask._identity
+    init, identity = reader_module.Reader.__init__, zdask.file_version
 
     def counting_init(self, source, *args, **kwargs):
         seen["readers"].append(os.fspath(source))
@@ -92,7 +92,7 @@ def opens(monkeypatch):
         return identity(source, storage_options)
 
     monkeypatch.setattr(reader_module.Reader, "__init__", counting_init)
-    monkeypatch.setattr(zdask, "_identity", counting_identity)
+    monkeypatch.setattr(zdask, "file_version", counting_identity)
     return seen
 
 
@@ -129,7 +129,7 @@ def test_from_zt_all_of_one_file_opens_it_once(tmp_path, opens):
 def test_from_zt_all_over_http_asks_per_shard_not_per_tensor(web, tmp_path):  # noqa: F811
     """Over HTTP, 400 tensors took 5,242 requests (the index 802 times).  Now the
     index is read once and each shard costs one open plus its identity's request
-    (dask._arrays_of)."""
+    (dask._arrays_of), and one question of the index's version."""
     tensors, folder, index, shards = _checkpoint(tmp_path, 400)
     server = web()
     for name in os.listdir(folder):
@@ -145,7 +145,9 @@ def test_from_zt_all_over_http_asks_per_shard_not_per_tensor(web, tmp_path):  # 
 
     arrays = zdask.from_zt_all(server.url("/ck/" + index), rows=2)
     assert list(arrays) == list(tensors)
-    assert server.requests.count("/ck/" + index) == index_requests
+    # read once, then asked its version (a HEAD) once per shard opened, so that no
+    # shard of a newer release is read under it (sharded.ShardedReader._open_checked)
+    assert server.requests.count("/ck/" + index) == index_requests + shards
     per_shard = [server.requests.count("/ck/" + n) for n in os.listdir(folder) if n != index]
     assert len(per_shard) == shards and max(per_shard) <= one_open + 1
     np.testing.assert_array_equal(

@@ -770,6 +770,44 @@ _NOT_A_STORE = frozenset(
 _IPV6_HOST = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#\[]*)\[[^\]/?#]*\]")
 
 
+# what fsspec's info() may say of a version of a file (HTTP, S3, GCS, local, memory)
+_VERSION_FIELDS = (
+    "ETag",
+    "etag",
+    "Content-MD5",
+    "Digest",
+    "LastModified",
+    "last_modified",
+    "mtime",
+    "created",
+    "ino",
+    "VersionId",
+    "generation",
+)
+
+
+def file_version(source: str, storage_options=None):
+    """(identity, versioned): what tells one version of a file from another,
+    cheaply.  For a local file its stat (a rename gives another inode; a rewrite in
+    place another size or time); for a URL what the server says of it, its size
+    with its version.  A server that names no version (read only with
+    ``ztensor_allow_unversioned``) gives its size alone, and versioned False: a
+    change of size is still seen (a chunk of another file is a ClosedError, as
+    docs/remote.md promises), but nothing shows such a file unchanged, so it gets
+    a fresh handle per chunk (dask's ``_Handles.acquire``).  The one rule telling
+    whether a file changed, for dask's workers and a sharded checkpoint's index."""
+    if not is_url(source):
+        st = os.stat(source)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), True
+    # a URL gone or refused since the graph was made says so (404, refused), as a
+    # read of it would: fsspec's bare FileNotFoundError named no status
+    with network_errors(source):
+        fs, inner = url_filesystem(source, storage_options)
+        info = fs.info(inner)
+    marks = tuple((k, str(info[k])) for k in _VERSION_FIELDS if info.get(k) is not None)
+    return (("size", str(info.get("size"))),) + marks, bool(marks)
+
+
 def url_filesystem(url, storage_options=None):
     """(fsspec filesystem, path inside it) for ``url``: the one place a URL becomes a
     filesystem, for every read (open_url), write (upload), size (sharded) and
