@@ -139,7 +139,7 @@ def test_torch_reads_an_unknown_logical_type_as_numpy_does(tmp_path):
         np.testing.assert_array_equal(t.numpy(), want)
 
 
-# ---- every exporter writes bool bytes 0 or 1 (export._stored_elements, values.clean_bools)
+# ---- every exporter writes bool bytes 0 or 1 (export._as_stored, values.clean_bools)
 
 
 class _ArraysReader:

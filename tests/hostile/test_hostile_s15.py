@@ -48,6 +48,36 @@ def test_an_export_of_a_stride_0_view_holds_one_piece_at_a_time(tmp_path, monkey
     assert float(got.min()) == float(got.max()) == 3.0
 
 
+def test_a_gguf_export_of_a_stride_0_view_holds_one_piece_at_a_time(tmp_path, monkeypatch):
+    """gguf-py took each tensor as one array, copied whole: a 1.4 KB file of a
+    16 GiB view was killed for memory.  It is handed export._StoredPieces (nbytes
+    and tofile, what its write_tensor_data asks of an array), one piece at a time."""
+    gguf = pytest.importorskip("gguf")
+    n = 1 << 24
+    source = _expanded(tmp_path, n)
+    monkeypatch.setattr(export, "PIECE_BYTES", 1 << 20)
+    out = str(tmp_path / "out.gguf")
+    tracemalloc.start()
+    try:
+        ztensor.convert(source, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    (tensor,) = gguf.GGUFReader(out).tensors
+    assert tensor.name == "w" and int(tensor.n_elements) == n
+    assert float(tensor.data.min()) == float(tensor.data.max()) == 3.0
+    # a mixed file reads back value for value (an int16 view, bf16 bits, a 0-d one)
+    mixed = str(tmp_path / "mixed.pt")
+    base = torch.arange(-60, 60, dtype=torch.int16).reshape(12, 10)
+    torch.save({"t": base.t(), "b": torch.linspace(-2, 2, 7).to(torch.bfloat16),
+                "s": torch.tensor(2.5)}, mixed)
+    ztensor.convert(mixed, str(tmp_path / "mixed.gguf"))
+    with ztensor.Reader(mixed) as want, ztensor.Reader(str(tmp_path / "mixed.gguf")) as got:
+        for name in ("t", "b", "s"):
+            assert want.read_numpy(name).tobytes() == got.read_numpy(name).tobytes(), name
+
+
 def test_pieces_cover_every_element_in_order():
     """export._pieces over odd views: a transposed, a sliced and a stride-0 one, with
     a budget smaller than a row, give back exactly the C-order elements."""
@@ -81,8 +111,8 @@ def test_an_output_larger_than_the_disk_is_refused_before_a_byte(tmp_path, suffi
 
 
 def test_a_gguf_export_out_of_memory_is_a_limit_naming_the_object(tmp_path, monkeypatch):
-    """gguf-py takes one array a tensor: its copy is export._stored_elements, where
-    memory that runs out is a LimitError (errors.memory_is_a_limit)."""
+    """A GGUF export's pieces come from export._stored_pieces, where memory that
+    runs out is a LimitError (errors.memory_is_a_limit)."""
     pytest.importorskip("gguf")
     source = _expanded(tmp_path, 1 << 10)
 

@@ -421,13 +421,6 @@ def _stored_pieces(reader, name, view=None):
             yield _as_stored(piece)
 
 
-def _stored_elements(reader, name):
-    """The object's elements whole (see :func:`_as_stored`), for a writer that takes
-    one array (gguf-py's); memory that runs out is a LimitError naming them."""
-    with memory_is_a_limit(reader.path, name):
-        return _as_stored(_stored_view(reader, name))
-
-
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
@@ -453,7 +446,7 @@ _GGUF_FLOAT32, _GGUF_BOOL, _GGUF_FLOAT64 = 6, 7, 12
 
 class GGUFTensor(NamedTuple):
     name: str
-    load: Callable[[], np.ndarray]  # the array to write, native byte order
+    load: Callable[[], Any]  # what to write: little-endian bytes (_StoredPieces, blocks)
     shape: Tuple[int, ...]
     dtype: np.dtype
     nbytes: int
@@ -541,15 +534,45 @@ def write_gguf(reader, path: str, progress=None, drop_attributes: bool = False) 
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for t in plan.tensors:  # one tensor at a time
-            arr = t.load()
-            w.write_tensor_data(arr)
+        little = _takes_endianness(w)
+        for t in plan.tensors:  # one tensor at a time, one piece of it in memory
+            data = t.load()
+            if little:  # the bytes are the file's already: never swapped
+                w.write_tensor_data(data, tensor_endianess=gguf.GGUFEndian.LITTLE)
+            else:  # an older gguf-py swaps only for a big-endian file
+                w.write_tensor_data(data)
             if progress:
-                progress(arr.nbytes)
+                progress(t.nbytes)
         w.close()
 
     _atomic(path, write, sum(t.nbytes for t in plan.tensors), by_name=True)
     return len(plan.tensors)
+
+
+class _StoredPieces:
+    """A dense object's elements as gguf-py's ``GGUFWriter.write_tensor_data`` takes an
+    array (its ``nbytes`` and ``tofile``), written in their stored little-endian pieces
+    (:func:`_stored_pieces`): one piece in memory at a time, whatever the view shows
+    (a 1.4 KB ``torch.save`` of a stride-0 view of 16 GiB was copied whole, and the
+    process killed for memory)."""
+
+    def __init__(self, reader, name: str, nbytes: int) -> None:
+        self.reader, self.name, self.nbytes = reader, name, nbytes
+
+    def tofile(self, out) -> None:
+        for piece in _stored_pieces(self.reader, self.name):
+            out.write(piece.reshape(-1).view(np.uint8).data)
+
+
+def _takes_endianness(writer) -> bool:
+    """Whether this gguf-py's ``write_tensor_data`` is told the bytes' order (0.10
+    is not, and writes them as given to a little-endian file)."""
+    import inspect
+
+    try:
+        return "tensor_endianess" in inspect.signature(writer.write_tensor_data).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
@@ -624,12 +647,14 @@ def _gguf_tensor(reader, name, gguf) -> GGUFTensor:
     raw = gguf.GGMLQuantizationType.BF16 if key == "bf16" else None  # bits, typed
     shape = tuple(spec.shape)
 
-    def load_elements():  # native order: gguf-py swaps native arrays to the file's LE
-        arr = _stored_elements(reader, name)
-        return arr.astype(arr.dtype.newbyteorder("=")) if arr.dtype.itemsize > 1 else arr
-
+    nbytes = comp.decoded_length
     return GGUFTensor(
-        name, load_elements, shape, np.dtype(_GGUF_DENSE[key]), comp.decoded_length, raw
+        name,
+        lambda: _StoredPieces(reader, name, nbytes),
+        shape,
+        np.dtype(_GGUF_DENSE[key]),
+        nbytes,
+        raw,
     )
 
 
