@@ -51,11 +51,31 @@ def final_target(path):
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the rename would replace the link itself
             raise WriteError("is a loop of symbolic links", path=path, errno=exc.errno) from None
+        _require_name_fits(target, path)
         return target  # nothing there yet, or no way to look: creating it will say
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, socket or device"
         raise WriteError(f"is {kind}, not a file: a file written here would replace it", path=path)
     return target
+
+
+def _require_name_fits(target: str, path) -> None:
+    """A WriteError naming ``path`` when the file name of ``target`` is longer than
+    its folder's filesystem allows: the rename into place failed only once the whole
+    file was written."""
+    folder, base = os.path.split(target)
+    try:
+        name_max = os.pathconf(folder or ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return  # no folder yet, or no limit to ask: creating the file will say
+    length = len(os.fsencode(base))
+    if length > name_max:
+        raise WriteError(
+            f"the file name is {length} bytes long, longer than this filesystem "
+            f"allows ({name_max})",
+            path=path,
+            errno=errno.ENAMETOOLONG,
+        )
 
 
 def identity(path) -> Any:
@@ -309,11 +329,15 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     is given the permission bits of the file it replaces, and one whose destination
     is on another filesystem (a link out of the folder) is copied into a temporary
     file beside that destination.  A failure so far leaves ``target`` as it was.
-    Then the old index is removed (from here on a crash leaves no index, never one
-    naming a mix), each file renamed into place, the new index last, and the files
+    Then the old index is removed (from here on a crash of the process leaves no
+    index, never one naming a mix; a failure or interruption puts the old
+    checkpoint back), each file renamed into place, the new index last, and the files
     of ``replaced`` (the old index's shards) that the new checkpoint lacks removed:
-    they belonged to the checkpoint replaced.  ``index`` None: files with no index
-    among them (a model's config files), each simply replaced."""
+    they belonged to the checkpoint replaced, as does the one whole file the new
+    index's name implies (``model.zt`` for ``model.zt.index.json``).  The moves are
+    all or none (:func:`_replace_all`) and hold a lock on ``target``
+    (:func:`_folder_locked`).  ``index`` None: files with no index among them (a
+    model's config files), each simply replaced."""
     names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
     ready = []  # (what to rename, its destination, its Temp when a copy)
     try:
@@ -325,25 +349,123 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
             if temp is not None:
                 temp.discard()
         raise
-    step = target
-    try:
-        if old_index is not None and os.path.lexists(old_index):
-            os.unlink(old_index)
-        for source, destination, temp in ready:
-            step = destination
-            os.replace(source, destination)
-            if temp is not None:
-                temp.done()
-    except OSError as exc:
-        for _, _, temp in ready:
-            if temp is not None:
-                temp.discard()
-        raise _failed("cannot move the new file into place", exc, step) from None
-    for name in set(replaced) - set(names) - {index}:
+    with _folder_locked(target):
+        _replace_all(ready, old_index, target, names)
+    # the checkpoint replaced may have been one whole file (model.zt beside the new
+    # model.zt.index.json): transformers loads that one first, so it goes too
+    whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
+    for name in (set(replaced) | ({whole} if whole else set())) - set(names) - {index}:
         try:
             os.unlink(os.path.join(target, name))
         except OSError:
             pass  # gone already, or not ours to remove: the new index does not name it
+
+
+def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
+    """The moves of :func:`move_staged`, all or none: each file a move replaces is
+    first linked aside (a hidden name beside it), the old index removed, every new
+    file renamed into place, the index last.  A failure or an interruption at any
+    step (a rename refused, an immutable file, Ctrl-C) puts every replaced file
+    back and removes the new ones, the old index last: the folder is as it was.
+    Once all are in place the old files' links go."""
+    kept = []  # (destination, the old file's link aside)
+    placed = []  # (destination, its old file's link aside or None)
+    step = target
+    try:
+        for (_, destination, _), name in zip(ready, names):
+            step = os.path.join(target, name)
+            if destination != old_index and os.path.lexists(destination):
+                kept.append((destination, _link_aside(destination)))
+        if old_index is not None and os.path.lexists(old_index):
+            step = old_index
+            kept.append((old_index, _link_aside(old_index)))
+            os.unlink(old_index)
+        aside = dict(kept)
+        for (source, destination, temp), name in zip(ready, names):
+            step = os.path.join(target, name)
+            os.replace(source, destination)
+            placed.append((destination, aside.get(destination)))
+            if temp is not None:
+                temp.done()
+    except BaseException as exc:
+        _put_back(placed, kept, old_index)
+        for _, _, temp in ready:
+            if temp is not None:
+                temp.discard()
+        if isinstance(exc, OSError):
+            raise _failed("cannot move the new file into place", exc, step) from None
+        raise
+    for _, link in kept:
+        with contextlib.suppress(OSError):
+            os.unlink(link)
+
+
+def _link_aside(path: str) -> str:
+    """A second name for the file at ``path``, hidden beside it (same folder, same
+    filesystem): a hard link, else (a filesystem without them) a copy."""
+    folder = os.path.dirname(path)
+    for _ in range(100):
+        link = os.path.join(folder, f".{secrets.token_hex(6)}.old")
+        try:
+            os.link(path, link, follow_symlinks=False)
+            return link
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                raise
+            shutil.copy2(path, link, follow_symlinks=False)
+            return link
+    raise FileExistsError(errno.EEXIST, "no free name for a link aside", folder)
+
+
+def _put_back(placed, kept, old_index: Optional[str]) -> None:
+    """Undo :func:`_replace_all`'s moves: each new file removed or its old one
+    renamed back over it, the old index last (best effort: what cannot be put back
+    stays, and the error raised says the move failed)."""
+    for destination, link in reversed(placed):
+        with contextlib.suppress(OSError):
+            if link is None:
+                os.unlink(destination)
+            else:
+                os.replace(link, destination)
+    restored = {destination for destination, _ in placed}
+    for destination, link in kept:
+        if destination in restored:
+            continue
+        with contextlib.suppress(OSError):
+            if os.path.lexists(destination):
+                # never replaced: the link and the file are one (a rename of one
+                # onto the other does nothing, and the link would stay)
+                os.unlink(link)
+            else:  # the old index, removed before the moves
+                os.replace(link, destination)
+
+
+@contextlib.contextmanager
+def _folder_locked(folder: str) -> Iterator[None]:
+    """An exclusive advisory lock (flock) on ``folder`` while a checkpoint's files
+    move into it: two saves into one folder move one after the other, each whole
+    (interleaved, one's index named the other's shards).  Where folders cannot be
+    locked (no fcntl, a filesystem refusing it), nothing is held."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # a filesystem without locks: the moves are still all or none
+        yield
+    finally:
+        os.close(fd)
 
 
 def _ready_to_move(staged: str, final: str):

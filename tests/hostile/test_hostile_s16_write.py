@@ -1,0 +1,169 @@
+"""Session 16: a probe round on checkpoint writes.  Each test names the one
+function that keeps its rule."""
+import errno
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ztensor
+import ztensor.numpy
+from ztensor.io import atomic
+
+
+def _values(folder):
+    with ztensor.open_sharded(str(folder)) as ck:
+        return {k: ck.read_numpy(k).tolist() for k in sorted(ck.keys())}
+
+
+def _save(folder, value, shards=2):
+    ztensor.save_sharded({"a": np.full(4, value, "f4"), "b": np.full(4, value, "f4")},
+                         str(folder), max_shard_size=16 if shards == 2 else 1 << 20)
+
+
+# ------------------------------------------------------------------ all or none
+# Rule: atomic._replace_all links each replaced file aside before the moves and puts
+# them back on any failure or interruption; the old index was unlinked first, so a
+# rename refused in shard two (EPERM, an immutable file) or Ctrl-C left new shard
+# one beside old shard two and no index.
+
+
+@pytest.mark.parametrize("failure", [PermissionError(errno.EPERM, "Operation not permitted"),
+                                     KeyboardInterrupt()])
+def test_a_move_failing_half_way_puts_the_old_checkpoint_back(tmp_path, monkeypatch, failure):
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    os.chmod(folder / "model.zt.index.json", 0o600)
+    before = {n: (folder / n).read_bytes() for n in os.listdir(folder)}
+    real = os.replace
+
+    def replace(src, dst):
+        # the move out of the staging folder, not the shard's own rename inside it
+        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
+                and dst.endswith("model-00002-of-00002.zt"):
+            raise failure
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    expected = ztensor.WriteError if isinstance(failure, OSError) else KeyboardInterrupt
+    with pytest.raises(expected) as err:
+        _save(folder, 2.0)
+    monkeypatch.setattr(atomic.os, "replace", real)
+    assert {n: (folder / n).read_bytes() for n in os.listdir(folder)} == before
+    assert _values(folder) == {"a": [1.0] * 4, "b": [1.0] * 4}
+    assert os.stat(folder / "model.zt.index.json").st_mode & 0o777 == 0o600
+    if isinstance(failure, OSError):
+        # named where the caller's folder names it, not a resolved absolute path
+        assert err.value.path == os.path.join(str(folder), "model-00002-of-00002.zt")
+    _save(folder, 3.0)  # nothing left behind that blocks the next save
+    assert _values(folder) == {"a": [3.0] * 4, "b": [3.0] * 4}
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]
+
+
+def test_a_move_failing_at_the_index_puts_every_shard_back(tmp_path, monkeypatch):
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    real = os.replace
+
+    def replace(src, dst):
+        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
+                and dst.endswith(".index.json"):
+            raise OSError(errno.EIO, "I/O error")
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(ztensor.WriteError):
+        _save(folder, 2.0)
+    monkeypatch.setattr(atomic.os, "replace", real)
+    assert _values(folder) == {"a": [1.0] * 4, "b": [1.0] * 4}
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]
+
+
+# ------------------------------------------------------------------ one checkpoint
+# Rule: atomic.move_staged removes the whole file the new index's name implies
+# (model.zt beside model.zt.index.json): a one-file checkpoint replaced by shards
+# stayed, and transformers loads model.safetensors before any index.
+
+
+def test_a_one_file_checkpoint_replaced_by_shards_is_gone(tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    one = tmp_path / "one"
+    st.save_file({"a": np.full(4, 1.0, "f4"), "b": np.full(4, 1.0, "f4")},
+                 str(tmp_path / "one.safetensors"))
+    os.makedirs(one)
+    os.replace(tmp_path / "one.safetensors", one / "model.safetensors")
+    out = tmp_path / "out"
+    ztensor.convert(str(one), str(out), format="safetensors")
+    assert sorted(os.listdir(out)) == ["model.safetensors"]
+    sharded = tmp_path / "sharded"
+    _save(sharded, 2.0)
+    ztensor.convert(str(sharded), str(out), format="safetensors", force=True)
+    assert "model.safetensors" not in os.listdir(out)
+    assert "model.safetensors.index.json" in os.listdir(out)
+    assert _values(out) == {"a": [2.0] * 4, "b": [2.0] * 4}
+    # the .zt layout the same way
+    zt_out = tmp_path / "zt"
+    os.makedirs(zt_out)
+    ztensor.numpy.save_file({"a": np.zeros(4, "f4"), "b": np.zeros(4, "f4")},
+                            str(zt_out / "model.zt"))
+    _save(zt_out, 2.0)
+    assert "model.zt" not in os.listdir(zt_out)
+    assert _values(zt_out) == {"a": [2.0] * 4, "b": [2.0] * 4}
+
+
+# ------------------------------------------------------------------ one at a time
+# Rule: atomic._folder_locked holds an exclusive flock on the folder while a
+# checkpoint's files move in: two saves into one folder interleaved their moves and
+# left one's index naming the other's shards.
+
+
+def test_two_saves_into_one_folder_move_one_after_the_other(tmp_path, monkeypatch):
+    folder = tmp_path / "ck"
+    _save(folder, 0.0)
+    real = atomic._replace_all
+    inside = threading.Event()
+    release = threading.Event()
+
+    def slow(ready, old_index, target, names):
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(10)
+        real(ready, old_index, target, names)
+
+    monkeypatch.setattr(atomic, "_replace_all", slow)
+    first = threading.Thread(target=_save, args=(folder, 1.0), name="first")
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=_save, args=(folder, 2.0), name="second")
+    second.start()
+    time.sleep(0.5)
+    assert second.is_alive()  # waits for the first's moves
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert _values(folder) == {"a": [2.0] * 4, "b": [2.0] * 4}
+
+
+# ------------------------------------------------------------------ impossible names
+# Rule: atomic.final_target refuses a file name longer than its filesystem allows
+# before a byte is written; the rename into place failed once the file was whole.
+
+
+@pytest.mark.parametrize("how", ["writer", "export", "shards"])
+def test_a_name_too_long_is_refused_before_anything_is_written(tmp_path, how):
+    name = "x" * 300
+    if how == "writer":
+        path = tmp_path / (name + ".zt")
+        with pytest.raises(ztensor.WriteError, match="longer than this filesystem allows"):
+            ztensor.Writer(str(path))
+    elif how == "export":
+        src = tmp_path / "a.npy"
+        np.save(src, np.zeros(3))
+        with pytest.raises(ztensor.WriteError, match="longer than this filesystem allows"):
+            ztensor.convert(str(src), str(tmp_path / (name + ".safetensors")))
+    else:
+        with pytest.raises(ztensor.WriteError, match="longer than this filesystem allows"):
+            ztensor.save_sharded({"a": np.zeros(3)}, str(tmp_path / "ck"), prefix=name)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
