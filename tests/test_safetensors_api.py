@@ -411,8 +411,8 @@ def test_a_meta_tensor_is_refused_as_safetensors_refuses_it(tmp_path):
 def test_tensor_spec_is_made_as_safetensors_makes_it():
     """safetensors 0.8's TensorSpec takes keywords only and torch's dtype names, and
     reports safetensors' name (``float32`` -> ``F32``); ours does the same (it also
-    takes safetensors' names), and says float4 and float8_e8m0 have no zTensor type
-    rather than that they are unknown."""
+    takes safetensors' names), and says float4 and float8_e8m0 are not in zTensor's
+    dtype table rather than that they are unknown."""
     a = np.arange(6, dtype=np.float32)
     fields = dict(shape=[6], data_ptr=a.ctypes.data, data_len=24)
     with pytest.raises(TypeError):
@@ -428,5 +428,5 @@ def test_tensor_spec_is_made_as_safetensors_makes_it():
         with pytest.raises(TypeError):
             st.TensorSpec("float32", [6], a.ctypes.data, 24)
     for name in ("float4_e2m1fn_x2", "float8_e8m0fnu"):
-        with pytest.raises(ztensor.SafetensorError, match="no zTensor type"):
+        with pytest.raises(ztensor.SafetensorError, match="not in zTensor's dtype table"):
             ztensor.TensorSpec(dtype=name, **fields)

@@ -170,6 +170,9 @@ REFERENCE_NAMES = {row.spec: row.reference for row in ROWS if row.reference}
 # v0.1 dtype names: the same names, read the other way.
 V01_DTYPES = {row.reference: row.spec for row in ROWS if row.reference}
 
+# the types numpy holds as its own dtypes (a logical type outside them, bf16, FP8
+# or one the table lacks such as f8_e8m0fnu, is bits to numpy)
+NUMPY_NATIVE = frozenset(row.spec for row in ROWS if not row.bits)
 # spec type (bf16 or FP8) -> ml_dtypes' name for it
 ML_NAMES = {row.spec: row.ml_dtypes for row in ROWS if row.ml_dtypes}
 # spec type (bf16 or FP8) -> the numpy dtype (native order) whose memory holds its bits

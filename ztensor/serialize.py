@@ -47,8 +47,8 @@ class TensorSpec:
     (little-endian, row-major).  ``dtype`` is torch's name for it (``"float32"``,
     ``"bfloat16"``) or safetensors' (``"F32"``); ``.dtype`` is safetensors' name, as
     safetensors reports it.  The dtype is checked here (an unknown one is a
-    SafetensorError, as in safetensors; float4 and float8_e8m0, which zTensor has no
-    type for, say so); the rest when it is serialized.
+    SafetensorError, as in safetensors; float4 and float8_e8m0, which zTensor's
+    dtype table lacks, say so); the rest when it is serialized.
 
     Unsafe as safetensors' is: the address is the caller's word.  The memory must
     stay alive, unchanged, through every call that is given the spec; nothing can
@@ -60,7 +60,10 @@ class TensorSpec:
     def __init__(self, *, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
         if _kind_of(dtype) is None:
             if dtype in dtypes.SAFETENSORS_ONLY:
-                raise SafetensorError(f"dtype {dtype} has no zTensor type (docs/dtypes.md)")
+                raise SafetensorError(
+                    f"dtype {dtype} is not in zTensor's dtype table (docs/dtypes.md): "
+                    "serialize cannot write it"
+                )
             raise SafetensorError(f"unknown dtype {show(dtype)}")
         self.dtype = dtypes.TORCH_TO_SAFETENSORS.get(dtype, dtype)
         self.shape = list(caller_shape(shape))

@@ -167,3 +167,30 @@ def test_a_name_too_long_is_refused_before_anything_is_written(tmp_path, how):
         with pytest.raises(ztensor.WriteError, match="longer than this filesystem allows"):
             ztensor.save_sharded({"a": np.zeros(3)}, str(tmp_path / "ck"), prefix=name)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+# ------------------------------------------------------------------ what numpy holds
+# Rule: export.plan_npz refuses every logical type numpy has no dtype for
+# (dtypes.NUMPY_NATIVE), not only bf16 and FP8: torch's float8_e8m0fnu and
+# float4_e2m1fn_x2 were written as plain uint8 members, their type lost.
+
+
+@pytest.mark.parametrize("dtype", ["float8_e8m0fnu", "float4_e2m1fn_x2"])
+def test_an_npz_export_refuses_a_type_numpy_lacks(tmp_path, dtype):
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, dtype):
+        pytest.skip(f"this torch has no {dtype}")
+    import ztensor.torch as zt
+    src = str(tmp_path / "f.zt")
+    zt.save_file({"e": torch.arange(0, 250, 10, dtype=torch.uint8).view(getattr(torch, dtype))},
+                 src)
+    with pytest.raises(ztensor.UnsupportedError, match="numpy has no") as err:
+        ztensor.convert(src, str(tmp_path / "f.npz"))
+    assert err.value.obj == "e"
+    assert not (tmp_path / "f.npz").exists()
+    # complex and bool stay numpy's own
+    ztensor.numpy.save_file({"c": np.arange(3) * 1j, "b": np.array([True, False])},
+                            str(tmp_path / "n.zt"))
+    ztensor.convert(str(tmp_path / "n.zt"), str(tmp_path / "n.npz"))
+    with np.load(tmp_path / "n.npz") as z:
+        assert z["c"].tolist() == [0j, 1j, 2j] and z["b"].tolist() == [True, False]

@@ -311,9 +311,10 @@ def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
             )
         comp = specs[name].components["data"]
         logical = "bf16" if comp.dtype == "bf16" else comp.type
-        if logical in dtypes.ML_NAMES:  # bf16 and FP8; complex and bool are numpy's own
-            # numpy has no such dtype: the member would hold bit patterns that
-            # numpy.load gives back as plain integers, the type lost
+        if logical is not None and logical not in dtypes.NUMPY_NATIVE:
+            # bf16, FP8, a type the table lacks (f8_e8m0fnu): numpy has no such
+            # dtype, so the member would hold bit patterns that numpy.load gives
+            # back as plain integers, the type lost; complex and bool are numpy's own
             raise UnsupportedError(
                 f"numpy has no {logical} dtype: an .npz would hold its bit patterns as "
                 "plain integers; write .safetensors or .zt, or convert the values first",
