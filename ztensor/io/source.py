@@ -1513,6 +1513,8 @@ def _network_error(url, exc):
                 "ETag is no longer the one it was opened with)",
                 path=url,
             )
+        if type(item).__module__.startswith("botocore"):
+            return _botocore_error(url, item)
         if isinstance(item, ValueError) and "range requests" in str(item):
             return FormatError(
                 "the server sent the whole file for a range request: it "
@@ -1531,6 +1533,24 @@ def _network_error(url, exc):
             f"{type(exc).__name__}: {_said(exc.strerror or exc)}", path=url, errno=exc.errno
         )
     return None
+
+
+def _botocore_error(url, exc):
+    """What botocore raises before or around a request (s3fs passes it on as it
+    is: a traceback from the command), said as a NetworkError: no credentials
+    found, an endpoint that cannot be reached, anything else by its class."""
+    name = type(exc).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError"):
+        return NetworkPermissionError(
+            f"no credentials for this object store ({_said(exc)}): give them in "
+            "storage_options (key=, secret=; anon=True for a public bucket) or in "
+            "the environment",
+            path=url,
+            errno=errno.EACCES,
+        )
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
+        return NetworkConnectionError(f"cannot reach the endpoint: {_said(exc)}", path=url)
+    return NetworkError(f"{name}: {_said(exc)}", path=url)
 
 
 def _unparsable(exc):
