@@ -106,7 +106,7 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     dtype = _caller_dtype(dtype, "dtype") if dtype is not None else None
     if dtype is None:
         dtype = _caller_dtype(torch_dtype, "torch_dtype")
-    if kwargs.get("trust_remote_code"):
+    if kwargs.pop("trust_remote_code", None):
         # a config.json's auto_map (and the _name_or_path it sets) would choose the
         # code to import and run, from any folder or a Hub repository
         raise UnsupportedError(
@@ -124,6 +124,7 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             path=config_path,
         )
     _refuse_hub_code(config_dict, config_path)
+    config_dict = _without_code_maps(config_dict)
     # where transformers would look for anything the config names is the caller's
     # path, never one config.json gives (_name_or_path: another folder, a Hub repo)
     config_dict = {**config_dict, "_name_or_path": url_without_secrets(source)}
@@ -263,6 +264,35 @@ def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
                             path=config_path,
                         )
             stack.append(item)
+
+
+# what names a module of a checkpoint's own for transformers to import: an Auto
+# class asked of a config holding it, with no class of its own for the model type,
+# offered to run the file's code (an interactive prompt; "y" imported evil.py from
+# the folder, or "org/repo--evil.Model" from the Hub, and cached it)
+_CODE_MAP_KEYS = frozenset({"auto_map", "custom_pipelines"})
+
+
+def _without_code_maps(config_dict: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``config_dict`` without the keys that name code of the file's own
+    (``auto_map``, ``custom_pipelines``), at its top and in every object within
+    (sub-configs): transformers' own classes are built, or the Auto class says it
+    has none.  Iterative: JSON nested as deep as the parser allows is no
+    RecursionError here."""
+    top: Dict[str, Any] = {}
+    stack: List[Tuple[Any, Any]] = [(config_dict, top)]
+    while stack:
+        source, copy_ = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            if isinstance(source, dict) and key in _CODE_MAP_KEYS:
+                continue
+            if isinstance(item, (dict, list)):
+                inner: Any = {} if isinstance(item, dict) else [None] * len(item)
+                stack.append((item, inner))
+                item = inner
+            copy_[key] = item
+    return top
 
 
 def _config_class(cls: Any, config_dict: Dict[str, Any], source: str) -> Any:

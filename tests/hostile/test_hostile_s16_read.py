@@ -39,3 +39,60 @@ def test_an_object_store_read_without_credentials_is_a_network_error(monkeypatch
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "no credentials" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------ transformers
+# Rule: transformers._without_code_maps drops every auto_map (custom_pipelines) of a
+# config.json before transformers sees it: an Auto class asked of a model type it has
+# no class for offered, on stdin, to import evil.py from the checkpoint's folder (or
+# a Hub repository) and cached it; "y" ran it.
+
+EVIL_CALLER = """
+import sys, transformers, ztensor, ztensor.transformers as ztf
+try:
+    ztf.from_pretrained(transformers.AutoModelForCausalLM, sys.argv[1])
+    print("loaded")
+except ztensor.ZTensorError as exc:
+    print("refused", type(exc).__name__)
+"""
+
+
+def _tiny_llama_folder(folder):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, vocab_size=32)
+    ztf.save_pretrained(transformers.LlamaForCausalLM(config), folder)
+    return folder
+
+
+def test_an_auto_map_in_config_json_runs_no_code_and_asks_nothing(tmp_path):
+    import json
+    folder = _tiny_llama_folder(tmp_path / "ck")
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "vit"  # no AutoModelForCausalLM of its own
+    config["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel"}
+    config["text_config"] = {"auto_map": {"AutoModel": "evil.EvilModel"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    marker = tmp_path / "RAN"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    proc = subprocess.run([sys.executable, "-c", EVIL_CALLER, str(folder)], input="y\ny\n",
+                          capture_output=True, text=True, timeout=120)
+    assert "refused FormatError" in proc.stdout, proc.stdout + proc.stderr
+    assert "custom code" not in proc.stdout + proc.stderr  # no prompt
+    assert not marker.exists()
+
+
+def test_an_auto_map_beside_a_class_of_transformers_own_is_ignored(tmp_path):
+    import json
+    import transformers
+    import ztensor.transformers as ztf
+    folder = _tiny_llama_folder(tmp_path / "ck")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_llama.LlamaForCausalLM"}
+    (folder / "config.json").write_text(json.dumps(config))
+    model = ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert type(model) is transformers.LlamaForCausalLM
+    assert not hasattr(model.config, "auto_map")
