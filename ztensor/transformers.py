@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -402,6 +403,9 @@ def _elements_present(spec: Any) -> int:
 # a buffer a model computes in __init__ (rotary tables, causal masks) may exceed
 # every stored tensor of a small checkpoint; this many elements are always allowed
 _ALWAYS_ALLOWED_ELEMENTS = 1 << 26
+# and this many more than the checkpoint's elements may be alive together while it is
+# built: buffers and what computes them
+_ALWAYS_ALLOWED_LIVE = 1 << 27
 
 
 def _dims(size: Any) -> int:
@@ -562,6 +566,11 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
     def __init__(self, most_elements: int, config_path: str) -> None:
         super().__init__()
         self.most = max(most_elements, _ALWAYS_ALLOWED_ELEMENTS)
+        # the tensors alive together: a config of 100 layers each building a
+        # buffer just under the bound (GPT-J's embed_positions) held 27 GB
+        self.most_live = most_elements + _ALWAYS_ALLOWED_LIVE
+        self.live = 0
+        self._held: List[Any] = []  # weakref.finalize of each tensor counted live
         self.config_path = config_path
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -573,7 +582,38 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
         # build stops at the first tensor past the bound
         for made in _tensors_in(result if isinstance(result, (list, tuple)) else [result]):
             self._refuse(made.numel())
+            self._hold(made, args)
         return result
+
+    def __exit__(self, *exc_info):
+        for held in self._held:  # the model's buffers outlive the build: nothing to count
+            held.detach()
+        self._held.clear()
+        return super().__exit__(*exc_info)
+
+    def _hold(self, made: torch.Tensor, args: tuple) -> None:
+        """Count ``made`` among the tensors alive until it is freed, unless it holds
+        no new memory: on the meta device, a view, or one of the call's own
+        arguments (an in-place call)."""
+        if made.device.type == "meta" or made._base is not None:
+            return
+        if any(made is arg for arg in args):
+            return
+        count = made.numel()
+        if not count:
+            return
+        self.live += count
+        if self.live > self.most_live:
+            raise LimitError(
+                f"the config declares tensors of more than {self.most_live} elements "
+                "alive together while the model is built (the checkpoint's tensors "
+                f"together, and {_ALWAYS_ALLOWED_LIVE} more)",
+                path=self.config_path,
+            )
+        self._held.append(weakref.finalize(made, self._release, count))
+
+    def _release(self, count: int) -> None:
+        self.live -= count
 
     def _refuse(self, wanted: int) -> None:
         if wanted > self.most:
@@ -643,7 +683,9 @@ def _parameters_on_meta(most: int, config_path: str) -> Iterator[None]:
     parameter already on meta is registered as it is, so weights the model ties
     while it is built stay one object.  The patch is global while it lasts: build no
     other module in another thread meanwhile.  More than ``most`` registrations
-    are a LimitError naming ``config_path``."""
+    are a LimitError naming ``config_path``.  transformers' initialisation of a
+    module with nothing real in it (every parameter on meta, no buffer of its own)
+    is skipped: whatever it would compute is replaced by the checkpoint's values."""
     original = torch.nn.Module.register_parameter
     count = 0
 
@@ -660,12 +702,30 @@ def _parameters_on_meta(most: int, config_path: str) -> Iterator[None]:
             param = torch.nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
         original(module, name, param)
 
+    pretrained = transformers.PreTrainedModel
+    initialize = getattr(pretrained, "_initialize_weights", None)
+
+    def initialize_real(self, module, *args, **kwargs):
+        # a module whose every parameter is on meta and that has no buffer of its
+        # own has nothing real to initialise (the checkpoint fills it); its
+        # _init_weights may still compute the values first, without bound (Marian's
+        # sinusoidal table: 75 s of numpy for max_position_embeddings=2**19)
+        own = list(module.parameters(recurse=False))
+        buffers = [b for b in module.buffers(recurse=False) if b is not None]
+        if own and not buffers and all(p.device.type == "meta" for p in own):
+            return None
+        return initialize(self, module, *args, **kwargs)
+
     # method-assign: torch's method is swapped for the load's duration, then restored
     torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+    if initialize is not None:
+        pretrained._initialize_weights = initialize_real  # type: ignore[method-assign]
     try:
         yield
     finally:
         torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
+        if initialize is not None:
+            pretrained._initialize_weights = initialize  # type: ignore[method-assign]
 
 
 def _fp32_patterns(model: Any, dtype: torch.dtype) -> List[str]:

@@ -58,7 +58,9 @@ def test_a_buffer_made_by_arithmetic_is_held_to_the_bound(tmp_path):
     data = json.loads((folder / "config.json").read_text())
     data.update(n_positions=2**15, rotary_dim=2**12)
     (folder / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ztensor.LimitError, match="134217728 elements") as info:
+    # refused by one rule or the other, whichever the build reaches first: one
+    # tensor past the bound, or (session 16) the temporaries alive together
+    with pytest.raises(ztensor.LimitError, match=r"134217728 (more|elements)") as info:
         ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
     assert str(folder / "config.json") in str(info.value)
 

@@ -96,3 +96,84 @@ def test_an_auto_map_beside_a_class_of_transformers_own_is_ignored(tmp_path):
     model = ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
     assert type(model) is transformers.LlamaForCausalLM
     assert not hasattr(model.config, "auto_map")
+
+
+# Rule: transformers._AllocationBound counts the tensors alive together while the
+# model is built (weakref-released), within the checkpoint's elements and
+# _ALWAYS_ALLOWED_LIVE more: each of 100 GPT-J layers built a buffer just under the
+# per-tensor bound (embed_positions, n_positions x rotary_dim) and held 27 GB.
+
+
+def _gptj_folder(folder, n_positions):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import json
+    import ztensor.transformers as ztf
+    torch.manual_seed(0)
+    config = transformers.GPTJConfig(n_embd=64, n_layer=1, n_head=4, vocab_size=16,
+                                     rotary_dim=16, n_positions=64, n_inner=16)
+    ztf.save_pretrained(transformers.GPTJForCausalLM(config), folder)
+    data = json.loads((folder / "config.json").read_text())
+    data["n_positions"] = n_positions
+    data["n_layer"] = 6
+    (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_buffers_alive_together_are_bounded_not_only_each(tmp_path, monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    import ztensor.transformers as ztf
+    monkeypatch.setattr(ztf, "_ALWAYS_ALLOWED_LIVE", 1 << 20)
+    # each layer's buffer is 2**16 x 16 = 2**20 elements: one is allowed, not six
+    folder = _gptj_folder(tmp_path / "big", 1 << 16)
+    with pytest.raises(ztensor.LimitError, match="alive together") as err:
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert err.value.path.endswith("config.json")
+    # what is freed is no longer counted: six layers' buffers of 2**12 x 16 (and the
+    # temporaries that compute them) build, and the missing layers are then named
+    small = _gptj_folder(tmp_path / "small", 1 << 12)
+    with pytest.raises(ztensor.ObjectNotFoundError):
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, small)
+
+
+# Rule: transformers._parameters_on_meta skips transformers' initialisation of a
+# module with nothing real in it (every parameter on meta, no buffer of its own):
+# Marian's sinusoidal table was computed in numpy for max_position_embeddings=2**19
+# (75 s, 0.8 GB) only to be replaced by the checkpoint's, or refused.
+
+
+def test_nothing_is_computed_for_a_parameter_the_checkpoint_fills(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import json
+    import ztensor.transformers as ztf
+    from transformers.models.marian import modeling_marian
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128,
+        max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=0, eos_token_id=1)
+    model = transformers.MarianMTModel(config).eval()
+    model.save_pretrained(tmp_path / "st")
+    ztf.save_pretrained(model, tmp_path / "zt")
+    reference = transformers.MarianMTModel.from_pretrained(tmp_path / "st").eval()
+    calls = []
+    real = modeling_marian.MarianSinusoidalPositionalEmbedding.create_weight
+
+    def counted(self):
+        calls.append(self.weight.shape)
+        return real(self)
+
+    monkeypatch.setattr(modeling_marian.MarianSinusoidalPositionalEmbedding, "create_weight",
+                        counted)
+    loaded = ztf.from_pretrained(transformers.MarianMTModel, tmp_path / "zt")
+    assert calls == []
+    inputs = dict(input_ids=torch.tensor([[1, 5, 9, 3]]), decoder_input_ids=torch.tensor([[0, 4]]))
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).logits, reference(**inputs).logits)
+    data = json.loads((tmp_path / "zt" / "config.json").read_text())
+    data["max_position_embeddings"] = 1 << 19
+    (tmp_path / "zt" / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ztensor.FormatError, match="524288"):
+        ztf.from_pretrained(transformers.MarianMTModel, tmp_path / "zt")
+    assert calls == []
