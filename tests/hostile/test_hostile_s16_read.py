@@ -177,3 +177,52 @@ def test_nothing_is_computed_for_a_parameter_the_checkpoint_fills(tmp_path, monk
     with pytest.raises(ztensor.FormatError, match="524288"):
         ztf.from_pretrained(transformers.MarianMTModel, tmp_path / "zt")
     assert calls == []
+
+
+# ------------------------------------------------------------------ remote
+# Rule: source.Source closes the fsspec file it opened when the open fails: a
+# server giving only a compressed Content-Encoding's length left aiohttp's
+# connection open, and the command printed two lines of "Unclosed connection"
+# after its one-line error.
+
+
+def test_a_url_refused_at_open_leaves_no_connection_open(tmp_path):
+    import http.server
+    import threading
+    import numpy as np
+    import ztensor.numpy
+    pytest.importorskip("aiohttp")
+    ztensor.numpy.save_file({"a": np.ones(4, np.float32)}, str(tmp_path / "one.zt"))
+    data = (tmp_path / "one.zt").read_bytes()
+
+    class Encoded(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, body):
+            self.send_response(200)
+            self.send_header("ETag", '"v1"')
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+
+        def do_HEAD(self):
+            self.reply(False)
+
+        def do_GET(self):
+            self.reply(True)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Encoded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/one.zt"
+        proc = subprocess.run([sys.executable, "-m", "ztensor", "ls", url],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "Content-Encoding" in proc.stderr

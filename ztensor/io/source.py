@@ -212,8 +212,14 @@ class Source:
             self._url = source
             source = open_url(source, storage_options)  # fsspec: s3://, https://, ...
         if hasattr(source, "seek") and (hasattr(source, "readinto") or hasattr(source, "read")):
-            with network_errors(self._url):
-                self._open_fileobj(source)
+            try:
+                with network_errors(self._url):
+                    self._open_fileobj(source)
+            except BaseException:
+                if self._url is not None:  # ours to close: its connection too
+                    with contextlib.suppress(Exception):
+                        source.close()
+                raise
             if self._url is not None:
                 self.name = self._url  # the user's URL, not fsspec's inner path
             return
@@ -275,8 +281,9 @@ class Source:
             # fsspec hands out a streaming file when a server states no length (or
             # a length of 0): nothing can be read from it by range
             raise FormatError(
-                "the server gives no length for this URL, so its bytes "
-                f"cannot be read by range ({exc})",
+                "the server gives no length for this URL (none, or only that of a "
+                "compressed Content-Encoding), so its bytes cannot be read by range "
+                f"({exc})",
                 path=self.name,
             ) from None
 
