@@ -194,3 +194,35 @@ def test_an_npz_export_refuses_a_type_numpy_lacks(tmp_path, dtype):
     ztensor.convert(str(tmp_path / "n.zt"), str(tmp_path / "n.npz"))
     with np.load(tmp_path / "n.npz") as z:
         assert z["c"].tolist() == [0j, 1j, 2j] and z["b"].tolist() == [True, False]
+
+
+# ------------------------------------------------------------------ room on the disk
+# Rule: convert.require_room_for_zt, before every raw .zt that convert and dequantize
+# write: a checkpoint merged into one .zt and dequantize's output were begun without
+# it (a 1.8 KB stride-0 .bin shard wrote a terabyte until the disk was full).
+
+
+class _TinyDisk:
+    f_bavail, f_frsize = 10, 1
+
+
+@pytest.mark.parametrize("how", ["merged", "dequantize", "dequantize-checkpoint"])
+def test_a_zt_output_larger_than_the_disk_is_refused_before_a_byte(tmp_path, monkeypatch, how,
+                                                                  capsys):
+    from ztensor.tools import cli
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    out = tmp_path / "out.zt"
+    monkeypatch.setattr(atomic.os, "statvfs", lambda path: _TinyDisk())
+    if how == "merged":
+        with pytest.raises(ztensor.WriteError, match="needs 32 bytes and its disk has 10"):
+            ztensor.convert(str(folder), str(out))
+    else:
+        source = folder if how == "dequantize-checkpoint" else tmp_path / "one.zt"
+        if how == "dequantize":
+            ztensor.numpy.save_file({"a": np.zeros(4, "f4")}, str(source))
+        code = cli.main(["dequantize", str(source), str(out), "-q"])
+        err = capsys.readouterr().err
+        assert code != 0 and "and its disk has 10 free" in err, err
+    assert not out.exists()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import errno
 import json
+import math
 import os
 import signal
 import struct
@@ -46,12 +47,12 @@ from ztensor.errors import (
     url_without_secrets,
     without_secrets,
 )
-from ztensor.foreign.export import FORMATS
+from ztensor.foreign.export import FORMATS, data_bytes
 from ztensor.formats.quantized import dequantize_read
 from ztensor.sharded import is_checkpoint, open_sharded
 from ztensor.tensor import Tensor
 from ztensor.tools import convert_inputs
-from ztensor.tools.convert import checkpoint_as_one, convert
+from ztensor.tools.convert import checkpoint_as_one, convert, require_room_for_zt
 from ztensor.tools.stats import (
     DEFAULT_MAX_ELEMENTS,
     MAX_BINS,
@@ -631,20 +632,44 @@ def cmd_dequantize(args, out):
         opened = checkpoint_as_one(args.input, args.output)
     else:
         opened = convert_inputs.input_reader(args.input)
-    with opened as reader, Writer(args.output, attributes=reader.attributes) as writer:
-        progress = Progress(sum(reader.metadata(n).stored_size for n in reader.keys()), args.quiet)
-        for name in reader.keys():
-            obj = reader.read(name)
-            if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and _decodable(obj)):
-                weight = dequantize_read(obj, args.input, name, dtype=dtype)
-                types = {"data": "bf16"} if weight.dtype == np.uint16 else None
-                obj = Tensor({"data": weight}, attributes=obj.attributes, types=types)
-                converted += 1
-            writer.write(name, obj)
-            progress.add(reader.metadata(name).stored_size)
-        progress.finish()
+    with opened as reader:
+        require_room_for_zt(reader, args.output, False, _dequantized_bytes(reader, dtype))
+        with Writer(args.output, attributes=reader.attributes) as writer:
+            converted = _dequantize_into(writer, reader, args, dtype)
     _report(args, out, {"input": args.input, "output": args.output, "dequantized": converted})
     return 0
+
+
+def _dequantized_bytes(reader, dtype):
+    """What dequantize writes of ``reader``: each object it decodes as ``dtype``
+    elements of its shape, every other one as the bytes it holds decoded."""
+    size = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    total = 0
+    for name in reader.keys():
+        spec = reader.metadata(name)
+        decoded = spec.format == "quantized_group" or (
+            spec.format == "gguf_blocks" and spec.attributes.get("ggml_type_id") in GGML_BLOCKS
+        )
+        total += math.prod(spec.shape) * size if decoded else data_bytes(reader, [name])
+    return total
+
+
+def _dequantize_into(writer, reader, args, dtype):
+    """Every object of ``reader`` into ``writer``, the quantized ones decoded as
+    ``dtype``; returns how many were decoded."""
+    converted = 0
+    progress = Progress(sum(reader.metadata(n).stored_size for n in reader.keys()), args.quiet)
+    for name in reader.keys():
+        obj = reader.read(name)
+        if obj.format == "quantized_group" or (obj.format == "gguf_blocks" and _decodable(obj)):
+            weight = dequantize_read(obj, args.input, name, dtype=dtype)
+            types = {"data": "bf16"} if weight.dtype == np.uint16 else None
+            obj = Tensor({"data": weight}, attributes=obj.attributes, types=types)
+            converted += 1
+        writer.write(name, obj)
+        progress.add(reader.metadata(name).stored_size)
+    progress.finish()
+    return converted
 
 
 def _decodable(obj):

@@ -166,10 +166,20 @@ def _convert_file(source, target, compress, checksum, counter, drop_attributes=F
                 reader, target, progress=counter.add, drop_attributes=drop_attributes
             )
         exporters.plan_zt(reader)  # what .zt cannot hold, refused before the file exists
-        if not compress:  # raw: the output holds every byte decoded (compressed: unknown)
-            atomic.require_room(target, exporters.data_bytes(reader, reader.keys()))
+        require_room_for_zt(reader, target, compress)
     attributes, tensors = convert_inputs.open_any(source)
     return _write_zt(target, attributes, tensors, compress, checksum, counter)
+
+
+def require_room_for_zt(reader, target, compress, size=None):
+    """A WriteError before a raw ``.zt`` output of ``reader``'s objects is begun,
+    when its disk has no room for every byte they hold decoded (``size``: the
+    caller's count, dequantize's): a 1.8 KB stride-0 ``torch.save`` shard wrote a
+    terabyte until the disk was full.  Compressed, the size is not known.  The one
+    check for every ``.zt`` that convert and dequantize write."""
+    if not compress:
+        needed = exporters.data_bytes(reader, reader.keys()) if size is None else size
+        atomic.require_room(target, needed)
 
 
 def _write_zt(target, attributes, tensors, compress, checksum, counter):
@@ -459,6 +469,7 @@ def _merge_checkpoint(source, target, compress, checksum, force, progress, drop_
         counter = _Counter(progress, merged.input_bytes)
         if kind == "zt":
             exporters.plan_zt(merged)  # as the other exporters plan, before writing
+            require_room_for_zt(merged, target, compress)
             count = _write_zt(
                 target, merged.attributes, merged.tensors(), compress, checksum, counter
             )
