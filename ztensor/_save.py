@@ -79,6 +79,15 @@ def named_as_bytes(internal: str):
     except ZTensorError as exc:
         exc.replace_path(internal, BYTES)
         raise
+    except (TypeError, ValueError) as exc:
+        # the caller's mistakes (a name that is no str) say the path in their text
+        if internal not in str(exc):
+            raise
+        try:
+            renamed = type(exc)(str(exc).replace(internal, BYTES))
+        except Exception:  # a subclass made with other arguments: as it is
+            raise exc from None
+        raise renamed from None
 
 
 def compress_option(compress: Any = None, compression: Any = None) -> Any:

@@ -226,3 +226,20 @@ def test_a_zt_output_larger_than_the_disk_is_refused_before_a_byte(tmp_path, mon
         assert code != 0 and "and its disk has 10 free" in err, err
     assert not out.exists()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+# ------------------------------------------------------------------ names in errors
+# Rule: _save.named_as_bytes renames the internal temporary file in the caller's own
+# TypeErrors and ValueErrors too (a name that is no str): serialize and torch.save
+# said "/tmp/tmpXXXX.zt: object names are strings".
+
+
+def test_a_to_bytes_mistake_names_the_callers_bytes(tmp_path):
+    calls = [lambda: ztensor.serialize({1: {"dtype": "float32", "shape": [1], "data": b"1234"}})]
+    torch = pytest.importorskip("torch")
+    import ztensor.torch as zt
+    calls.append(lambda: zt.save({1: torch.ones(1)}))
+    for call in calls:
+        with pytest.raises(TypeError, match=r"^<bytes>: object names are strings") as err:
+            call()
+        assert "/tmp" not in str(err.value) and ".zt" not in str(err.value)
