@@ -79,8 +79,12 @@ def _check(value, depth, what, where, writing=False):
         for v in value:
             _check(v, depth + 1, what, where, writing)
     else:
+        kind = type(value).__name__
+        if type(value).__module__ == "numpy":
+            # numpy.bool is no bool (its float and str are subclasses, taken)
+            kind = f"numpy.{kind} (give its Python value: bool(x), int(x))"
         raise FormatError(
-            f"{what}: {type(value).__name__} values cannot be stored (plain "
+            f"{what}: {kind} values cannot be stored (plain "
             "data only: None, bool, int, float, str, bytes, lists, maps)",
             **where,
         )

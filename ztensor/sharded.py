@@ -169,15 +169,13 @@ def save_sharded(
     _check_before_writing(tensors, folder)
     storage_options = remote_write.check_storage_options(folder, storage_options)
     place = remote_write.join if _is_url(folder) else os.path.join
-    if not _is_url(folder):  # an object store has no folders to make
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as exc:  # a file at the name, a parent that is a file, ...
-            raise WriteError(
-                f"cannot make the checkpoint's folder: {exc.strerror}",
-                path=folder,
-                errno=exc.errno,
-            ) from exc
+    if not isinstance(prefix, str) or not prefix or prefix.startswith("."):
+        # "" named the index ".zt.index.json": a hidden file, shards "-00001-of-..."
+        raise ValueError(f"prefix {prefix!r} must be a plain name, not empty or hidden")
+    try:  # before a byte is written: names the reader would refuse make no checkpoint
+        check_shard_name(f"{prefix}.zt.index.json", place(folder, f"{prefix}.zt.index.json"))
+    except FormatError as exc:
+        raise ValueError(f"prefix {prefix!r} does not make plain file names: {exc}") from None
     plan: List[List[str]] = [[]]
     used = 0
     # the one order (_save.canonical_order): the same tensors give the same shards
@@ -192,10 +190,16 @@ def save_sharded(
     count = len(plan)
     files = [f"{prefix}-{i + 1:05d}-of-{count:05d}.zt" for i in range(count)]
     index_path = place(folder, f"{prefix}.zt.index.json")
-    try:  # before a byte is written: names the reader would refuse make no checkpoint
-        check_shard_name(f"{prefix}.zt.index.json", index_path)
-    except FormatError as exc:
-        raise ValueError(f"prefix {prefix!r} does not make plain file names: {exc}") from None
+    made = not _is_url(folder) and not os.path.lexists(folder)
+    if not _is_url(folder):  # an object store has no folders to make
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:  # a file at the name, a parent that is a file, ...
+            raise WriteError(
+                f"cannot make the checkpoint's folder: {exc.strerror}",
+                path=folder,
+                errno=exc.errno,
+            ) from exc
     local = not _is_url(index_path)
     if not local:
         remote_write.Upload(index_path, storage_options).remove()  # as below
@@ -233,6 +237,13 @@ def save_sharded(
                 atomic.write_json_atomically(os.path.join(staging, index_name), index)
                 # the old checkpoint's shards this one does not rewrite go with it
                 atomic.move_staged(staging, folder, index_name, replaced=old_shards(index_path))
+    except BaseException:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if made:  # a refusal leaves no folder the call made (nothing else was in it)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

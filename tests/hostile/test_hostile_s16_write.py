@@ -243,3 +243,40 @@ def test_a_to_bytes_mistake_names_the_callers_bytes(tmp_path):
         with pytest.raises(TypeError, match=r"^<bytes>: object names are strings") as err:
             call()
         assert "/tmp" not in str(err.value) and ".zt" not in str(err.value)
+
+
+# ------------------------------------------------------------------ smaller things
+def test_save_sharded_refuses_an_empty_or_hidden_prefix_and_leaves_no_folder(tmp_path):
+    """Rule: sharded.save_sharded checks the prefix before the folder is made
+    (prefix "" wrote the hidden index ".zt.index.json"), and a refusal after it is
+    made removes the folder it made (a sparse tensor left an empty folder)."""
+    for prefix in ("", ".hidden", "a/b"):
+        with pytest.raises(ValueError, match="prefix"):
+            ztensor.save_sharded({"a": np.zeros(2)}, str(tmp_path / "p"), prefix=prefix)
+        assert not (tmp_path / "p").exists()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ztensor.ZTensorError):
+        ztensor.save_sharded({"a": torch.zeros(2).to_sparse()}, str(tmp_path / "s"))
+    assert not (tmp_path / "s").exists()
+    os.makedirs(tmp_path / "kept")  # a folder the caller made stays
+    with pytest.raises(ztensor.ZTensorError):
+        ztensor.save_sharded({"a": torch.zeros(2).to_sparse()}, str(tmp_path / "kept"))
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_an_empty_checkpoint_converts_to_its_index(tmp_path):
+    """Rule: convert._write_checkpoint writes the index of a checkpoint of no tensors
+    (a safetensors conversion left an empty folder no command opened)."""
+    ztensor.save_sharded({}, str(tmp_path / "ck"))
+    with pytest.warns(UserWarning, match="not copied"):
+        ztensor.convert(str(tmp_path / "ck"), str(tmp_path / "out"), format="safetensors")
+    assert os.listdir(tmp_path / "out") == ["model.safetensors.index.json"]
+    with ztensor.open_sharded(str(tmp_path / "out")) as ck:
+        assert ck.keys() == []
+
+
+def test_a_numpy_bool_attribute_is_refused_saying_what_it_is(tmp_path):
+    """Rule: attributes._check names a numpy scalar as numpy's (it said "bool values
+    cannot be stored (plain data only: None, bool, ...)")."""
+    with pytest.raises(ztensor.FormatError, match=r"numpy\.bool .*bool\(x\)"):
+        ztensor.Writer(str(tmp_path / "q.zt"), attributes={"x": np.bool_(True)}).close()

@@ -427,8 +427,10 @@ def _write_checkpoint(plan, fmt, copies, folder, compress, checksum, counter, dr
     for copy in copies:
         _copy_file(copy, plan.folder, folder)
     # Hugging Face writes no index for one safetensors shard (model.safetensors is
-    # loaded by name); a .zt checkpoint keeps an index whenever its input had one
-    if len(plan.shards) > 1 or (plan.indexed and fmt == "zt"):
+    # loaded by name); a .zt checkpoint keeps an index whenever its input had one; a
+    # checkpoint of no tensors is its index alone (there was no file at all: a
+    # folder no command opened)
+    if len(plan.shards) != 1 or (plan.indexed and fmt == "zt"):
         atomic.write_json_atomically(
             os.path.join(folder, SHARD_FORMATS[fmt]),
             {
