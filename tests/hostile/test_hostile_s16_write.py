@@ -280,3 +280,15 @@ def test_a_numpy_bool_attribute_is_refused_saying_what_it_is(tmp_path):
     cannot be stored (plain data only: None, bool, ...)")."""
     with pytest.raises(ztensor.FormatError, match=r"numpy\.bool .*bool\(x\)"):
         ztensor.Writer(str(tmp_path / "q.zt"), attributes={"x": np.bool_(True)}).close()
+
+
+def test_a_full_disk_names_the_output_as_the_caller_gave_it(tmp_path, monkeypatch):
+    """Rule: atomic.require_room names the caller's path (``label``), not the
+    resolved target: an export said /abs/path/s.safetensors where .zt said s.zt."""
+    monkeypatch.chdir(tmp_path)
+    np.save("a.npy", np.zeros(100))
+    monkeypatch.setattr(atomic.os, "statvfs", lambda path: _TinyDisk())
+    for out in ("s.safetensors", "s.npz", "s.zt"):
+        with pytest.raises(ztensor.WriteError, match="its disk has 10 free") as err:
+            ztensor.convert("a.npy", out)
+        assert err.value.path == out

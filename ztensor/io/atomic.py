@@ -226,8 +226,9 @@ def note_leftover(exc: BaseException, problem: Any) -> None:
         add_note(problem)
 
 
-def require_room(path, nbytes: int) -> None:
-    """A WriteError naming ``path`` when the filesystem its file would be written on
+def require_room(path, nbytes: int, label=None) -> None:
+    """A WriteError naming ``label`` (else ``path``: the caller's name for the file,
+    where ``path`` is its resolved target) when the filesystem its file would be written on
     has less room than ``nbytes``, before a byte is written: an output whose size a
     file merely declares (a stride-0 view of 1.4 KB that is 256 GiB written out)
     filled the disk for minutes, then failed.  No answer from the system: no check."""
@@ -241,7 +242,7 @@ def require_room(path, nbytes: int) -> None:
         raise WriteError(
             f"the output needs {nbytes:,} bytes and its disk has {free:,} free; nothing "
             "was written",
-            path=path,
+            path=path if label is None else label,
             errno=errno.ENOSPC,
         )
 
@@ -264,7 +265,7 @@ def replace_atomically(
     :func:`require_room`)."""
     target = final_target(path)
     if size is not None:
-        require_room(target, size)
+        require_room(target, size, label=path)
     temp = create_temp(target, mode, label=path)
     try:
         if by_name:
