@@ -239,3 +239,34 @@ def test_copy_into_falls_back_to_torch_where_the_kernel_cannot_go():
     ours, torchs = overlapping(copy_into), overlapping(torch.Tensor.copy_)
     assert type(ours) is type(torchs)
     assert ours == torchs if isinstance(torchs, str) else torch.equal(ours, torchs)
+
+
+def test_a_large_copy_split_between_threads_is_bit_for_bit(monkeypatch):
+    """frameworks.torch_bridge._streamed splits a copy of PARALLEL_COPY_BYTES or more
+    into pieces on 4 KiB boundaries, one a thread (one core's non-temporal stores
+    did not reach the memory's bandwidth: docs/benchmarks.md, session 16); every
+    byte lands, at odd sizes and offsets too, and a piece that fails is raised."""
+    from ztensor.frameworks import torch_bridge
+    monkeypatch.setattr(torch_bridge, "PARALLEL_COPY_BYTES", 1 << 16)
+    monkeypatch.setattr(torch_bridge.kernels, "cpu_threads", lambda: 4)
+    g = torch.Generator().manual_seed(5)
+    for size in (1 << 18, (1 << 18) + 4093, 3 * (1 << 16) + 1, (1 << 16) * 9 - 7):
+        for offset in (0, 1, 63):
+            whole = torch.randint(0, 256, (size + offset,), generator=g, dtype=torch.uint8)
+            value = whole[offset:]
+            target = torch.zeros(size + 5, dtype=torch.uint8)[5:]
+            torch_bridge.copy_into(target, value)
+            assert torch.equal(target, value), (size, offset)
+    seen = []
+    real = torch_bridge.kernels.copy
+
+    def failing(src, dst):
+        seen.append(src.nbytes)
+        if len(seen) == 2:
+            raise ValueError("piece two")
+        real(src, dst)
+
+    monkeypatch.setattr(torch_bridge.kernels, "copy", failing)
+    with pytest.raises(ValueError, match="piece two"):
+        torch_bridge.copy_into(torch.zeros(1 << 18), torch.ones(1 << 18))
+    assert len(seen) == 4 and sum(seen) == 1 << 20
