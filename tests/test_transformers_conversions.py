@@ -242,3 +242,24 @@ def test_a_complex_expert_is_refused_not_cast(mixtral, tmp_path):
     with pytest.raises(ztensor.FormatError, match="imaginary part") as err:
         ztf.from_pretrained(transformers.MixtralForCausalLM, path)
     assert err.value.obj == EXPERT
+
+
+def test_a_checkpoint_that_merely_lacks_a_weight_takes_the_direct_path(mixtral, tmp_path,
+                                                                      monkeypatch):
+    """transformers._needs_conversion: a checkpoint holding no name the model lacks
+    has nothing a conversion could rename; it is refused without transformers'
+    loader, which would first build and initialise every missing weight."""
+    _, _, _, reference = mixtral
+    state = {k: v.clone() for k, v in reference.state_dict().items()}
+    state.pop("model.layers.1.mlp.experts.gate_up_proj")
+    os.makedirs(tmp_path / "own")
+    save_file(state, tmp_path / "own" / "model.zt")
+    reference.config.save_pretrained(tmp_path / "own")
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("transformers' loader was asked")
+
+    monkeypatch.setattr(ztf, "_load_converted", not_here)
+    with pytest.raises(ztensor.ObjectNotFoundError) as err:
+        ztf.from_pretrained(transformers.MixtralForCausalLM, tmp_path / "own" / "model.zt")
+    assert err.value.obj == "model.layers.1.mlp.experts.gate_up_proj"

@@ -841,9 +841,14 @@ def _conversions(model: Any) -> List[Any]:
 
 def _needs_conversion(model: Any, names: frozenset) -> bool:
     """Whether some parameter of the meta-built ``model`` is among the checkpoint's
-    ``names`` under no name of its own (nor a name it is tied to) and transformers
-    has conversions for the model that may supply it."""
+    ``names`` under no name of its own (nor a name it is tied to), the checkpoint
+    holds names the model has no place for (what a conversion renames or merges),
+    and transformers has conversions for the model.  A checkpoint that merely lacks
+    a weight is refused on the direct path, before anything is allocated for it."""
     groups = {n: g for g in _tied_groups(model) for n in g}
+    own = set(model.state_dict(keep_vars=True))
+    if not names - own:
+        return False
     for name, _ in model.named_parameters(remove_duplicate=False):
         if not any(n in names for n in groups.get(name, [name])):
             return bool(_conversions(model))
