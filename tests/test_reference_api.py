@@ -82,6 +82,7 @@ def test_a_shape_equals_the_list_the_reference_reported(model, tmp_path):
         assert shape != want[::-1] and shape != want + [1] and shape != "x"
         assert isinstance(shape, tuple) and np.zeros(shape).shape == tuple(want)
         assert pickle.loads(pickle.dumps(shape)) == want
+        assert shape[:1] == want[:1] and shape[-1] == want[-1]  # a slice is a Shape too
 
 
 def test_read_tensors_and_read_torch(model):

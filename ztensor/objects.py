@@ -209,6 +209,10 @@ class Shape(tuple):
 
     __hash__ = tuple.__hash__
 
+    def __getitem__(self, index):
+        item = tuple.__getitem__(self, index)
+        return Shape(item) if isinstance(index, slice) else item
+
 
 class ObjectSpec:
     """One named object: shape, format, attributes and components.

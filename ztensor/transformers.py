@@ -125,6 +125,15 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             path=config_path,
         )
     _refuse_hub_code(config_dict, config_path)
+    if config_dict.get("quantization_config") is not None:
+        # transformers builds quantized layers from it (and imports their packages),
+        # on its loading path only: a checkpoint steering into that path chose them
+        raise UnsupportedError(
+            "config.json has a quantization_config: quantized transformers models "
+            "(GPTQ, AWQ, FP8, bitsandbytes through transformers) are not supported "
+            "(docs/transformers.md)",
+            path=config_path,
+        )
     config_dict = _without_code_maps(config_dict)
     # where transformers would look for anything the config names is the caller's
     # path, never one config.json gives (_name_or_path: another folder, a Hub repo)

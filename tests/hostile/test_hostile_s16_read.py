@@ -226,3 +226,19 @@ def test_a_url_refused_at_open_leaves_no_connection_open(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "Content-Encoding" in proc.stderr
+
+
+def test_a_quantization_config_is_refused_before_either_path(tmp_path):
+    """Rule: transformers.from_pretrained refuses config.json's quantization_config:
+    transformers' own loader (which a checkpoint with one renamed name steers to)
+    built quantized layers from it and imported their packages."""
+    import json
+    import transformers
+    import ztensor.transformers as ztf
+    folder = _tiny_llama_folder(tmp_path / "ck")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [8, 8]}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ztensor.UnsupportedError, match="quantization_config") as err:
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert err.value.path.endswith("config.json")

@@ -292,3 +292,75 @@ def test_a_full_disk_names_the_output_as_the_caller_gave_it(tmp_path, monkeypatc
         with pytest.raises(ztensor.WriteError, match="its disk has 10 free") as err:
             ztensor.convert("a.npy", out)
         assert err.value.path == out
+
+
+def test_a_save_moving_in_after_another_keeps_every_shard_its_index_names(tmp_path,
+                                                                          monkeypatch):
+    """Rule: atomic.move_staged removes the replaced shards under the folder's lock:
+    save A (shards renamed) removed, after releasing the lock, a shard that save B
+    had just moved in, and B's index named a missing shard."""
+    folder = tmp_path / "ck"
+    ztensor.save_sharded({"w": np.zeros(4, "f4")}, str(folder), prefix="x")
+    real = atomic._replace_all
+    moved = threading.Event()
+    release = threading.Event()
+
+    def paused(ready, old_index, target, names):
+        real(ready, old_index, target, names)
+        if threading.current_thread().name == "A":
+            moved.set()
+            release.wait(10)
+
+    monkeypatch.setattr(atomic, "_replace_all", paused)
+
+    def save_a():  # shards of another name: the old ones are "replaced"
+        ztensor.save_sharded({"w": np.ones(4, "f4"), "v": np.ones(4, "f4")}, str(folder),
+                             prefix="x", max_shard_size=16)
+
+    def save_b():
+        ztensor.save_sharded({"w": np.full(4, 2.0, "f4")}, str(folder), prefix="x")
+
+    a = threading.Thread(target=save_a, name="A")
+    a.start()
+    assert moved.wait(10)
+    b = threading.Thread(target=save_b, name="B")
+    b.start()
+    time.sleep(0.3)
+    release.set()
+    a.join(10)
+    b.join(10)
+    with ztensor.open_sharded(str(folder)) as ck:
+        assert ck.read_numpy("w").tolist() == [2.0] * 4
+        for shard in set(ck.file_of(n) for n in ck.keys()):
+            assert (folder / shard).exists()
+
+
+def test_without_hard_links_the_old_files_are_renamed_aside_not_copied(tmp_path, monkeypatch):
+    """Rule: atomic._link_aside renames a file where no hard link can be made
+    (protected_hardlinks, another owner's file): a copy of every shard needed the
+    checkpoint's size again on its disk.  A failure still puts everything back."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+
+    def no_links(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "link", no_links)
+    monkeypatch.setattr(atomic.shutil, "copy2", lambda *a, **k: pytest.fail("copied"))
+    real = os.replace
+
+    def replace(src, dst):
+        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
+                and dst.endswith("model-00002-of-00002.zt"):
+            raise OSError(errno.EIO, "I/O error")
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(ztensor.WriteError):
+        _save(folder, 2.0)
+    monkeypatch.setattr(atomic.os, "replace", real)
+    assert _values(folder) == {"a": [1.0] * 4, "b": [1.0] * 4}
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]
+    _save(folder, 3.0)
+    assert _values(folder) == {"a": [3.0] * 4, "b": [3.0] * 4}
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]

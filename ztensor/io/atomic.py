@@ -350,16 +350,18 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
             if temp is not None:
                 temp.discard()
         raise
-    with _folder_locked(target):
-        _replace_all(ready, old_index, target, names)
     # the checkpoint replaced may have been one whole file (model.zt beside the new
     # model.zt.index.json): transformers loads that one first, so it goes too
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
-    for name in (set(replaced) | ({whole} if whole else set())) - set(names) - {index}:
-        try:
-            os.unlink(os.path.join(target, name))
-        except OSError:
-            pass  # gone already, or not ours to remove: the new index does not name it
+    with _folder_locked(target):
+        _replace_all(ready, old_index, target, names)
+        # under the lock too: a save moving in after this one released it lost a
+        # shard this one removed as "replaced"
+        for name in (set(replaced) | ({whole} if whole else set())) - set(names) - {index}:
+            try:
+                os.unlink(os.path.join(target, name))
+            except OSError:
+                pass  # gone already, or not ours to remove: the new index does not name it
 
 
 def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
@@ -370,7 +372,7 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
     back and removes the new ones, the old index last: the folder is as it was.
     Once all are in place the old files' links go."""
     kept = []  # (destination, the old file's link aside)
-    placed = []  # (destination, its old file's link aside or None)
+    placed = []  # (destination, its old file's link aside or None, the staged file)
     step = target
     try:
         for (_, destination, _), name in zip(ready, names):
@@ -380,12 +382,14 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
         if old_index is not None and os.path.lexists(old_index):
             step = old_index
             kept.append((old_index, _link_aside(old_index)))
-            os.unlink(old_index)
+            if os.path.lexists(old_index):  # linked aside, not renamed there
+                os.unlink(old_index)
         aside = dict(kept)
         for (source, destination, temp), name in zip(ready, names):
             step = os.path.join(target, name)
+            # recorded first: an interruption right after the rename still undoes it
+            placed.append((destination, aside.get(destination), source))
             os.replace(source, destination)
-            placed.append((destination, aside.get(destination)))
             if temp is not None:
                 temp.done()
     except BaseException as exc:
@@ -403,7 +407,9 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
 
 def _link_aside(path: str) -> str:
     """A second name for the file at ``path``, hidden beside it (same folder, same
-    filesystem): a hard link, else (a filesystem without them) a copy."""
+    filesystem): a hard link; where none can be made (a filesystem without them,
+    protected_hardlinks and another owner's file) the file itself is renamed there,
+    never copied (a copy of every shard needed the checkpoint's size again)."""
     folder = os.path.dirname(path)
     for _ in range(100):
         link = os.path.join(folder, f".{secrets.token_hex(6)}.old")
@@ -415,7 +421,9 @@ def _link_aside(path: str) -> str:
         except OSError as exc:
             if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
                 raise
-            shutil.copy2(path, link, follow_symlinks=False)
+            if os.path.lexists(link):
+                continue
+            os.rename(path, link)  # the destination is absent until the new file comes
             return link
     raise FileExistsError(errno.EEXIST, "no free name for a link aside", folder)
 
@@ -424,13 +432,15 @@ def _put_back(placed, kept, old_index: Optional[str]) -> None:
     """Undo :func:`_replace_all`'s moves: each new file removed or its old one
     renamed back over it, the old index last (best effort: what cannot be put back
     stays, and the error raised says the move failed)."""
-    for destination, link in reversed(placed):
+    for destination, link, source in reversed(placed):
+        if os.path.lexists(source):
+            continue  # interrupted before its rename: nothing of it is in place
         with contextlib.suppress(OSError):
             if link is None:
                 os.unlink(destination)
             else:
                 os.replace(link, destination)
-    restored = {destination for destination, _ in placed}
+    restored = {destination for destination, _, source in placed if not os.path.lexists(source)}
     for destination, link in kept:
         if destination in restored:
             continue
