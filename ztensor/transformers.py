@@ -602,11 +602,18 @@ class _AllocationBound(torch.overrides.TorchFunctionMode):
 
     def _hold(self, made: torch.Tensor, args: tuple) -> None:
         """Count ``made`` among the tensors alive until it is freed, unless it holds
-        no new memory: on the meta device, a view, or one of the call's own
-        arguments (an in-place call)."""
-        if made.device.type == "meta" or made._base is not None:
+        no new memory: on the meta device, or sharing an argument's memory (a view,
+        an in-place call's result)."""
+        if made.device.type == "meta":
             return
-        if any(made is arg for arg in args):
+        # a view or an in-place call's result shares an argument's memory
+        memory = made.untyped_storage().data_ptr()
+        if any(
+            isinstance(arg, torch.Tensor)
+            and arg.device.type != "meta"
+            and arg.untyped_storage().data_ptr() == memory
+            for arg in args
+        ):
             return
         count = made.numel()
         if not count:
@@ -919,11 +926,11 @@ def _load_converted(
             ) from exc.__cause__
     del state
     for module in model.modules():
-        for table in (module._parameters, module._buffers):
-            for value in table.values():
-                if value is not None and value.untyped_storage().data_ptr() in mapped:
-                    # a view of the file's mapping: the file may go once loaded
-                    value.data = value.data.clone()
+        own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+        for value in own:
+            if value is not None and value.untyped_storage().data_ptr() in mapped:
+                # a view of the file's mapping: the file may go once loaded
+                value.data = value.data.clone()
     mismatched = sorted(info.get("mismatched_keys") or (), key=str)
     if mismatched:
         first = mismatched[0]

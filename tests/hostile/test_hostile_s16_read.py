@@ -242,3 +242,32 @@ def test_a_quantization_config_is_refused_before_either_path(tmp_path):
     with pytest.raises(ztensor.UnsupportedError, match="quantization_config") as err:
         ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
     assert err.value.path.endswith("config.json")
+
+
+# ------------------------------------------------------------------ torch
+# Rule: frameworks.torch_bridge.torch_bits_for maps elements numpy holds in an
+# ml_dtypes type to torch's own dtype: bf16 storage under an unknown logical type
+# ("bool", "acme.x"; read as its storage) was refused by read_torch ("numpy dtype
+# bfloat16 has no torch dtype") while verify and read_numpy took it.
+
+
+@pytest.mark.parametrize("logical", ["bool", "acme.x"])
+def test_bf16_storage_under_an_unknown_type_reads_through_torch(tmp_path, logical):
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+    import ztensor.torch as zt
+    values = np.array([1.5, -2, 3, 0.25], ml_dtypes.bfloat16)
+    path = str(tmp_path / "u.zt")
+    with ztensor.Writer(path) as w:
+        w.write("x", ztensor.Tensor({"data": values}, types={"data": logical}))
+    with ztensor.Reader(path) as r:
+        assert r.metadata("x").type == logical
+        got = r.read_torch("x")
+        assert got.dtype == torch.bfloat16
+        assert got.float().tolist() == values.astype(np.float32).tolist()
+        assert r.read_numpy("x").dtype == values.dtype
+    assert zt.load_file(path)["x"].dtype == torch.bfloat16
+    with ztensor.safe_open(path, framework="pt") as f:
+        assert f.get_tensor("x").dtype == torch.bfloat16
+        assert f.get_slice("x")[1:3].dtype == torch.bfloat16

@@ -113,6 +113,14 @@ def torch_bits_for(spec, arr, **where):
                 f"logical type {spec!r} has no dtype in this torch ({torch.__version__})",
                 **where,
             )
+    if dtypes.is_ml_dtype(arr.dtype):
+        # the elements as numpy holds them are an ml_dtypes type (bf16 storage under
+        # an unknown logical type, which is read as its storage): torch's own dtype
+        # of them, as numpy's own dtype is for every other storage
+        own = dtypes.spec_types_for(arr.dtype)
+        named = None if own is None else (own[1] or own[0])
+        if named is not None and named != spec:
+            return torch_bits_for(named, arr, **where)
     return None
 
 
@@ -214,7 +222,11 @@ def numpy_to_torch(arr, meta, device, path=None):
     object's dtype (bf16/FP8 slices arrive as ml_dtypes or float32 values); the
     dtype by :func:`torch_bits_for`, as for the whole tensor.  ``path`` names the
     file in errors."""
-    key = meta.type or meta.storage_dtype
+    # an unknown logical type is read as its storage (bf16 storage under "acme.x"
+    # is bf16), as the whole tensor is (torch_bits_for's ml_dtypes rule)
+    row = dtypes.BY_SPEC.get(meta.type) if meta.type else None
+    known = row is not None and (row.bits or dtypes.logical_known(meta.storage_dtype, meta.type))
+    key = meta.type if known else meta.storage_dtype
     where = {"path": path, "obj": meta.name}
     # the slice arrives as values: the rule is asked of the stored element's width
     storage = dtypes.STORAGE.get(meta.storage_dtype)
