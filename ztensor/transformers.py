@@ -824,6 +824,15 @@ def _load_weights(
         for name, value in model.state_dict(keep_vars=True).items()
         if value.device.type == "meta"
     ]
+    _refuse_missing_and_warn_unexpected(model, checkpoint, missing, unexpected)
+
+
+def _refuse_missing_and_warn_unexpected(
+    model: Any, checkpoint: str, missing: List[str], unexpected: List[str]
+) -> None:
+    """The rules both loading paths end with: a weight the checkpoint lacks is an
+    ObjectNotFoundError naming the first and their count (never a random one); a
+    tensor the model has no place for, a warning naming them."""
     if missing:
         shown = ", ".join(repr(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise ObjectNotFoundError(
@@ -841,7 +850,7 @@ def _load_weights(
                 f"{type(model).__name__} has no place for were not loaded: {shown}",
                 checkpoint,
             ),
-            stacklevel=3,
+            stacklevel=4,  # the caller of from_pretrained
         )
 
 
@@ -942,25 +951,8 @@ def _load_converted(
             obj=name,
         )
     missing = sorted(info.get("missing_keys") or ())
-    if missing:
-        shown = ", ".join(repr(n) for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
-        raise ObjectNotFoundError(
-            f"{len(missing)} weight(s) of {type(model).__name__} are "
-            f"not in the checkpoint: {shown}",
-            path=checkpoint,
-            obj=missing[0],
-        )
     unexpected = sorted(info.get("unexpected_keys") or ())
-    if unexpected:
-        shown = ", ".join(repr(n) for n in unexpected[:8]) + (" ..." if len(unexpected) > 8 else "")
-        warnings.warn(
-            without_secrets(
-                f"{checkpoint}: {len(unexpected)} tensor(s) the model "
-                f"{type(model).__name__} has no place for were not loaded: {shown}",
-                checkpoint,
-            ),
-            stacklevel=3,
-        )
+    _refuse_missing_and_warn_unexpected(model, checkpoint, missing, unexpected)
     return model
 
 

@@ -18,6 +18,21 @@ def _values(folder):
         return {k: ck.read_numpy(k).tolist() for k in sorted(ck.keys())}
 
 
+def _refuse_move_into(monkeypatch, ending, failure):
+    """os.replace, for atomic's moves out of the staging folder onto a name ending in
+    ``ending``, raising ``failure``; returns the real os.replace."""
+    real = os.replace
+
+    def replace(src, dst):
+        # the move out of the staging folder, not a shard's own rename inside it
+        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst and dst.endswith(ending):
+            raise failure
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    return real
+
+
 def _save(folder, value, shards=2):
     ztensor.save_sharded({"a": np.full(4, value, "f4"), "b": np.full(4, value, "f4")},
                          str(folder), max_shard_size=16 if shards == 2 else 1 << 20)
@@ -37,16 +52,7 @@ def test_a_move_failing_half_way_puts_the_old_checkpoint_back(tmp_path, monkeypa
     _save(folder, 1.0)
     os.chmod(folder / "model.zt.index.json", 0o600)
     before = {n: (folder / n).read_bytes() for n in os.listdir(folder)}
-    real = os.replace
-
-    def replace(src, dst):
-        # the move out of the staging folder, not the shard's own rename inside it
-        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
-                and dst.endswith("model-00002-of-00002.zt"):
-            raise failure
-        real(src, dst)
-
-    monkeypatch.setattr(atomic.os, "replace", replace)
+    real = _refuse_move_into(monkeypatch, "model-00002-of-00002.zt", failure)
     expected = ztensor.WriteError if isinstance(failure, OSError) else KeyboardInterrupt
     with pytest.raises(expected) as err:
         _save(folder, 2.0)
@@ -65,15 +71,7 @@ def test_a_move_failing_half_way_puts_the_old_checkpoint_back(tmp_path, monkeypa
 def test_a_move_failing_at_the_index_puts_every_shard_back(tmp_path, monkeypatch):
     folder = tmp_path / "ck"
     _save(folder, 1.0)
-    real = os.replace
-
-    def replace(src, dst):
-        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
-                and dst.endswith(".index.json"):
-            raise OSError(errno.EIO, "I/O error")
-        real(src, dst)
-
-    monkeypatch.setattr(atomic.os, "replace", replace)
+    real = _refuse_move_into(monkeypatch, ".index.json", OSError(errno.EIO, "I/O error"))
     with pytest.raises(ztensor.WriteError):
         _save(folder, 2.0)
     monkeypatch.setattr(atomic.os, "replace", real)
@@ -347,15 +345,8 @@ def test_without_hard_links_the_old_files_are_renamed_aside_not_copied(tmp_path,
 
     monkeypatch.setattr(atomic.os, "link", no_links)
     monkeypatch.setattr(atomic.shutil, "copy2", lambda *a, **k: pytest.fail("copied"))
-    real = os.replace
-
-    def replace(src, dst):
-        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst \
-                and dst.endswith("model-00002-of-00002.zt"):
-            raise OSError(errno.EIO, "I/O error")
-        real(src, dst)
-
-    monkeypatch.setattr(atomic.os, "replace", replace)
+    real = _refuse_move_into(monkeypatch, "model-00002-of-00002.zt",
+                             OSError(errno.EIO, "I/O error"))
     with pytest.raises(ztensor.WriteError):
         _save(folder, 2.0)
     monkeypatch.setattr(atomic.os, "replace", real)
