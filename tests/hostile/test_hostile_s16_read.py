@@ -87,7 +87,7 @@ def test_an_auto_map_in_config_json_runs_no_code_and_asks_nothing(tmp_path):
 
 def test_an_auto_map_beside_a_class_of_transformers_own_is_ignored(tmp_path):
     import json
-    import transformers
+    transformers = pytest.importorskip("transformers")
     import ztensor.transformers as ztf
     folder = _tiny_llama_folder(tmp_path / "ck")
     config = json.loads((folder / "config.json").read_text())
@@ -233,7 +233,7 @@ def test_a_quantization_config_is_refused_before_either_path(tmp_path):
     transformers' own loader (which a checkpoint with one renamed name steers to)
     built quantized layers from it and imported their packages."""
     import json
-    import transformers
+    transformers = pytest.importorskip("transformers")
     import ztensor.transformers as ztf
     folder = _tiny_llama_folder(tmp_path / "ck")
     config = json.loads((folder / "config.json").read_text())
