@@ -208,7 +208,11 @@ def open_gguf(
                     f"data at {offset} lies past the end of the file", path=name, obj=tname
                 )
             end = _next_offset(ends, offset, size - start)
-            nbytes = unknown_length[tname] = max(end - offset, 0)
+            # no element, no block: a tensor of none holds no bytes whatever its type
+            # (one the writer left at the next tensor's offset read as that tensor's
+            # bytes, and the two overlapped)
+            empty = any(d == 0 for d in dims)
+            nbytes = unknown_length[tname] = 0 if empty else max(end - offset, 0)
             warnings.warn(
                 f"{name}: tensor {tname!r} has ggml type {gtype}, which this "
                 "version does not know: kept as its raw bytes (format gguf_blocks)",
