@@ -276,7 +276,7 @@ def test_an_empty_checkpoint_converts_to_its_index(tmp_path):
 def test_a_numpy_bool_attribute_is_refused_saying_what_it_is(tmp_path):
     """Rule: attributes._check names a numpy scalar as numpy's (it said "bool values
     cannot be stored (plain data only: None, bool, ...)")."""
-    with pytest.raises(ztensor.FormatError, match=r"numpy\.bool .*bool\(x\)"):
+    with pytest.raises(ztensor.FormatError, match=r"numpy\.bool_? .*bool\(x\)"):
         ztensor.Writer(str(tmp_path / "q.zt"), attributes={"x": np.bool_(True)}).close()
 
 
