@@ -26,7 +26,6 @@ import functools
 import math
 import os
 import re
-import shutil
 import threading
 import unicodedata
 import urllib.parse
@@ -207,12 +206,14 @@ def save_sharded(
     # moved into place (atomic.move_staged): a refusal or failure in any shard (a torch
     # tensor only its Writer refuses, a full disk) leaves the old checkpoint as it was,
     # index and all (removing the old index first, one shard's refusal left none)
-    staging = atomic.staging_folder(folder) if local else None
     total = sum(_nbytes(v) for v in tensors.values())
     done = 0
     weight_map = {}
     try:
-        with atomic.staged_as_target(staging, folder) if staging else contextlib.nullcontext():
+        with contextlib.ExitStack() as stack:
+            staging = stack.enter_context(atomic.staged(folder)) if local else None
+            if staging is not None:
+                stack.enter_context(atomic.staged_as_target(staging, folder))
             for file, names in zip(files, plan):
                 with Writer(
                     place(staging or folder, file),
@@ -238,15 +239,10 @@ def save_sharded(
                 # the old checkpoint's shards this one does not rewrite go with it
                 atomic.move_staged(staging, folder, index_name, replaced=old_shards(index_path))
     except BaseException:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
         if made:  # a refusal leaves no folder the call made (nothing else was in it)
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
         raise
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
     return files
 
 
@@ -530,9 +526,16 @@ class ShardedReader:
                 n for n in os.listdir(path) if n.endswith(".bin") and not n.startswith(".")
             )
         if len(candidates) != 1:
+            interrupted = (
+                "; a save into this folder was killed part way: the old checkpoint's "
+                "files are kept under hidden names, and the next save into the folder "
+                "(save_sharded, convert, save_pretrained) puts them back first"
+                if atomic.interrupted_save(path)
+                else ""
+            )
             raise FormatError(
                 "no index (*.zt.index.json / *.safetensors.index.json / *.bin.index.json) "
-                "and not exactly one checkpoint file",
+                "and not exactly one checkpoint file" + interrupted,
                 path=path,
             )
         return os.path.join(path, candidates[0])

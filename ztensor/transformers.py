@@ -31,7 +31,6 @@ import math
 import operator
 import os
 import re
-import shutil
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -1092,8 +1091,7 @@ def save_pretrained(
     # the configs are written aside first and moved in only once the weights are in
     # place: a save whose weights failed left the new config.json beside the old
     # weights, which then loaded under it without a word
-    staging = atomic.staging_folder(folder)
-    try:
+    with atomic.staged(folder) as staging:
         config.save_pretrained(staging)
         generation = getattr(model, "generation_config", None)
         if generation is not None and model.can_generate():
@@ -1108,8 +1106,6 @@ def save_pretrained(
             checksum=checksum,
         )
         atomic.move_staged(staging, folder, None)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
     for name in os.listdir(folder):
         path = os.path.join(folder, name)

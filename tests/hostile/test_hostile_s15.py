@@ -173,7 +173,7 @@ def test_a_checkpoint_conversion_refused_in_shard_two_keeps_the_old_output(tmp_p
 
 
 def test_a_checkpoint_conversion_failing_while_writing_keeps_the_old_output(tmp_path):
-    """Rule: convert._convert_checkpoint stages every output file (atomic.staging_folder,
+    """Rule: convert._convert_checkpoint stages every output file (atomic.staged,
     atomic.move_staged); a shard whose data is found broken only while it is written
     left the new first shard beside the old second one and no index."""
     src = tmp_path / "src"

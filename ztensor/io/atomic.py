@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -310,15 +311,194 @@ __all__ = [
 ]
 
 
-def staging_folder(target: str) -> str:
+_STAGING_PREFIX = ".ztensor-staged-"
+# the record of a checkpoint's moves in progress, in the folder they move into: a
+# process killed part way (SIGKILL, a power cut of the process) left the old files
+# under hidden names and no index; the next save into the folder puts them back
+_JOURNAL = ".ztensor-moving.json"
+_JOURNAL_MAX_BYTES = 1 << 22
+_ASIDE_NAME = re.compile(r"\.[0-9a-f]{12}\.old")
+
+
+@contextlib.contextmanager
+def staged(target: str) -> Iterator[str]:
     """A new hidden folder inside the folder ``target``, where a set of files that
     must replace their namesakes together (a checkpoint's shards, copies and index)
     is written whole before any is moved (:func:`move_staged`): the same filesystem,
-    so each move is a rename."""
+    so each move is a rename.  Removed, with whatever is left in it, on leaving.
+
+    While it lives it holds a lock of its own, so that the next save into
+    ``target`` can tell it from the folder of a process that was killed (whose
+    partial shards would stay for ever, as big as the checkpoint): every such dead
+    folder is removed first, and the moves a killed process left part way are
+    undone (:func:`_recover`).  Both under the lock on ``target``, so a folder is
+    never seen between its making and its locking."""
+    with _folder_locked(target):
+        _recover(target)
+        _remove_dead_staging(target)
+        try:
+            path = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=target)
+        except OSError as exc:
+            raise _failed("cannot create a folder for the new files", exc, target) from None
+        held = _lock(path, wait=True)
     try:
-        return tempfile.mkdtemp(prefix=".ztensor-staged-", dir=target)
-    except OSError as exc:
-        raise _failed("cannot create a folder for the new files", exc, target) from None
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if held is not None:
+            os.close(held)
+
+
+def _lock(folder: str, wait: bool) -> Optional[int]:
+    """A descriptor of ``folder`` holding an exclusive flock on it (waiting for it
+    with ``wait``); None where none can be had: no fcntl, a folder that cannot be
+    opened or locked, or, without ``wait``, one another descriptor holds."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(folder, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_dead_staging(target: str) -> None:
+    """Remove each staging folder in ``target`` whose lock nobody holds: its
+    process was killed before it could remove it (:func:`staged`).  Where folders
+    cannot be locked at all, none is taken for dead."""
+    try:
+        import fcntl  # noqa: F401  (no locks: no way to tell the dead from the living)
+    except ImportError:
+        return
+    try:
+        names = [n for n in os.listdir(target) if n.startswith(_STAGING_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(target, name)
+        if os.path.islink(path) or not os.path.isdir(path):
+            continue
+        fd = _lock(path, wait=False)
+        if fd is None:
+            continue  # alive (or not lockable: left alone either way)
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def interrupted_save(folder: str) -> bool:
+    """Whether ``folder`` holds the record of a checkpoint save whose moves were
+    left part way (its process killed): its old files are under hidden names until
+    the next save into the folder puts them back (:func:`_recover`).  Said in the
+    error of a read that finds no index there; a read never acts on the record
+    (a folder from elsewhere may hold one made to remove or rename its files)."""
+    entry = _read_journal(folder)
+    return entry is not None and entry["state"] == "moving"
+
+
+def _write_journal(target: str, state: str, aside, new) -> None:
+    """The record :func:`_recover` reads: ``aside`` the (name, name of its old
+    file's link) pairs, the old index last, ``new`` the names with no old file."""
+    entry = {"state": state, "aside": [list(pair) for pair in aside], "new": list(new)}
+    replace_atomically(
+        os.path.join(target, _JOURNAL), lambda f: f.write(json.dumps(entry).encode("utf-8"))
+    )
+
+
+def _read_journal(target: str) -> Any:
+    """The record of moves left part way in ``target``, or None: none there, or
+    one this process must not act on (not a regular file of this user's, too big,
+    or not of the shape :func:`_write_journal` gives; a name in it that is not one
+    plain file name in ``target``, or a link name not of :func:`_link_aside`'s
+    form).  A record it cannot trust is left as it is."""
+    path = os.path.join(target, _JOURNAL)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        owner = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner or st.st_size > _JOURNAL_MAX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            entry = json.loads(f.read(_JOURNAL_MAX_BYTES + 1))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+    def plain(name):
+        return (
+            isinstance(name, str)
+            and name not in ("", ".", "..")
+            and os.path.basename(name) == name
+            and "/" not in name
+            and "\0" not in name
+        )
+
+    if not (
+        isinstance(entry, dict)
+        and entry.get("state") in ("moving", "moved")
+        and isinstance(entry.get("aside"), list)
+        and isinstance(entry.get("new"), list)
+        and all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and plain(pair[0])
+            and isinstance(pair[1], str)
+            and _ASIDE_NAME.fullmatch(pair[1])
+            for pair in entry["aside"]
+        )
+        and all(plain(name) for name in entry["new"])
+    ):
+        return None
+    return entry
+
+
+def _recover(target: str) -> None:
+    """Finish what a process killed during :func:`_replace_all` left in ``target``
+    (its record: :func:`_read_journal`): moves left part way are undone (each new
+    file without an old one removed, each old file renamed back from its link, the
+    old index last), so the folder holds the old checkpoint again; moves that were
+    complete lose only their links aside.  Best effort, under the folder's lock."""
+    entry = _read_journal(target)
+    if entry is None:
+        return
+    if entry["state"] == "moving":
+        for name in entry["new"]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(target, name))
+        for name, link in entry["aside"]:
+            _restore(os.path.join(target, name), os.path.join(target, link))
+    else:
+        for _, link in entry["aside"]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(target, link))
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(target, _JOURNAL))
+
+
+def _restore(destination: str, link: str) -> None:
+    """The old file at ``link`` back at ``destination`` (best effort).  Where both
+    are still one file (linked aside, never replaced) the link just goes: a rename
+    of one name of a file onto another does nothing, and the link would stay."""
+    with contextlib.suppress(OSError):
+        if not os.path.lexists(link):
+            return
+        if os.path.lexists(destination) and os.path.samefile(destination, link):
+            os.unlink(link)
+        else:
+            os.replace(link, destination)
 
 
 def move_staged(staging: str, target: str, index: Optional[str], replaced=()) -> None:
@@ -354,6 +534,7 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     # model.zt.index.json): transformers loads that one first, so it goes too
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
     with _folder_locked(target):
+        _recover(target)  # a save killed since this one's staging folder was made
         _replace_all(ready, old_index, target, names)
         # under the lock too: a save moving in after this one released it lost a
         # shard this one removed as "replaced"
@@ -370,87 +551,102 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
     file renamed into place, the index last.  A failure or an interruption at any
     step (a rename refused, an immutable file, Ctrl-C) puts every replaced file
     back and removes the new ones, the old index last: the folder is as it was.
-    Once all are in place the old files' links go."""
+    Once all are in place the old files' links go.  A record of the moves in
+    ``target`` (:func:`_write_journal`) lets the next save finish the job of a
+    process killed on the way (:func:`_recover`)."""
+    home = os.path.realpath(target)
+    links = {}  # destination -> where its old file is linked aside
+    for (_, destination, _), _name in zip(ready, names):
+        if destination != old_index and os.path.lexists(destination):
+            links[destination] = _aside_name(destination)
+    if old_index is not None and os.path.lexists(old_index):
+        links[old_index] = _aside_name(old_index)  # last: put back last
+    # only what lies in ``target`` itself is recorded (a destination reached through
+    # a link out of the folder is put back by this process alone)
+    recorded = [
+        (os.path.basename(d), os.path.basename(link))
+        for d, link in links.items()
+        if os.path.dirname(d) == home
+    ]
+    new = [
+        os.path.basename(d) for _, d, _ in ready if d not in links and os.path.dirname(d) == home
+    ]
     kept = []  # (destination, the old file's link aside)
     placed = []  # (destination, its old file's link aside or None, the staged file)
     step = target
+    journal = False
     try:
-        for (_, destination, _), name in zip(ready, names):
-            step = os.path.join(target, name)
-            if destination != old_index and os.path.lexists(destination):
-                kept.append((destination, _link_aside(destination)))
-        if old_index is not None and os.path.lexists(old_index):
-            step = old_index
-            kept.append((old_index, _link_aside(old_index)))
-            if os.path.lexists(old_index):  # linked aside, not renamed there
-                os.unlink(old_index)
-        aside = dict(kept)
+        _write_journal(target, "moving", recorded, new)
+        journal = True
+        for destination, link in links.items():
+            step = destination
+            _link_aside(destination, link)
+            kept.append((destination, link))
+            if destination == old_index and os.path.lexists(old_index):
+                os.unlink(old_index)  # linked aside, not renamed there
         for (source, destination, temp), name in zip(ready, names):
             step = os.path.join(target, name)
             # recorded first: an interruption right after the rename still undoes it
-            placed.append((destination, aside.get(destination), source))
+            placed.append((destination, links.get(destination), source))
             os.replace(source, destination)
             if temp is not None:
                 temp.done()
+        _write_journal(target, "moved", recorded, new)
     except BaseException as exc:
-        _put_back(placed, kept, old_index)
+        _put_back(placed, kept)
         for _, _, temp in ready:
             if temp is not None:
                 temp.discard()
+        if journal:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(target, _JOURNAL))
         if isinstance(exc, OSError):
             raise _failed("cannot move the new file into place", exc, step) from None
         raise
     for _, link in kept:
         with contextlib.suppress(OSError):
             os.unlink(link)
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(target, _JOURNAL))
 
 
-def _link_aside(path: str) -> str:
-    """A second name for the file at ``path``, hidden beside it (same folder, same
-    filesystem): a hard link; where none can be made (a filesystem without them,
-    protected_hardlinks and another owner's file) the file itself is renamed there,
-    never copied (a copy of every shard needed the checkpoint's size again)."""
+def _aside_name(path: str) -> str:
+    """A free hidden name beside ``path`` for :func:`_link_aside`."""
     folder = os.path.dirname(path)
     for _ in range(100):
         link = os.path.join(folder, f".{secrets.token_hex(6)}.old")
-        try:
-            os.link(path, link, follow_symlinks=False)
-            return link
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-                raise
-            if os.path.lexists(link):
-                continue
-            os.rename(path, link)  # the destination is absent until the new file comes
+        if not os.path.lexists(link):
             return link
     raise FileExistsError(errno.EEXIST, "no free name for a link aside", folder)
 
 
-def _put_back(placed, kept, old_index: Optional[str]) -> None:
+def _link_aside(path: str, link: str) -> None:
+    """``link`` a second name for the file at ``path`` (same folder, same
+    filesystem): a hard link; where none can be made (a filesystem without them,
+    protected_hardlinks and another owner's file) the file itself is renamed there,
+    never copied (a copy of every shard needed the checkpoint's size again)."""
+    try:
+        os.link(path, link, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if os.path.lexists(link):
+            raise
+        os.rename(path, link)  # the destination is absent until the new file comes
+
+
+def _put_back(placed, kept) -> None:
     """Undo :func:`_replace_all`'s moves: each new file removed or its old one
     renamed back over it, the old index last (best effort: what cannot be put back
     stays, and the error raised says the move failed)."""
     for destination, link, source in reversed(placed):
         if os.path.lexists(source):
             continue  # interrupted before its rename: nothing of it is in place
-        with contextlib.suppress(OSError):
-            if link is None:
+        if link is None:
+            with contextlib.suppress(OSError):
                 os.unlink(destination)
-            else:
-                os.replace(link, destination)
-    restored = {destination for destination, _, source in placed if not os.path.lexists(source)}
     for destination, link in kept:
-        if destination in restored:
-            continue
-        with contextlib.suppress(OSError):
-            if os.path.lexists(destination):
-                # never replaced: the link and the file are one (a rename of one
-                # onto the other does nothing, and the link would stay)
-                os.unlink(link)
-            else:  # the old index, removed before the moves
-                os.replace(link, destination)
+        _restore(destination, link)
 
 
 @contextlib.contextmanager

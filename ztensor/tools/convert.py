@@ -382,25 +382,24 @@ def _convert_checkpoint(
     # (a full disk, an interrupt, a shard whose data is broken) removes the staged
     # files, so the old checkpoint stays as it was, index and all: replacing shard
     # by shard left the new first shard beside the old second one and no index
-    staging = atomic.staging_folder(target)
     try:
-        with atomic.staged_as_target(staging, target):
-            count = _write_checkpoint(
-                plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
-            )
-        # the old index goes first (a crash then leaves no index, never a wrong one),
-        # and the old checkpoint's shards this one does not rewrite after the new index
-        replaced = sharded.old_shards(index_path)
-        atomic.move_staged(staging, target, os.path.basename(index_path), replaced=replaced)
+        with atomic.staged(target) as staging:
+            with atomic.staged_as_target(staging, target):
+                count = _write_checkpoint(
+                    plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
+                )
+            # the old index goes first (a crash then leaves no index, never a wrong
+            # one), and the old checkpoint's shards this one does not rewrite after
+            # the new index
+            replaced = sharded.old_shards(index_path)
+            atomic.move_staged(staging, target, os.path.basename(index_path), replaced=replaced)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
         if made_folder:
             try:
                 os.rmdir(target)  # only when empty: nothing of anyone else's is removed
             except OSError:
                 pass
         raise
-    shutil.rmtree(staging, ignore_errors=True)
     if progress is not None:
         progress(counter.total, counter.total)
     return count

@@ -1,0 +1,242 @@
+"""Session 17: a checkpoint save killed part way (SIGKILL, not an exception: no
+``finally`` runs) leaves nothing the next save into the folder does not clean up or
+put back.  Each test names the one function that keeps its rule."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ztensor
+from ztensor.io import atomic
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "fork") or sys.platform == "win32", reason="kills a child process"
+)
+
+_NAMES = ("a", "b", "c")
+
+
+def _save(folder, value):
+    # three shards of one tensor each, and an index
+    ztensor.save_sharded({k: np.full(4, value, "f4") for k in _NAMES}, str(folder),
+                         max_shard_size=16)
+
+
+def _values(folder):
+    with ztensor.open_sharded(str(folder)) as ck:
+        return {k: ck.read_numpy(k).tolist() for k in sorted(ck.keys())}
+
+
+def _killed_save(folder, value, kill_at):
+    """A child process saving ``value`` into ``folder`` that dies (os._exit, no
+    cleanup) on its ``kill_at``-th rename out of the staging folder."""
+    code = textwrap.dedent(f"""
+        import os, numpy as np, ztensor
+        from ztensor.io import atomic
+        real = os.replace
+        moves = [0]
+        def replace(src, dst):
+            if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst:
+                moves[0] += 1
+                if moves[0] == {kill_at}:
+                    os._exit(9)
+            real(src, dst)
+        atomic.os.replace = replace
+        ztensor.save_sharded({{k: np.full(4, {value}, "f4") for k in {_NAMES!r}}},
+                             {str(folder)!r}, max_shard_size=16)
+        os._exit(0)
+    """)
+    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode
+
+
+def _leftovers(folder):
+    return sorted(n for n in os.listdir(folder) if n.startswith("."))
+
+
+@pytest.mark.parametrize("kill_at", [1, 2, 3, 4])
+def test_a_save_killed_during_its_moves_is_undone_by_the_next(tmp_path, kill_at):
+    """Rule: atomic._replace_all records its moves (atomic._write_journal) and the
+    next save into the folder undoes a killed one's (atomic._recover): the old
+    checkpoint back, index and all, no link aside or staging folder left."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    before = sorted(os.listdir(folder))
+    assert _killed_save(folder, 2.0, kill_at) == 9
+    assert _leftovers(folder)  # the killed process left its hidden files
+    # the next save's staging step finds them; entered and left without a save, the
+    # folder is the old checkpoint again
+    with atomic.staged(str(folder)):
+        pass
+    assert sorted(os.listdir(folder)) == before
+    assert _values(folder) == {k: [1.0] * 4 for k in _NAMES}
+    _save(folder, 3.0)
+    assert sorted(os.listdir(folder)) == before
+    assert _values(folder) == {k: [3.0] * 4 for k in _NAMES}
+
+
+def test_a_first_save_killed_during_its_moves_leaves_nothing_after_the_next(tmp_path):
+    """Rule: atomic._recover removes new files that replaced nothing."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    assert _killed_save(folder, 2.0, 3) == 9
+    with atomic.staged(str(folder)):
+        pass
+    assert sorted(os.listdir(folder)) == ["notes.txt"]
+
+
+def test_a_save_killed_after_its_moves_keeps_the_new_checkpoint(tmp_path, monkeypatch):
+    """Rule: once every file is in place the record says so ("moved"), and the next
+    save only removes the links aside (atomic._recover)."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    real_unlink = os.unlink
+    kept = []
+
+    def unlink(path, *args, **kwargs):
+        if str(path).endswith(".old"):
+            kept.append(path)  # as if the process died before removing them
+            return None
+        if str(path).endswith(atomic._JOURNAL):
+            return None
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic.os, "unlink", unlink)
+    _save(folder, 2.0)
+    monkeypatch.undo()
+    assert kept and all(os.path.exists(p) for p in kept)
+    with open(folder / atomic._JOURNAL) as f:
+        assert json.load(f)["state"] == "moved"
+    with atomic.staged(str(folder)):
+        pass
+    assert not _leftovers(folder)
+    assert _values(folder) == {k: [2.0] * 4 for k in _NAMES}
+
+
+def test_a_save_killed_while_writing_leaves_a_staging_folder_the_next_removes(tmp_path):
+    """Rule: a staging folder whose lock nobody holds is a dead process's
+    (atomic._remove_dead_staging)."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    code = textwrap.dedent(f"""
+        import os, numpy as np, ztensor
+        from ztensor.container import writer
+        real = writer.Writer.write_numpy
+        def write_numpy(self, *args, **kwargs):
+            real(self, *args, **kwargs)
+            os._exit(9)
+        writer.Writer.write_numpy = write_numpy
+        ztensor.save_sharded({{"a": np.zeros(1 << 16, "f4")}}, {str(folder)!r})
+    """)
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 9
+    assert any(n.startswith(".ztensor-staged-") for n in os.listdir(folder))
+    _save(folder, 2.0)
+    assert not _leftovers(folder)
+    assert _values(folder) == {k: [2.0] * 4 for k in _NAMES}
+
+
+def test_a_live_save_keeps_its_staging_folder(tmp_path):
+    """Rule: a staging folder is locked for as long as its save lives
+    (atomic.staged), so another save into the folder leaves it alone."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    ready = tmp_path / "ready"
+    code = textwrap.dedent(f"""
+        import os, time
+        from ztensor.io import atomic
+        with atomic.staged({str(folder)!r}) as staging:
+            open(os.path.join(staging, "part"), "w").close()
+            open({str(ready)!r}, "w").write(staging)
+            time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text()):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+        staging = ready.read_text()
+        _save(folder, 1.0)
+        assert os.path.exists(os.path.join(staging, "part"))
+    finally:
+        child.kill()
+        child.wait()
+    _save(folder, 2.0)  # now dead: removed
+    assert not _leftovers(folder)
+
+
+@pytest.mark.parametrize("entry", [
+    {"state": "moving", "aside": [["../victim.txt", ".aaaaaaaaaaaa.old"]], "new": []},
+    {"state": "moving", "aside": [["victim.txt", "../planted.old"]], "new": []},
+    {"state": "moving", "aside": [["victim.txt", "planted"]], "new": []},
+    {"state": "moving", "aside": [], "new": ["../victim.txt"]},
+    {"state": "moving", "aside": [], "new": ["sub/victim.txt"]},
+    {"state": "unknown", "aside": [], "new": ["victim.txt"]},
+    {"state": "moving", "aside": "victim.txt", "new": []},
+    ["victim.txt"],
+])
+def test_a_record_naming_anything_but_a_file_of_the_folder_is_not_acted_on(tmp_path, entry):
+    """Rule: atomic._read_journal trusts only a record of plain names in the folder
+    and links aside of its own form: one left (or planted) otherwise renames and
+    removes nothing."""
+    outside = tmp_path / "victim.txt"
+    outside.write_text("outside")
+    folder = tmp_path / "ck"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "victim.txt").write_text("inside")
+    (folder / "victim.txt").write_text("kept")
+    (folder / "planted").write_text("planted")
+    (tmp_path / "planted.old").write_text("planted")
+    (folder / atomic._JOURNAL).write_text(json.dumps(entry))
+    with atomic.staged(str(folder)):
+        pass
+    assert outside.read_text() == "outside"
+    assert (folder / "victim.txt").read_text() == "kept"
+    assert (folder / "sub" / "victim.txt").read_text() == "inside"
+    assert (folder / atomic._JOURNAL).exists()  # not ours to remove either
+
+
+def test_a_record_that_is_a_link_is_not_followed(tmp_path):
+    """Rule: atomic._read_journal opens the record without following a link."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"state": "moving", "aside": [], "new": ["victim.txt"]}))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "victim.txt").write_text("kept")
+    os.symlink(elsewhere, folder / atomic._JOURNAL)
+    with atomic.staged(str(folder)):
+        pass
+    assert (folder / "victim.txt").read_text() == "kept"
+
+
+def test_a_staging_folder_name_that_is_a_link_is_not_followed(tmp_path):
+    """Rule: atomic._remove_dead_staging removes only real folders, never a link's
+    target."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("x")
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    os.symlink(elsewhere, folder / ".ztensor-staged-planted")
+    _save(folder, 1.0)
+    assert (elsewhere / "precious").read_text() == "x"
+
+
+def test_a_read_of_a_folder_a_killed_save_left_says_so_and_changes_nothing(tmp_path):
+    """Rule: a read never acts on the record of moves (a folder from elsewhere may
+    hold one made to remove its files); its error says what happened and what puts
+    the old checkpoint back (sharded: atomic.interrupted_save)."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)
+    assert _killed_save(folder, 2.0, 2) == 9  # the old index removed, one shard moved
+    listing = sorted(os.listdir(folder))
+    with pytest.raises(ztensor.FormatError, match="killed part way.*next save into the folder"):
+        ztensor.open_sharded(str(folder))
+    assert sorted(os.listdir(folder)) == listing
+    _save(folder, 3.0)
+    assert _values(folder) == {k: [3.0] * 4 for k in _NAMES}
