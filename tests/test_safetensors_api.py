@@ -343,7 +343,7 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
     b = np.arange(5, dtype=np.int8)
     specs = {"a": ztensor.TensorSpec(dtype=a.dtype.name, shape=a.shape, data_ptr=a.ctypes.data,
                                      data_len=a.nbytes),
-             "b": ztensor.TensorSpec(dtype="I8", shape=b.shape, data_ptr=b.ctypes.data,
+             "b": ztensor.TensorSpec(dtype="int8", shape=b.shape, data_ptr=b.ctypes.data,
                                                 data_len=b.nbytes),
              "e": ztensor.TensorSpec(dtype="float32", shape=[0, 3], data_ptr=0, data_len=0)}
     got = dict(ztensor.deserialize(ztensor.serialize(specs)))
@@ -355,6 +355,12 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
         np.testing.assert_array_equal(f.get_tensor("a"), a)
     with pytest.raises(ztensor.SafetensorError, match="nonsense"):
         ztensor.TensorSpec(dtype="nonsense", shape=[1], data_ptr=0, data_len=0)
+    # torch's names only, as safetensors 0.8: its file names are refused, the torch
+    # name said
+    with pytest.raises(ztensor.SafetensorError, match="'int8'"):
+        ztensor.TensorSpec(dtype="I8", shape=[1], data_ptr=0, data_len=0)
+    with pytest.raises(TypeError, match="'dtype'"):
+        ztensor.TensorSpec(dtype=3, shape=[1], data_ptr=0, data_len=0)
     with pytest.raises(TypeError):  # safetensors 0.8: a raw address is a TensorSpec's
         ztensor.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}})
     with pytest.raises(ztensor.FormatError, match="needs 12"):
@@ -410,18 +416,22 @@ def test_a_meta_tensor_is_refused_as_safetensors_refuses_it(tmp_path):
 
 def test_tensor_spec_is_made_as_safetensors_makes_it():
     """safetensors 0.8's TensorSpec takes keywords only and torch's dtype names, and
-    reports safetensors' name (``float32`` -> ``F32``); ours does the same (it also
-    takes safetensors' names), and says float4 and float8_e8m0 are not in zTensor's
+    reports safetensors' name (``float32`` -> ``F32``); ours does the same (and, as
+    there, refuses safetensors' own names), and says float4 and float8_e8m0 are not in zTensor's
     dtype table rather than that they are unknown."""
     a = np.arange(6, dtype=np.float32)
     fields = dict(shape=[6], data_ptr=a.ctypes.data, data_len=24)
     with pytest.raises(TypeError):
         ztensor.TensorSpec("float32", [6], a.ctypes.data, 24)
     for name, code in [("float32", "F32"), ("bfloat16", "BF16"), ("int8", "I8"),
-                       ("float8_e4m3fn", "F8_E4M3"), ("bool", "BOOL"), ("F16", "F16")]:
+                       ("float8_e4m3fn", "F8_E4M3"), ("bool", "BOOL"), ("float16", "F16")]:
         assert ztensor.TensorSpec(dtype=name, **fields).dtype == code
+    with pytest.raises(ztensor.SafetensorError, match="'float16'"):
+        ztensor.TensorSpec(dtype="F16", **fields)
     st = pytest.importorskip("safetensors")
     if hasattr(st, "TensorSpec"):
+        with pytest.raises(st.SafetensorError):
+            st.TensorSpec(dtype="F16", **fields)
         for name in ("float32", "bfloat16", "int8", "float8_e4m3fn", "bool", "complex64"):
             assert st.TensorSpec(dtype=name, **fields).dtype == \
                 ztensor.TensorSpec(dtype=name, **fields).dtype

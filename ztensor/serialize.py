@@ -45,8 +45,8 @@ class TensorSpec:
     describes it: ``TensorSpec(dtype=, shape=, data_ptr=, data_len=)`` (keywords only,
     as there), ``data_ptr`` the address of ``data_len`` bytes of elements
     (little-endian, row-major).  ``dtype`` is torch's name for it (``"float32"``,
-    ``"bfloat16"``) or safetensors' (``"F32"``); ``.dtype`` is safetensors' name, as
-    safetensors reports it.  The dtype is checked here (an unknown one is a
+    ``"bfloat16"``), as safetensors takes it (its own ``"F32"`` is refused there and
+    here); ``.dtype`` is safetensors' name, as safetensors reports it.  The dtype is checked here (an unknown one is a
     SafetensorError, as in safetensors; float4 and float8_e8m0, which zTensor's
     dtype table lacks, say so); the rest when it is serialized.
 
@@ -58,13 +58,23 @@ class TensorSpec:
     __slots__ = ("dtype", "shape", "data_ptr", "data_len")
 
     def __init__(self, *, dtype: str, shape: Any, data_ptr: int, data_len: int) -> None:
-        if _kind_of(dtype) is None:
+        if not isinstance(dtype, str):  # as safetensors: the argument's type is wrong
+            raise TypeError(f"argument 'dtype': a str, not {type(dtype).__name__}")
+        if dtype not in _TORCH_NAMES:
             if dtype in dtypes.SAFETENSORS_ONLY:
                 raise SafetensorError(
                     f"dtype {dtype} is not in zTensor's dtype table (docs/dtypes.md): "
                     "serialize cannot write it"
                 )
-            raise SafetensorError(f"unknown dtype {show(dtype)}")
+            # torch's names only, as safetensors 0.8 takes them (its "F32" is refused)
+            known = ", ".join(n for n in _TORCH_NAMES if n in dtypes.TORCH_TO_SAFETENSORS)
+            hint = ""
+            if dtype in dtypes.SAFETENSORS_STORAGE:
+                torch_name = next(
+                    t for t, st in dtypes.TORCH_TO_SAFETENSORS.items() if st == dtype
+                )
+                hint = f" (safetensors' name in a file; a TensorSpec takes {torch_name!r})"
+            raise SafetensorError(f"unknown dtype {show(dtype)}{hint}; supported dtypes: {known}")
         self.dtype = dtypes.TORCH_TO_SAFETENSORS.get(dtype, dtype)
         self.shape = list(caller_shape(shape))
         self.data_ptr = _address_field("data_ptr", data_ptr)
