@@ -432,7 +432,7 @@ def _read_journal(target: str) -> Any:
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
             entry = json.loads(f.read(_JOURNAL_MAX_BYTES + 1))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # deep nesting: not ours either
         return None
     finally:
         os.close(fd)
