@@ -45,10 +45,11 @@ class TensorSpec:
     describes it: ``TensorSpec(dtype=, shape=, data_ptr=, data_len=)`` (keywords only,
     as there), ``data_ptr`` the address of ``data_len`` bytes of elements
     (little-endian, row-major).  ``dtype`` is torch's name for it (``"float32"``,
-    ``"bfloat16"``), as safetensors takes it (its own ``"F32"`` is refused there and
-    here); ``.dtype`` is safetensors' name, as safetensors reports it.  The dtype is checked here (an unknown one is a
-    SafetensorError, as in safetensors; float4 and float8_e8m0, which zTensor's
-    dtype table lacks, say so); the rest when it is serialized.
+    ``"bfloat16"``), as safetensors takes it (its own ``"F32"`` is refused there
+    and here); ``.dtype`` is safetensors' name, as safetensors reports it.  The
+    dtype is checked here (an unknown one is a SafetensorError, as in safetensors;
+    float4 and float8_e8m0, which zTensor's dtype table lacks, say so); the rest
+    when it is serialized.
 
     Unsafe as safetensors' is: the address is the caller's word.  The memory must
     stay alive, unchanged, through every call that is given the spec; nothing can
@@ -70,9 +71,7 @@ class TensorSpec:
             known = ", ".join(n for n in _TORCH_NAMES if n in dtypes.TORCH_TO_SAFETENSORS)
             hint = ""
             if dtype in dtypes.SAFETENSORS_STORAGE:
-                torch_name = next(
-                    t for t, st in dtypes.TORCH_TO_SAFETENSORS.items() if st == dtype
-                )
+                torch_name = next(t for t, st in dtypes.TORCH_TO_SAFETENSORS.items() if st == dtype)
                 hint = f" (safetensors' name in a file; a TensorSpec takes {torch_name!r})"
             raise SafetensorError(f"unknown dtype {show(dtype)}{hint}; supported dtypes: {known}")
         self.dtype = dtypes.TORCH_TO_SAFETENSORS.get(dtype, dtype)

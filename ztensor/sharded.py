@@ -147,6 +147,7 @@ def save_sharded(
     checksum: Optional[str] = None,
     progress: Optional[Callable[[int, int], None]] = None,
     storage_options: Optional[Dict[str, Any]] = None,
+    write_beside: Optional[Callable[[str], None]] = None,
 ) -> List[str]:
     """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
     ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
@@ -159,7 +160,12 @@ def save_sharded(
 
     ``directory`` may be an fsspec URL (``s3://bucket/ckpt``; ``storage_options``:
     its filesystem's options): each shard is uploaded whole as its Writer closes,
-    the index last (ztensor/io/upload.py)."""
+    the index last (ztensor/io/upload.py).
+
+    ``write_beside(folder)``: more files of the checkpoint (a model's config), which
+    it writes into ``folder`` once the shards are whole; they move into
+    ``directory`` together with the shards and index, all or none (a local
+    ``directory`` only)."""
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
     limit = parse_size(max_shard_size)
@@ -189,7 +195,16 @@ def save_sharded(
     count = len(plan)
     files = [f"{prefix}-{i + 1:05d}-of-{count:05d}.zt" for i in range(count)]
     index_path = place(folder, f"{prefix}.zt.index.json")
-    made = not _is_url(folder) and not os.path.lexists(folder)
+    if write_beside is not None and _is_url(folder):
+        raise ValueError("write_beside is for a local checkpoint, not a URL")
+    # the outermost folder this call makes, removed again on a refusal
+    made = None
+    if not _is_url(folder):
+        made = folder
+        while made and not os.path.lexists(os.path.dirname(os.path.abspath(made))):
+            made = os.path.dirname(os.path.abspath(made))
+        if os.path.lexists(made):
+            made = None
     if not _is_url(folder):  # an object store has no folders to make
         try:
             os.makedirs(folder, exist_ok=True)
@@ -235,27 +250,45 @@ def save_sharded(
                 remote_write.Upload(index_path, storage_options).write_json(index)
             else:
                 index_name = os.path.basename(index_path)
+                if write_beside is not None:
+                    write_beside(staging)
                 atomic.write_json_atomically(os.path.join(staging, index_name), index)
                 # the old checkpoint's shards this one does not rewrite go with it
                 atomic.move_staged(staging, folder, index_name, replaced=old_shards(index_path))
     except BaseException:
-        if made:  # a refusal leaves no folder the call made (nothing else was in it)
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+        if made is not None:  # a refusal leaves no folder the call made (nor parents)
+            _remove_empty_folders(folder, made)
         raise
     return files
+
+
+def _remove_empty_folders(folder: str, outermost: str) -> None:
+    """``folder`` and each parent up to ``outermost`` removed while empty (only what
+    a refused save made: a folder holding anything else stays)."""
+    path, stop = os.path.abspath(folder), os.path.abspath(outermost)
+    while True:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+        if path == stop or os.path.dirname(path) == path:
+            return
+        path = os.path.dirname(path)
 
 
 def old_shards(index_path: str) -> List[str]:
     """The shard names the local index at ``index_path`` gives (each passed
     check_shard_name), or none when there is no index or it cannot be read: the
-    files a checkpoint written over it replaces."""
+    files a checkpoint written over it replaces.  Only names of weight files
+    (``WEIGHT_SUFFIXES``): an index naming ``tokenizer.json`` or ``README.md`` as a
+    shard had the next save into the folder remove that file."""
     if not os.path.isfile(index_path):
         return []
     try:
-        return sorted(set(_read_index(index_path, None)[0].values()))
+        names = set(_read_index(index_path, None)[0].values())
     except ZTensorError:
         return []  # not an index this library reads: nothing of it is removed
+    return sorted(n for n in names if n.lower().endswith(WEIGHT_SUFFIXES))
 
 
 def _is_url(path: str) -> bool:
@@ -325,6 +358,31 @@ def _show(value: Any) -> str:
 MAX_INDEX_BYTES = 64 << 20
 # shards a ShardedReader holds open at once (each a file descriptor)
 MAX_OPEN_SHARDS = 64
+
+
+# a file with one of these suffixes holds weights (this checkpoint's in another
+# format, or another model's): convert does not copy it (a second, unconverted
+# copy), and a save removes an old index's shard only when it has one
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".zt",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".hdf5",
+    ".msgpack",
+    ".gguf",
+    ".onnx",
+    ".onnx_data",
+    ".npz",
+    ".npy",
+    ".ot",
+    ".tflite",
+    ".pkl",
+    ".pickle",
+)
 
 
 _INDEX_SUFFIXES = (".zt.index.json", ".safetensors.index.json", ".bin.index.json")

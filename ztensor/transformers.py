@@ -49,7 +49,6 @@ from ztensor.errors import (
     url_without_secrets,
     without_secrets,
 )
-from ztensor.io import atomic
 from ztensor.io.paths import folder_of
 from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
@@ -114,9 +113,255 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             "from transformers' own classes only (docs/transformers.md)",
             path=source,
         )
+    loading = _loading_keywords(kwargs, source)
+    if loading["subfolder"]:
+        source = _beside(source.rstrip("/"), loading["subfolder"])
     folder, checkpoint = _locate(source)
 
     config_path = _beside(folder, CONFIG_NAME)
+    # the implementations the caller chose (the config may take them as attributes)
+    chosen = {k: kwargs[k] for k in _MODEL_KEYWORDS if k in kwargs}
+    if loading["config"] is not None:
+        config, model_kwargs = _given_config(loading["config"], source), kwargs
+    else:
+        config, model_kwargs = _config_from_file(cls, config_path, source, kwargs, storage_options)
+    _refuse_model_keywords(model_kwargs, source)
+    resolved = _resolve_dtype(dtype, config, checkpoint, config_path, storage_options)
+    # checked before any weight is read: what transformers refuses in it is a
+    # FormatError naming it, as for config.json
+    generation = loading["generation_config"]
+    if generation is None:
+        generation_path = _beside(folder, GENERATION_CONFIG_NAME)
+        generation_dict = _read_json(generation_path, "generation config", storage_options)
+        if generation_dict is not None:
+            with _config_refusals(generation_path, "transformers refuses the generation config"):
+                generation = transformers.GenerationConfig.from_dict(generation_dict)
+
+    # every parameter the model registers is filled from a tensor of the checkpoint:
+    # a config declaring many more (10**9 layers) is refused while it is built,
+    # after work that follows the checkpoint, not the count the config declares
+    names, present = _checkpoint_extent(checkpoint, storage_options)
+    count = len(names)
+    with _config_refusals(config_path, "the model this config declares cannot be built"):
+        with _parameters_on_meta(2 * count + 1024, config_path):
+            with _AllocationBound(present, config_path):
+                with _caller_choice_refusals(chosen, source):
+                    model = _build(cls, config, resolved, model_kwargs)
+    if _needs_conversion(model, names):
+        # a checkpoint transformers saved names some weights as the model did in an
+        # earlier design (one tensor an expert, GPT-NeoX's embed_out, ViT's query):
+        # transformers' own loader renames and merges them
+        built = type(model)
+        complex_ok = any(t.is_complex() for t in model.state_dict().values())
+        model = None  # transformers builds its own
+        with _AllocationBound(present, config_path):
+            model, unexpected = _load_converted(
+                built, config, resolved, model_kwargs, checkpoint, storage_options, complex_ok
+            )
+    else:
+        unexpected = _load_weights(model, checkpoint, resolved, cls, storage_options)
+    # kept by the model (repr, config.json): a URL's credentials are not
+    model.config.name_or_path = url_without_secrets(source)
+
+    if generation is not None and hasattr(model, "generation_config"):
+        model.generation_config = generation
+    model.eval()
+    if loading["output_loading_info"]:
+        # as transformers reports it; nothing is missing or mismatched (each refused)
+        info = {
+            "missing_keys": [],
+            "unexpected_keys": list(unexpected),
+            "mismatched_keys": [],
+            "error_msgs": [],
+        }
+        return model, info  # type: ignore[return-value]
+    return model
+
+
+def _given_config(given: Any, source: str) -> Any:
+    """A copy of the config the caller gave (``config=``), held to config.json's
+    rules: no code map, no quantization, the caller's path as its name."""
+    config = copy.deepcopy(given)
+    if getattr(config, "quantization_config", None) is not None:
+        raise UnsupportedError(
+            "the config given has a quantization_config: quantized transformers models "
+            "are not supported (docs/transformers.md)",
+            path=source,
+        )
+    for key in ("auto_map", "custom_pipelines"):
+        if hasattr(config, key):
+            delattr(config, key)
+    config.name_or_path = url_without_secrets(source)
+    return config
+
+
+# transformers' from_pretrained keywords about fetching and caching from the Hub, or
+# how it spends memory while loading: a zTensor path is local or a URL and is
+# always loaded one shard at a time onto a model built on meta, so they change
+# nothing here and are accepted as transformers accepts them
+_NO_EFFECT_KEYWORDS = frozenset(
+    {
+        "cache_dir",
+        "force_download",
+        "local_files_only",
+        "proxies",
+        "resume_download",
+        "low_cpu_mem_usage",
+        "disable_mmap",
+        "weights_only",
+        "use_safetensors",
+        "tqdm_class",
+        "_fast_init",
+        "_from_auto",
+        "_from_pipeline",
+        "_commit_hash",
+        "user_agent",
+        "mirror",
+    }
+)
+# keywords for what this loader does not do: each an UnsupportedError naming it
+# (passed on, they reached the model's constructor and came back as a fault of
+# config.json); why, in the message
+_UNSUPPORTED_KEYWORDS = {
+    "token": "credentials for a URL go in storage_options (docs/remote.md)",
+    "use_auth_token": "credentials for a URL go in storage_options (docs/remote.md)",
+    "variant": "a zTensor checkpoint has no weight variants: give the path of the one to load",
+    "gguf_file": "convert the GGUF file with `ztensor convert` first",
+    "state_dict": "the weights are the checkpoint's",
+    "from_tf": "the weights are the checkpoint's",
+    "from_flax": "the weights are the checkpoint's",
+    "key_mapping": "the checkpoint's names are used as they are",
+    "quantization_config": "quantized transformers models are not supported",
+    "ignore_mismatched_sizes": "a tensor of another shape than the model's is refused",
+    "max_memory": "the model is loaded onto the CPU whole",
+    "offload_folder": "the model is loaded onto the CPU whole",
+    "offload_state_dict": "the model is loaded onto the CPU whole",
+    "offload_buffers": "the model is loaded onto the CPU whole",
+    "tp_plan": "tensor parallelism is not supported",
+    "tp_size": "tensor parallelism is not supported",
+    "device_mesh": "tensor parallelism is not supported",
+    "distributed_config": "tensor parallelism is not supported",
+    "adapter_name": "load adapters with peft on the model returned",
+    "adapter_kwargs": "load adapters with peft on the model returned",
+    "use_kernels": "Hub kernels run code from the Hub",
+    "kernel_config": "Hub kernels run code from the Hub",
+    "allow_all_kernels": "Hub kernels run code from the Hub",
+    "fusion_config": "the model is built as transformers' class declares it",
+    "code_revision": "code from a repository is never run (trust_remote_code)",
+}
+
+
+def _loading_keywords(kwargs: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """transformers' own loading keywords taken out of ``kwargs`` (what is left are
+    config attributes and model arguments) and checked before anything is read: a
+    mistake in one is the caller's, a TypeError or UnsupportedError naming the
+    keyword, never a fault of config.json.  Returns what the load uses: ``config``
+    and ``generation_config`` (objects the caller gives instead of the files),
+    ``subfolder``, ``output_loading_info``."""
+    for name in sorted(set(kwargs) & _NO_EFFECT_KEYWORDS):
+        del kwargs[name]
+    for name in sorted(set(kwargs) & set(_UNSUPPORTED_KEYWORDS)):
+        value = kwargs.pop(name)
+        if value is not None and value is not False and value != {}:
+            raise UnsupportedError(
+                f"from_pretrained's {name}= is not supported here: {_UNSUPPORTED_KEYWORDS[name]}",
+                path=source,
+            )
+    revision = kwargs.pop("revision", None)
+    if revision not in (None, "main"):
+        raise UnsupportedError(
+            f"from_pretrained's revision={revision!r} is not supported here: a zTensor "
+            "path names one version of the files (give that version's path)",
+            path=source,
+        )
+    device_map = kwargs.pop("device_map", None)
+    if device_map is not None and not _is_cpu_map(device_map):
+        raise UnsupportedError(
+            f"from_pretrained's device_map={device_map!r} is not supported here: the "
+            "model is loaded onto the CPU (move it with .to() afterwards)",
+            path=source,
+        )
+    config = kwargs.pop("config", None)
+    if config is not None and not isinstance(config, transformers.PretrainedConfig):
+        raise TypeError(
+            "config must be a transformers PretrainedConfig (or None: config.json "
+            f"beside the weights), not {type(config).__name__}"
+        )
+    generation = kwargs.pop("generation_config", None)
+    if generation is not None and not isinstance(generation, transformers.GenerationConfig):
+        raise TypeError(
+            "generation_config must be a transformers GenerationConfig, not "
+            f"{type(generation).__name__}"
+        )
+    subfolder = kwargs.pop("subfolder", "") or ""
+    if not isinstance(subfolder, str):
+        raise TypeError(f"subfolder must be a str, not {type(subfolder).__name__}")
+    return {
+        "config": config,
+        "generation_config": generation,
+        "subfolder": subfolder,
+        "output_loading_info": bool(kwargs.pop("output_loading_info", False)),
+    }
+
+
+def _is_cpu_map(device_map: Any) -> bool:
+    """Whether ``device_map`` puts everything on the CPU ("cpu", a CPU torch.device,
+    {"": "cpu"}, or a dict whose every device is the CPU)."""
+    if isinstance(device_map, dict):
+        return bool(device_map) and all(_is_cpu_map(v) for v in device_map.values())
+    try:
+        return torch.device(device_map).type == "cpu"
+    except (TypeError, RuntimeError, ValueError):
+        return False
+
+
+def _refuse_model_keywords(model_kwargs: Dict[str, Any], source: str) -> None:
+    """A TypeError naming each keyword left for the model that is neither a config
+    attribute nor one transformers' ``from_config`` takes (it passed them to the
+    model's ``__init__``, whose TypeError came back as a fault of config.json)."""
+    unknown = sorted(k for k in model_kwargs if k not in _MODEL_KEYWORDS)
+    if unknown:
+        raise TypeError(
+            f"{source}: from_pretrained got keyword(s) that are neither a config "
+            f"attribute nor a loading option: {', '.join(unknown)}"
+        )
+
+
+@contextlib.contextmanager
+def _caller_choice_refusals(asked: Dict[str, Any], source: str) -> Iterator[None]:
+    """A build that fails while the caller chose (``asked``) an implementation that
+    is not torch's own (``attn_implementation="kernels-community/..."``, a Hub
+    kernel; one whose package is not installed) fails for that choice: an
+    UnsupportedError naming the keyword, never a fault of config.json."""
+    chosen = {k: v for k, v in asked.items() if v not in _FILE_MAY_CHOOSE}
+    try:
+        yield
+    except ZTensorError:
+        raise
+    except Exception as exc:
+        if not chosen:
+            raise
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(chosen.items()))
+        raise UnsupportedError(
+            f"the model cannot be built with {shown}, as asked: {type(exc).__name__}: {exc}",
+            path=source,
+        ) from exc
+
+
+# the keywords transformers' from_config gives the model rather than its config
+_MODEL_KEYWORDS = frozenset({"attn_implementation", "experts_implementation"})
+
+
+def _config_from_file(
+    cls: Any,
+    config_path: str,
+    source: str,
+    kwargs: Dict[str, Any],
+    storage_options: Optional[Dict[str, Any]],
+) -> Tuple[Any, Dict[str, Any]]:
+    """(config, keywords left for the model) from ``config.json`` at ``config_path``,
+    each of ``kwargs`` that is a config attribute applied to it, checked as
+    :func:`from_pretrained` says."""
     config_dict = _read_json(config_path, "config", storage_options)
     if config_dict is None:
         raise FormatError(
@@ -147,45 +392,7 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
         config, model_kwargs = config_class.from_dict(
             config_dict, return_unused_kwargs=True, **kwargs
         )
-    resolved = _resolve_dtype(dtype, config, checkpoint, config_path, storage_options)
-    # checked before any weight is read: what transformers refuses in it is a
-    # FormatError naming it, as for config.json
-    generation_path = _beside(folder, GENERATION_CONFIG_NAME)
-    generation_dict = _read_json(generation_path, "generation config", storage_options)
-    generation = None
-    if generation_dict is not None:
-        with _config_refusals(generation_path, "transformers refuses the generation config"):
-            generation = transformers.GenerationConfig.from_dict(generation_dict)
-
-    # every parameter the model registers is filled from a tensor of the checkpoint:
-    # a config declaring many more (10**9 layers) is refused while it is built,
-    # after work that follows the checkpoint, not the count the config declares
-    names, present = _checkpoint_extent(checkpoint, storage_options)
-    count = len(names)
-    with _config_refusals(config_path, "the model this config declares cannot be built"):
-        with _parameters_on_meta(2 * count + 1024, config_path):
-            with _AllocationBound(present, config_path):
-                model = _build(cls, config, resolved, model_kwargs)
-    if _needs_conversion(model, names):
-        # a checkpoint transformers saved names some weights as the model did in an
-        # earlier design (one tensor an expert, GPT-NeoX's embed_out, ViT's query):
-        # transformers' own loader renames and merges them
-        built = type(model)
-        complex_ok = any(t.is_complex() for t in model.state_dict().values())
-        model = None  # transformers builds its own
-        with _AllocationBound(present, config_path):
-            model = _load_converted(
-                built, config, resolved, model_kwargs, checkpoint, storage_options, complex_ok
-            )
-    else:
-        _load_weights(model, checkpoint, resolved, cls, storage_options)
-    # kept by the model (repr, config.json): a URL's credentials are not
-    model.config.name_or_path = url_without_secrets(source)
-
-    if generation is not None and hasattr(model, "generation_config"):
-        model.generation_config = generation
-    model.eval()
-    return model
+    return config, model_kwargs
 
 
 def _locate(source: str) -> Tuple[str, str]:
@@ -772,9 +979,10 @@ def _load_weights(
     dtype: torch.dtype,
     cls: Any,
     storage_options: Optional[Dict[str, Any]],
-) -> None:
+) -> List[str]:
     """Fill the meta-built ``model`` from ``checkpoint``, shard by shard (see
-    :func:`from_pretrained` for the rules on tied, missing and unexpected names)."""
+    :func:`from_pretrained` for the rules on tied, missing and unexpected names).
+    Returns the names of the tensors the model has no place for."""
     expected = model.state_dict(keep_vars=True)  # the meta parameters, the buffers
     tied = _tied_groups(model)
     fp32 = _fp32_patterns(model, dtype)
@@ -824,6 +1032,7 @@ def _load_weights(
         if value.device.type == "meta"
     ]
     _refuse_missing_and_warn_unexpected(model, checkpoint, missing, unexpected)
+    return unexpected
 
 
 def _refuse_missing_and_warn_unexpected(
@@ -887,7 +1096,7 @@ def _load_converted(
     checkpoint: str,
     storage_options: Optional[Dict[str, Any]],
     complex_ok: bool,
-) -> Any:
+) -> Tuple[Any, List[str]]:
     """The model of concrete class ``cls`` built and filled by transformers' own
     ``from_pretrained`` from the checkpoint's zero-copy tensors (its public
     ``state_dict=`` path: renames, merges of experts, tying,
@@ -952,7 +1161,7 @@ def _load_converted(
     missing = sorted(info.get("missing_keys") or ())
     unexpected = sorted(info.get("unexpected_keys") or ())
     _refuse_missing_and_warn_unexpected(model, checkpoint, missing, unexpected)
-    return model
+    return model, unexpected
 
 
 @contextlib.contextmanager
@@ -1088,24 +1297,27 @@ def save_pretrained(
     config = copy.deepcopy(model.config)
     config.dtype = str(model.dtype).split(".")[1]
     config.architectures = [type(model).__name__]
-    # the configs are written aside first and moved in only once the weights are in
-    # place: a save whose weights failed left the new config.json beside the old
-    # weights, which then loaded under it without a word
-    with atomic.staged(folder) as staging:
-        config.save_pretrained(staging)
-        generation = getattr(model, "generation_config", None)
+    # the configs move in with the weights, all or none (save_sharded's
+    # write_beside): a save whose weights failed left the new config.json beside the
+    # old weights, and one whose config's move was refused the new weights beside
+    # the old config, each loading under the other without a word
+    generation = getattr(model, "generation_config", None)
+
+    def configs(into: str) -> None:
+        config.save_pretrained(into)
         if generation is not None and model.can_generate():
-            generation.save_pretrained(staging)
-        files = save_sharded(
-            state_dict,
-            folder,
-            max_shard_size=max_shard_size,
-            prefix=WEIGHTS_PREFIX,
-            metadata=metadata,
-            compress=compress,
-            checksum=checksum,
-        )
-        atomic.move_staged(staging, folder, None)
+            generation.save_pretrained(into)
+
+    files = save_sharded(
+        state_dict,
+        folder,
+        max_shard_size=max_shard_size,
+        prefix=WEIGHTS_PREFIX,
+        metadata=metadata,
+        compress=compress,
+        checksum=checksum,
+        write_beside=configs,
+    )
     stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
     for name in os.listdir(folder):
         path = os.path.join(folder, name)

@@ -128,20 +128,30 @@ def test_two_saves_into_one_folder_move_one_after_the_other(tmp_path, monkeypatc
         if threading.current_thread().name == "first":
             inside.set()
             release.wait(10)
-        real(ready, old_index, target, names)
+        return real(ready, old_index, target, names)
+
+    failures = []
+
+    def save(value):
+        try:
+            _save(folder, value)
+        except BaseException as exc:  # a thread's error fails the test
+            failures.append(exc)
 
     monkeypatch.setattr(atomic, "_replace_all", slow)
-    first = threading.Thread(target=_save, args=(folder, 1.0), name="first")
+    first = threading.Thread(target=save, args=(1.0,), name="first")
     first.start()
     assert inside.wait(10)
-    second = threading.Thread(target=_save, args=(folder, 2.0), name="second")
+    second = threading.Thread(target=save, args=(2.0,), name="second")
     second.start()
     time.sleep(0.5)
     assert second.is_alive()  # waits for the first's moves
     release.set()
     first.join(10)
     second.join(10)
+    assert failures == []
     assert _values(folder) == {"a": [2.0] * 4, "b": [2.0] * 4}
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]
 
 
 # ------------------------------------------------------------------ impossible names
@@ -304,10 +314,11 @@ def test_a_save_moving_in_after_another_keeps_every_shard_its_index_names(tmp_pa
     release = threading.Event()
 
     def paused(ready, old_index, target, names):
-        real(ready, old_index, target, names)
+        links = real(ready, old_index, target, names)
         if threading.current_thread().name == "A":
             moved.set()
             release.wait(10)
+        return links
 
     monkeypatch.setattr(atomic, "_replace_all", paused)
 
@@ -331,6 +342,7 @@ def test_a_save_moving_in_after_another_keeps_every_shard_its_index_names(tmp_pa
         assert ck.read_numpy("w").tolist() == [2.0] * 4
         for shard in set(ck.file_of(n) for n in ck.keys()):
             assert (folder / shard).exists()
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]  # each save finished
 
 
 def test_without_hard_links_the_old_files_are_renamed_aside_not_copied(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 from ztensor.errors import WriteError, ZTensorError
 from ztensor.io.paths import resolve_folder
@@ -524,6 +524,7 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     try:
         for name in names:
             ready.append(_ready_to_move(os.path.join(staging, name), os.path.join(target, name)))
+        _require_distinct(ready, names, target)
         old_index = None if index is None else final_target(os.path.join(target, index))
     except BaseException:
         for _, _, temp in ready:
@@ -535,25 +536,63 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
     with _folder_locked(target):
         _recover(target)  # a save killed since this one's staging folder was made
-        _replace_all(ready, old_index, target, names)
+        links = _replace_all(ready, old_index, target, names)
         # under the lock too: a save moving in after this one released it lost a
-        # shard this one removed as "replaced"
-        for name in (set(replaced) | ({whole} if whole else set())) - set(names) - {index}:
-            try:
-                os.unlink(os.path.join(target, name))
-            except OSError:
-                pass  # gone already, or not ours to remove: the new index does not name it
+        # shard this one removed as "replaced"; and despite an interrupt (the new
+        # checkpoint is in place: its clean-up is finished, then the interrupt
+        # raised), the record last (a process killed before it goes leaves it
+        # saying the moves were complete: the next save removes the rest)
+        gone = (set(replaced) | ({whole} if whole else set())) - set(names) - {index}
+        _unlink_all(
+            links
+            + [os.path.join(target, name) for name in sorted(gone)]
+            + [os.path.join(target, _JOURNAL)]
+        )
 
 
-def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
+def _unlink_all(paths) -> None:
+    """Remove each of ``paths`` that is there (what cannot be removed stays: gone
+    already, or not ours to remove).  An interrupt on the way (Ctrl-C) is raised
+    only once all are tried: the files named are the leftovers of a move that is
+    complete, which an interrupt must not leave behind (a whole old shard each)."""
+    interrupted: Optional[BaseException] = None
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        except BaseException as exc:  # noqa: B902 (re-raised below)
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
+
+
+def _require_distinct(ready, names, target: str) -> None:
+    """A WriteError unless every staged file has a destination of its own: two
+    names of the folder that are links to one file (a shard linked to another, or
+    to the index) made the second rename replace the first file, and the save
+    succeeded with a checkpoint its reader refuses."""
+    seen: dict = {}
+    for (_, destination, _), name in zip(ready, names):
+        if destination in seen:
+            raise WriteError(
+                f"is a link to the same file as {seen[destination]!r} ({destination}): "
+                "each file of the checkpoint needs a file of its own, so nothing was moved",
+                path=os.path.join(target, name),
+            )
+        seen[destination] = name
+
+
+def _replace_all(ready, old_index: Optional[str], target: str, names) -> List[str]:
     """The moves of :func:`move_staged`, all or none: each file a move replaces is
     first linked aside (a hidden name beside it), the old index removed, every new
     file renamed into place, the index last.  A failure or an interruption at any
     step (a rename refused, an immutable file, Ctrl-C) puts every replaced file
     back and removes the new ones, the old index last: the folder is as it was.
-    Once all are in place the old files' links go.  A record of the moves in
-    ``target`` (:func:`_write_journal`) lets the next save finish the job of a
-    process killed on the way (:func:`_recover`)."""
+    Once all are in place the old files' links are returned, for the caller to
+    remove with the rest of the clean-up.  A record of the moves in ``target``
+    (:func:`_write_journal`) lets the next save finish the job of a process killed
+    on the way (:func:`_recover`)."""
     home = os.path.realpath(target)
     links = {}  # destination -> where its old file is linked aside
     for (_, destination, _), _name in zip(ready, names):
@@ -582,8 +621,8 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
             step = destination
             _link_aside(destination, link)
             kept.append((destination, link))
-            if destination == old_index and os.path.lexists(old_index):
-                os.unlink(old_index)  # linked aside, not renamed there
+            if destination == old_index and os.path.lexists(destination):
+                os.unlink(destination)  # linked aside, not renamed there
         for (source, destination, temp), name in zip(ready, names):
             step = os.path.join(target, name)
             # recorded first: an interruption right after the rename still undoes it
@@ -603,11 +642,7 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> None:
         if isinstance(exc, OSError):
             raise _failed("cannot move the new file into place", exc, step) from None
         raise
-    for _, link in kept:
-        with contextlib.suppress(OSError):
-            os.unlink(link)
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.join(target, _JOURNAL))
+    return [link for _, link in kept]
 
 
 def _aside_name(path: str) -> str:

@@ -577,30 +577,6 @@ class _MergedReader:
 
 
 # ------------------------------------------------------------------ files copied
-# a file with one of these suffixes holds weights (this checkpoint's in another
-# format, or another model's): copied it would be a second, unconverted copy
-WEIGHT_SUFFIXES = (
-    ".safetensors",
-    ".zt",
-    ".bin",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".h5",
-    ".hdf5",
-    ".msgpack",
-    ".gguf",
-    ".onnx",
-    ".onnx_data",
-    ".npz",
-    ".npy",
-    ".ot",
-    ".tflite",
-    ".pkl",
-    ".pickle",
-)
-
-
 class _Copy(NamedTuple):
     name: str  # in the input folder and in the output directory
     source: str  # the path opened: the file itself, or a contained link's target
@@ -612,7 +588,7 @@ def _plan_copies(plan) -> List[_Copy]:
     generation config, tokenizer and vocabulary files, chat templates, README).
 
     Not copied: every shard this conversion reads and every ``*.index.json`` (the
-    index written replaces them); a file with a weight suffix (``WEIGHT_SUFFIXES``:
+    index written replaces them); a file with a weight suffix (``sharded.WEIGHT_SUFFIXES``:
     another format's copy of the weights, ``pytorch_model.bin`` beside
     ``model.safetensors``); subfolders (another model, ``original/``, ``onnx/``, a
     ``.git``: only the folder's own files make the checkpoint).  Those skipped are
@@ -638,7 +614,7 @@ def _plan_copies(plan) -> List[_Copy]:
         name, path = entry.name, os.path.join(folder, entry.name)
         if name in read or name.endswith(".index.json"):
             continue
-        if name.lower().endswith(WEIGHT_SUFFIXES):
+        if name.lower().endswith(sharded.WEIGHT_SUFFIXES):
             skipped.append(name)
             continue
         target = path
