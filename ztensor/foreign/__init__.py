@@ -51,8 +51,8 @@ def sniff(path: str) -> Optional[str]:
     with open_local_input(path) as f:
         head = f.read(16)
         size = os.fstat(f.fileno()).st_size
-        if head.startswith(spec.MAGIC_PREFIX):
-            return None
+        if head.startswith((spec.MAGIC_PREFIX, spec.MAGIC_V2)):
+            return None  # zTensor's (v2's bytes after its magic are no other's to sniff)
         if head.startswith(spec.MAGIC_NPY):
             return "npy"
         if head.startswith(spec.MAGIC_GGUF):
@@ -84,7 +84,22 @@ def sniff(path: str) -> Optional[str]:
         return "legacy-pickle"
     if os.path.splitext(path)[1].lower() == ".onnx":
         return "onnx"
+    if _hdf5_after_user_block(path, size):
+        return "hdf5"
     return None
+
+
+def _hdf5_after_user_block(path: str, size: int) -> bool:
+    """Whether the file has HDF5's signature at 512, 1024, 2048, ... (the offsets
+    the HDF5 library searches: a file with a user block): a read per doubling."""
+    offset = 512
+    with open_local_input(path) as f:
+        while offset + len(spec.MAGIC_HDF5) <= size:
+            f.seek(offset)
+            if f.read(len(spec.MAGIC_HDF5)) == spec.MAGIC_HDF5:
+                return True
+            offset *= 2
+    return False
 
 
 def open_foreign(

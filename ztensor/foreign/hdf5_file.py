@@ -8,7 +8,9 @@ by HDF5 path, in the ``hdf5_skipped_datasets`` attribute.  The file's scalar
 attributes that are plain values (text, bytes, an integer, a float, a bool) become
 attributes (``hdf5.<name>``); the names of the others (arrays, compounds, references,
 complex numbers, long doubles, ones h5py cannot read) are listed in the
-``hdf5_skipped_attributes`` attribute.
+``hdf5_skipped_attributes`` attribute.  Attributes of datasets and groups below the
+root are not read; each is listed, as ``/path@name``, in the
+``hdf5_unread_attributes`` attribute.
 
 Containment: a model file's tensors come from its own bytes.  HDF5 can point
 elsewhere, and by default every such dataset is refused (FormatError naming it):
@@ -74,6 +76,8 @@ MAX_CHUNK = 64 << 20
 SKIPPED = "hdf5_skipped_datasets"
 SKIPPED_LINKS = "hdf5_skipped_links"  # soft and external links, not followed
 SKIPPED_ATTRIBUTES = "hdf5_skipped_attributes"  # the file's attributes that are not plain
+# the attributes of datasets and groups below the root, not read ("/path@name")
+UNREAD_ATTRIBUTES = "hdf5_unread_attributes"
 
 
 def open_file(
@@ -112,7 +116,7 @@ def open_file(
             raw.close()
 
     try:
-        entries, skipped, links = _entries(
+        entries, skipped, links, unread = _entries(
             h5py, handle, name, limits, unsafe_allow_external, raw.size
         )
         kept, skipped_attributes = _plain_attrs(handle, name)
@@ -123,6 +127,8 @@ def open_file(
             attributes[SKIPPED] = skipped
         if links:
             attributes[SKIPPED_LINKS] = links
+        if unread:  # said, not dropped without a word
+            attributes[UNREAD_ATTRIBUTES] = unread
     except BaseException:
         close()
         raise
@@ -132,7 +138,7 @@ def open_file(
 def _entries(h5py, handle, name, limits, allow_external, file_size):
     bound = min(MAX_DATASETS, limits.max_objects)
     try:
-        found, links = _datasets(h5py, handle, name, bound)
+        found, links, unread = _datasets(h5py, handle, name, bound)
     except ZTensorError:
         raise
     except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
@@ -156,14 +162,15 @@ def _entries(h5py, handle, name, limits, allow_external, file_size):
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
         entries[dotted] = _entry(name, dotted, dataset, spec, chunks)
-    return entries, skipped, links
+    return entries, skipped, links, unread
 
 
 def _datasets(h5py, handle, path, bound):
     """((HDF5 path, dataset) for every name a dataset has through hard links, in
     h5py's order (depth first, each group's links by name); the HDF5 paths of the
-    soft and external links not followed), and no more than ``bound + 1`` of the two
-    together (the walk stops there).
+    soft and external links not followed; ``/path@name`` of each attribute of the
+    datasets and groups, at most ``bound + 1``), and no more than ``bound + 1`` of
+    the first two together (the walk stops there).
 
     A dataset may have several names (``f["b"] = f["a"]``): each is a tensor, as a
     ``torch.save`` of tied weights gives each name (h5py's ``visititems`` visits an
@@ -175,6 +182,7 @@ def _datasets(h5py, handle, path, bound):
     the file holds: each group is entered once."""
     found = []
     not_followed = []
+    unread = []  # the attributes of datasets and groups below the root: "/path@name"
     groups = {handle.id: "/"}  # ObjectIDs compare equal for one object in the file
     stack = [("", iter(handle), handle)]
     while stack:
@@ -190,6 +198,11 @@ def _datasets(h5py, handle, path, bound):
             continue
         item = group[key]
         full = prefix + key
+        if len(unread) <= bound:
+            try:
+                unread.extend(f"/{full}@{a}" for a in item.attrs.keys())
+            except (OSError, RuntimeError, ValueError, KeyError):
+                unread.append(f"/{full}@(attributes h5py cannot read)")
         if isinstance(item, h5py.Dataset):
             found.append((full, item))
             if len(found) + len(not_followed) > bound:
@@ -203,7 +216,7 @@ def _datasets(h5py, handle, path, bound):
                     path=path,
                 )
             stack.append((full + "/", iter(item), item))
-    return found, not_followed
+    return found, not_followed, unread[: bound + 1]
 
 
 # what _spec returns for a dataset whose element type zTensor has no dtype for

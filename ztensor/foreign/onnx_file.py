@@ -57,10 +57,13 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     name = os.fspath(path)
     onnx = optional_import("onnx", "reading ONNX files", name)
     numpy_helper = optional_import("onnx.numpy_helper", "reading ONNX files", name)
-    open_local_input(name).close()  # a regular file (onnx opens the path itself)
+    # the file checked (a regular file, opened without blocking) is the one parsed:
+    # onnx given the path opened it again, and a FIFO put there in between hung it
+    checked = open_local_input(name)
     try:
         # external data is read per initializer, after its checks (to_array below)
-        model = onnx.load(name, load_external_data=False)
+        with checked:
+            model = onnx.load_model_from_string(checked.read())
     except MemoryError:
         raise LimitError("not enough memory to parse the model", path=name) from None
     except Exception as exc:  # protobuf's DecodeError and friends: not a model

@@ -288,6 +288,7 @@ class _Load:
     def rebuild_tensor_v2(
         self, storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None
     ):
+        _require_flag(requires_grad)
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
         return self.rebuild(storage, offset, size, stride, bits=_lazy_bits(metadata))
 
@@ -304,12 +305,14 @@ class _Load:
     ):
         if not isinstance(dtype, _DType):
             raise FormatError("_rebuild_tensor_v3 without a known dtype")
+        _require_flag(requires_grad)
         self.ignored.append(("a tensor's hooks or metadata", (hooks, metadata)))
         return self.rebuild(storage, offset, size, stride, dtype.name, _lazy_bits(metadata))
 
     def rebuild_parameter(self, data, requires_grad=False, hooks=None, state=None):
         if not isinstance(data, _TensorRecord):
             raise FormatError(f"a parameter that holds {_kind(data)}, not a tensor")
+        _require_flag(requires_grad)
         self.ignored.append(("a parameter's hooks or state", (hooks, state)))
         return data
 
@@ -362,6 +365,7 @@ class _Load:
             or pid[0] != "storage"
             or not isinstance(pid[1], _DType)
             or type(pid[2]) is not str
+            or type(pid[3]) is not str  # the location torch writes ("cpu", "cuda:0")
             or type(pid[4]) is not int
             or not 0 <= pid[4] < 1 << 62
         ):
@@ -380,6 +384,14 @@ class _Load:
                 f"{first.dtype.name} elements and as {pid[4]} {pid[1].name} elements"
             )
         return first
+
+
+def _require_flag(requires_grad) -> None:
+    """A rebuild's ``requires_grad`` is a bool, as torch writes it and torch.load
+    requires it: anything else (a tensor hidden there) is a FormatError, never
+    dropped."""
+    if type(requires_grad) is not bool:
+        raise FormatError(f"a tensor's requires_grad is {_kind(requires_grad)}, not a bool")
 
 
 # ---- the instructions that differ from Python's unpickler (each refuses what a
@@ -770,10 +782,14 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
       ``{1: t, "1": u}`` is a FormatError naming both paths, never a tensor dropped.
     * A tensor nested deeper than MAX_DEPTH containers is a LimitError (the walk goes
       on past that depth to look for one, within its budget).
-    * A pickle can share one container many times (its memo); each is walked once,
-      by the first path the walk takes (a later path reaches the same tensors), and
-      the walk stops after ``budget`` steps, so the work follows the pickle's bytes,
-      never what its sharing describes.
+    * A pickle can share one container many times (its memo), as ``torch.save``
+      writes ``{"model": sd, "ema": sd}``: it is walked by every path that reaches
+      it, so each of its tensors has a name under each (``model.w`` and ``ema.w``,
+      as ``torch.load`` gives them; one tensor, two names).  A container inside
+      itself (a cycle) is not entered again: its tensors are named by the path that
+      first reached it, and one that gave nothing to name (no tensor, no value) is
+      not walked again.  The walk stops after ``budget`` steps (a LimitError), so
+      the work follows the pickle's bytes, never what its sharing describes.
     * A pickle can also share one long key at every level of a deep nesting, so the
       names it makes (a path's keys joined) can be far larger than its bytes: the
       tensors' names, and apart from them the attributes' names and values, are each
@@ -791,11 +807,18 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
     attributes: Dict[str, Any] = {}
     names_left = attributes_left = _text_budget(budget, limits)
     omitted = 0
-    seen = set()
-    stack = [(_Node(None, None), obj)]
+    on_path = set()  # the containers the walk is inside
+    barren = set()  # containers walked whole that gave nothing: none is walked again
+    stack: List[Any] = [(_Node(None, None), obj)]
     steps = 0
     while stack:
         node, value = stack.pop()
+        if node is None:  # the walk leaves a container: (its id, the counts on entry)
+            left, *counts = value
+            on_path.discard(left)
+            if counts == [len(tensors), len(attributes), omitted]:
+                barren.add(left)
+            continue
         steps += 1
         if steps > budget:
             raise LimitError("the checkpoint's object graph is larger than its pickle", path=path)
@@ -823,9 +846,10 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             continue
         children = _containers(value)
         if children is not None:
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
+            if id(value) in on_path or id(value) in barren:
+                continue  # a cycle (inside itself), or nothing in it to name
+            on_path.add(id(value))
+            stack.append((None, (id(value), len(tensors), len(attributes), omitted)))
             stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
         if type(value) in (int, float, str, bool) and node.parent is not None:
