@@ -174,8 +174,16 @@ def test_serialize_deserialize_round_trip():
             "b": {"dtype": "BF16", "shape": [3], "data": bytes(6)}}
     blob = ztensor.serialize(data, metadata={"k": "v"})
     out = dict(ztensor.deserialize(blob))
-    assert out["a"] == data["a"] and out["b"]["dtype"] == "bfloat16"
+    # as safetensors' deserialize gives them: its dtype names, the bytes a bytearray
+    assert out["a"] == {**data["a"], "dtype": "F32"} and out["b"]["dtype"] == "BF16"
     assert out["b"]["shape"] == [3] and out["b"]["data"] == bytes(6)
+    assert type(out["b"]["data"]) is bytearray
+    assert dict(ztensor.deserialize(ztensor.serialize(out))) == out  # and back
+    st = pytest.importorskip("safetensors")
+    import safetensors.numpy
+    raw = safetensors.numpy.save({"f": np.arange(3, dtype="f4"), "m": np.array([True]),
+                                  "c": np.array([1j], dtype="c8"), "u": np.ones(2, "u2")})
+    assert sorted(st.deserialize(raw)) == sorted(ztensor.deserialize(raw))
     with pytest.raises(ztensor.SafetensorError):
         ztensor.serialize({"x": {"dtype": "float32", "shape": [1]}})
     with pytest.raises(ztensor.SafetensorError):
@@ -348,7 +356,7 @@ def test_tensor_spec_serializes_the_memory_it_points_to(tmp_path):
              "e": ztensor.TensorSpec(dtype="float32", shape=[0, 3], data_ptr=0, data_len=0)}
     got = dict(ztensor.deserialize(ztensor.serialize(specs)))
     np.testing.assert_array_equal(np.frombuffer(got["a"]["data"], np.float32).reshape(20, 30), a)
-    assert got["b"] == {"dtype": "int8", "shape": [5], "data": bytes(range(5))}
+    assert got["b"] == {"dtype": "I8", "shape": [5], "data": bytes(range(5))}
     assert got["e"]["shape"] == [0, 3] and got["e"]["data"] == b""
     ztensor.serialize_file(specs, str(tmp_path / "s.zt"))
     with ztensor.safe_open(str(tmp_path / "s.zt"), framework="np") as f:

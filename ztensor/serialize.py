@@ -200,7 +200,8 @@ def serialize(
 
 def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
     """[(name, {"dtype", "shape", "data"})] of a zTensor or safetensors file's bytes,
-    in file order."""
+    in file order, as safetensors gives them: ``dtype`` safetensors' name (``"F32"``;
+    zTensor's for a type safetensors lacks), ``data`` a bytearray."""
 
     out = []
     with open_bytes(data) as r:
@@ -218,10 +219,15 @@ def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
             arr = np.ascontiguousarray(r.read(name).components["data"])
             if arr.dtype.itemsize > 1 and not arr.dtype.isnative or arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
-            name_of = _NAME_OF.get(comp.type or comp.dtype) or dtypes.REFERENCE_NAMES.get(
-                comp.dtype, comp.dtype
-            )
-            if comp.type in ("complex64", "complex128"):
-                name_of = comp.type
-            out.append((name, {"dtype": name_of, "shape": list(meta.shape), "data": arr.tobytes()}))
+            # safetensors' name ("F32", "BF16", "BOOL") and a bytearray, as safetensors'
+            # deserialize gives them (safetensors.torch.load maps those names); a type
+            # safetensors has no name for keeps zTensor's
+            key = comp.type or comp.dtype
+            name_of = dtypes.SAFETENSORS_NAMES.get(key)
+            if name_of is None:
+                name_of = _NAME_OF.get(key) or dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
+                if comp.type in ("complex64", "complex128"):
+                    name_of = comp.type
+            data = bytearray(arr.tobytes())
+            out.append((name, {"dtype": name_of, "shape": list(meta.shape), "data": data}))
     return out

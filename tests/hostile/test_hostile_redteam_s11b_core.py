@@ -124,7 +124,7 @@ def test_the_bytes_loaders_take_an_mmap(tmp_path):
     data = ztensor.serialize({"a": {"dtype": "float32", "shape": [2], "data": b"\0\0\x80?" * 2}})
     buffer = mmap.mmap(-1, len(data))
     buffer.write(data)
-    expected = {"dtype": "float32", "shape": [2], "data": data[64:72]}
+    expected = {"dtype": "F32", "shape": [2], "data": data[64:72]}
     assert ztensor.deserialize(buffer) == [("a", expected)]
     assert znp.load(buffer)["a"].tolist() == [1.0, 1.0]
     assert zpt.load(buffer)["a"].tolist() == [1.0, 1.0]

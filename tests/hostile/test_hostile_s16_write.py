@@ -195,6 +195,11 @@ def test_an_npz_export_refuses_a_type_numpy_lacks(tmp_path, dtype):
     with pytest.raises(ztensor.UnsupportedError, match="numpy has no") as err:
         ztensor.convert(src, str(tmp_path / "f.npz"))
     assert err.value.obj == "e"
+    # the advice names only formats that hold the type (session 17: it named
+    # .safetensors, which refuses these two too)
+    assert "write .zt," in str(err.value)
+    with pytest.raises(ztensor.UnsupportedError):
+        ztensor.convert(src, str(tmp_path / "f.safetensors"))
     assert not (tmp_path / "f.npz").exists()
     # complex and bool stay numpy's own
     ztensor.numpy.save_file({"c": np.arange(3) * 1j, "b": np.array([True, False])},

@@ -315,9 +315,11 @@ def plan_npz(reader, drop_attributes: bool = False) -> List[Tuple[str, str]]:
             # bf16, FP8, a type the table lacks (f8_e8m0fnu): numpy has no such
             # dtype, so the member would hold bit patterns that numpy.load gives
             # back as plain integers, the type lost; complex and bool are numpy's own
+            # the formats that do hold the type, and no other, are advised
+            holders = ".safetensors or .zt" if logical in dtypes.SAFETENSORS_NAMES else ".zt"
             raise UnsupportedError(
                 f"numpy has no {logical} dtype: an .npz would hold its bit patterns as "
-                "plain integers; write .safetensors or .zt, or convert the values first",
+                f"plain integers; write {holders}, or convert the values first",
                 path=reader.path,
                 obj=name,
             )
