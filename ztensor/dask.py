@@ -355,6 +355,18 @@ class _Target:
 
 
 # ------------------------------------------------------------------ workers' handles
+def _version_now(source: str, options):
+    """file_version of ``source`` for a chunk being computed: a local file removed
+    since its array was made is a ClosedError naming it, as a chunk of a file
+    changed since is (os.stat's bare FileNotFoundError named no array)."""
+    try:
+        return file_version(source, options)
+    except FileNotFoundError:
+        raise ClosedError(
+            "the file is gone since the array was made from it", path=source
+        ) from None
+
+
 class _Handles:
     """Open ``safe_open`` handles of one worker process, keyed by (source, file
     identity), at most ``limit`` of them; a handle of a file with no version
@@ -374,7 +386,7 @@ class _Handles:
         # a handle opened with other options (credentials) is not this caller's
         where = source if not options else (source, repr(sorted(options.items())))
         for _ in range(8):
-            before, versioned = file_version(source, options)
+            before, versioned = _version_now(source, options)
             key: Any = (where, before)
             if versioned:
                 with self._lock:
@@ -384,7 +396,7 @@ class _Handles:
                         self._open.move_to_end(key)
                         return key, entry[0]
             handle = safe_open(source, framework="np", storage_options=options)
-            if file_version(source, options)[0] != before:  # changed while it was opened: again
+            if _version_now(source, options)[0] != before:  # changed while it was opened: again
                 handle.close()
                 continue
             if not versioned:  # nothing shows it unchanged later: this chunk's own handle

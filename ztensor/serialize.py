@@ -228,6 +228,10 @@ def deserialize(data: bytes) -> List[Tuple[str, Dict[str, Any]]]:
                 name_of = _NAME_OF.get(key) or dtypes.REFERENCE_NAMES.get(comp.dtype, comp.dtype)
                 if comp.type in ("complex64", "complex128"):
                     name_of = comp.type
-            data = bytearray(arr.tobytes())
-            out.append((name, {"dtype": name_of, "shape": list(meta.shape), "data": data}))
+            out.append(
+                (
+                    name,
+                    {"dtype": name_of, "shape": list(meta.shape), "data": bytearray(arr.tobytes())},
+                )
+            )
     return out

@@ -307,3 +307,16 @@ def test_a_zero_element_tensor_of_an_unknown_type_holds_no_bytes(tmp_path):
         with ztensor.Reader(out) as r:
             assert r.read_numpy("t1.w").tolist() == [7]
             assert r.metadata("t0.w").shape == (4, 4, 0)
+
+
+def test_an_object_store_write_without_credentials_says_where_to_give_them(monkeypatch,
+                                                                          tmp_path):
+    """Rule (session 17): upload._reason says botocore's errors as a read does
+    (source.botocore_reason): an upload without credentials named only the class."""
+    pytest.importorskip("s3fs")
+    _no_credentials(monkeypatch, tmp_path)
+    options = {"skip_instance_cache": True}
+    with pytest.raises(ztensor.WriteError, match="give them in storage_options") as err:
+        with ztensor.Writer("s3://bucket/x.zt", storage_options=options) as w:
+            w.write_numpy("a", __import__("numpy").zeros(2))
+    assert err.value.path.startswith("s3://bucket/")

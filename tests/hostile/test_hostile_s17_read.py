@@ -208,3 +208,19 @@ def test_hdf5_attributes_below_the_root_are_said(tmp_path):
     with ztensor.Reader(str(path)) as r:
         assert r.attributes["hdf5.top"] == 1
         assert sorted(r.attributes["hdf5_unread_attributes"]) == ["/g/w@scale", "/g@kind"]
+
+
+def test_a_dask_chunk_of_a_file_removed_since_is_a_closed_error(tmp_path):
+    """Rule: dask._version_now: a chunk computed after its file was removed is a
+    ClosedError naming it, as one of a file changed since (a bare
+    FileNotFoundError)."""
+    pytest.importorskip("dask")
+    import ztensor.dask
+    import ztensor.numpy
+    path = tmp_path / "d.zt"
+    ztensor.numpy.save_file({"a": np.arange(8.0)}, str(path))
+    array = ztensor.dask.from_zt(str(path), "a")
+    os.unlink(path)
+    with pytest.raises(ztensor.ClosedError, match="gone") as info:
+        array.compute(scheduler="sync")
+    assert str(path) in str(info.value)

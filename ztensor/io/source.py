@@ -29,6 +29,7 @@ import re
 import stat
 import sys
 import threading
+from typing import Optional
 
 import numpy as np
 
@@ -1542,22 +1543,44 @@ def _network_error(url, exc):
     return None
 
 
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError")
+_NO_ENDPOINT = ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError")
+
+
+def botocore_reason(exc: BaseException) -> Optional[str]:
+    """What a botocore error raised before or around a request means, for a reader
+    (no credentials found, with where to give them; an endpoint that cannot be
+    reached; anything else by its class), or None when ``exc`` (and what it was
+    raised from) is no botocore error.  The one wording for reads and uploads."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if type(exc).__module__.startswith("botocore"):
+            name = type(exc).__name__
+            if name in _NO_CREDENTIALS:
+                return (
+                    f"no credentials for this object store ({_said(exc)}): give them in "
+                    "storage_options (key=, secret=; anon=True for a public bucket) or in "
+                    "the environment"
+                )
+            if name in _NO_ENDPOINT:
+                return f"cannot reach the endpoint: {_said(exc)}"
+            return f"{name}: {_said(exc)}"
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return None
+
+
 def _botocore_error(url, exc):
     """What botocore raises before or around a request (s3fs passes it on as it
-    is: a traceback from the command), said as a NetworkError: no credentials
-    found, an endpoint that cannot be reached, anything else by its class."""
+    is: a traceback from the command), said as a NetworkError
+    (:func:`botocore_reason`)."""
     name = type(exc).__name__
-    if name in ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError"):
-        return NetworkPermissionError(
-            f"no credentials for this object store ({_said(exc)}): give them in "
-            "storage_options (key=, secret=; anon=True for a public bucket) or in "
-            "the environment",
-            path=url,
-            errno=errno.EACCES,
-        )
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
-        return NetworkConnectionError(f"cannot reach the endpoint: {_said(exc)}", path=url)
-    return NetworkError(f"{name}: {_said(exc)}", path=url)
+    reason = botocore_reason(exc)
+    if name in _NO_CREDENTIALS:
+        return NetworkPermissionError(reason, path=url, errno=errno.EACCES)
+    if name in _NO_ENDPOINT:
+        return NetworkConnectionError(reason, path=url)
+    return NetworkError(reason, path=url)
 
 
 def _unparsable(exc):

@@ -39,8 +39,8 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ztensor.errors import UnsupportedError, WriteError, ZTensorError
+from ztensor.io.source import botocore_reason, url_filesystem
 from ztensor.io.source import is_url as _is_url
-from ztensor.io.source import url_filesystem
 
 # stores whose single upload becomes visible whole, only once complete
 _ATOMIC_PUT = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -286,5 +286,8 @@ def join(folder: str, name: str) -> str:
 
 
 def _reason(exc: BaseException) -> str:
+    said = botocore_reason(exc)  # no credentials: where to give them, as a read says
+    if said is not None:
+        return said
     text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, OSError) else text
