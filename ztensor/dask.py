@@ -50,7 +50,13 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 import numpy as np
 
 from ztensor.container.reader import Reader
-from ztensor.errors import ClosedError, LimitError, UnsupportedError, url_without_secrets
+from ztensor.errors import (
+    ClosedError,
+    LimitError,
+    UnsupportedError,
+    ZTensorError,
+    url_without_secrets,
+)
 from ztensor.io import components, values
 from ztensor.io.source import file_version
 from ztensor.io.upload import check_storage_options
@@ -361,7 +367,9 @@ def _version_now(source: str, options):
     changed since is (os.stat's bare FileNotFoundError named no array)."""
     try:
         return file_version(source, options)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if isinstance(exc, ZTensorError):  # a URL's 404, said as a read says it
+            raise
         raise ClosedError(
             "the file is gone since the array was made from it", path=source
         ) from None
