@@ -241,3 +241,71 @@ def test_a_read_of_a_folder_a_killed_save_left_says_so_and_changes_nothing(tmp_p
     assert sorted(os.listdir(folder)) == listing
     _save(folder, 3.0)
     assert _values(folder) == {k: [3.0] * 4 for k in _NAMES}
+
+
+
+def _journal_strategy():
+    from hypothesis import strategies as st
+    plain = st.sampled_from(["a", "b", ".0123456789ab.old", "gone", atomic._JOURNAL])
+    escaping = st.sampled_from(["../outside", "/abs", "sub/a", "", ".", "..", "a\0b",
+                                "../ck/keep"])
+    # mostly plain names, so that a record is often whole but for one name that is not
+    names = st.one_of(plain, plain, plain, plain, escaping, st.text(max_size=12))
+    links = st.one_of(st.just(".0123456789ab.old"), st.just(".ffffffffffff.old"),
+                      st.sampled_from(["../x.old", "planted", "", ".0123456789ab.old/x"]))
+    good_pair = st.tuples(names, links).map(list)
+    pair = st.one_of(good_pair, good_pair, good_pair, st.lists(names, max_size=3))
+    value = st.recursive(st.none() | st.booleans() | st.integers() | names,
+                         lambda inner: st.lists(inner, max_size=3)
+                         | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                         max_leaves=8)
+    state = st.sampled_from(["moving", "moved"])
+    entry = st.fixed_dictionaries(
+        {"state": st.one_of(state, state, state, value),
+         "aside": st.one_of(st.lists(pair, max_size=4), st.lists(pair, max_size=4), value),
+         "new": st.one_of(st.lists(names, max_size=4), st.lists(names, max_size=4), value)})
+    # mostly of the record's own shape, where a name that escapes would be acted on
+    return st.one_of(entry, entry, entry, value)
+
+
+def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
+    """Property (atomic._read_journal, atomic._recover): whatever record is in the
+    folder, the next save's recovery raises nothing, changes nothing outside the
+    folder, and touches only files whose plain names the record gives."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import HealthCheck, example, given, settings
+
+    @settings(max_examples=300, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_journal_strategy())
+    # records whole but for one name that leaves the folder
+    @example({"state": "moving", "aside": [], "new": ["../outside"]})
+    @example({"state": "moving", "aside": [["../outside", ".0123456789ab.old"]], "new": []})
+    @example({"state": "moving", "aside": [["keep", "../outside"]], "new": []})
+    @example({"state": "moved", "aside": [["a", "../outside"]], "new": []})
+    def check(entry):
+        root = tmp_path_factory.mktemp("j")
+        folder = root / "ck"
+        (folder / "sub").mkdir(parents=True)
+        files = {"a": "A", "b": "B", ".0123456789ab.old": "OLD", "keep": "K",
+                 "sub/a": "SUB"}
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        (root / "outside").write_text("OUT")
+        (folder / atomic._JOURNAL).write_text(json.dumps(entry))
+        with atomic.staged(str(folder)):
+            pass
+        assert (root / "outside").read_text() == "OUT"
+        assert (folder / "keep").read_text() == "K"
+        assert (folder / "sub" / "a").read_text() == "SUB"
+        named = set()
+        if isinstance(entry, dict):
+            for key in ("aside", "new"):
+                for item in entry.get(key) if isinstance(entry.get(key), list) else []:
+                    named.update(n for n in (item if isinstance(item, list) else [item])
+                                 if isinstance(n, str))
+        for name, text in files.items():
+            if name not in named and "/" not in name:
+                assert (folder / name).read_text() == text, name
+
+    check()
