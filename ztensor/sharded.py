@@ -254,12 +254,34 @@ def save_sharded(
                     write_beside(staging)
                 atomic.write_json_atomically(os.path.join(staging, index_name), index)
                 # the old checkpoint's shards this one does not rewrite go with it
-                atomic.move_staged(staging, folder, index_name, replaced=old_shards(index_path))
+                atomic.move_staged(
+                    staging,
+                    folder,
+                    index_name,
+                    replaced=lambda: old_shards(index_path) + _own_shards(folder, prefix),
+                )
     except BaseException:
         if made is not None:  # a refusal leaves no folder the call made (nor parents)
             _remove_empty_folders(folder, made)
         raise
     return files
+
+
+def _own_shards(folder: str, prefix: str) -> List[str]:
+    """The files in ``folder`` named as this function names shards
+    (``{prefix}-00001-of-00003.zt``), regular files, not links: an earlier save's,
+    which a new save replaces even where the earlier index is gone or unreadable."""
+    pattern = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.zt")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if pattern.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
+            out.append(name)
+    return sorted(out)
 
 
 def _remove_empty_folders(folder: str, outermost: str) -> None:

@@ -333,7 +333,8 @@ def _caller_choice_refusals(asked: Dict[str, Any], source: str) -> Iterator[None
     is not torch's own (``attn_implementation="kernels-community/..."``, a Hub
     kernel; one whose package is not installed) fails for that choice: an
     UnsupportedError naming the keyword, never a fault of config.json."""
-    chosen = {k: v for k, v in asked.items() if v not in _FILE_MAY_CHOOSE}
+    # a per-sub-config dict ({"": "sdpa"}) is the caller's choice too (and no set key)
+    chosen = {k: v for k, v in asked.items() if not (isinstance(v, str) and v in _FILE_MAY_CHOOSE)}
     try:
         yield
     except ZTensorError:
@@ -1279,6 +1280,13 @@ def save_pretrained(
         raise TypeError(f"model must be a transformers PreTrainedModel, not {type(model).__name__}")
     compress = _save.compress_option(compress, compression)
     folder = os.fspath(save_directory)
+    if is_url(folder):
+        # before anything is made: os.makedirs made ./s3:/bucket/... here
+        raise UnsupportedError(
+            "save_pretrained writes a local folder; save there, then upload the "
+            "folder (or use ztensor.save_sharded for the weights alone)",
+            path=url_without_secrets(folder),
+        )
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ZTensorError("exists and is not a directory", path=folder)
     state_dict = model.state_dict()
@@ -1318,16 +1326,8 @@ def save_pretrained(
         checksum=checksum,
         write_beside=configs,
     )
-    stale = re.compile(re.escape(WEIGHTS_PREFIX) + r"-\d{5}-of-\d{5}\.zt")
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if (
-            stale.fullmatch(name)
-            and name not in files
-            and os.path.isfile(path)
-            and not os.path.islink(path)
-        ):
-            os.unlink(path)
+    # an earlier save's shards that this one does not rewrite went with the moves,
+    # under the folder's lock (save_sharded: its index's shards, and its own names)
     return files
 
 

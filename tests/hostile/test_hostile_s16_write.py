@@ -25,7 +25,7 @@ def _refuse_move_into(monkeypatch, ending, failure):
 
     def replace(src, dst):
         # the move out of the staging folder, not a shard's own rename inside it
-        if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst and dst.endswith(ending):
+        if ".ztensor-staging-" in src and ".ztensor-staging-" not in dst and dst.endswith(ending):
             raise failure
         real(src, dst)
 

@@ -224,3 +224,27 @@ def test_a_dask_chunk_of_a_file_removed_since_is_a_closed_error(tmp_path):
     with pytest.raises(ztensor.ClosedError, match="gone") as info:
         array.compute(scheduler="sync")
     assert str(path) in str(info.value)
+
+
+def test_a_config_dict_shared_by_many_layers_still_loads(tmp_path):
+    """Rule: pytorch._collect walks a container without tensors once (its values
+    are attributes under its first path): walked by every path, a 2.6 KB
+    checkpoint with one config dict in 200 layers ran out of its step budget."""
+    torch = _torch()
+    cfg = {"hidden": 64, "heads": 4, "act": "gelu", "drop": 0.1, "ln": True}
+    path = tmp_path / "cfg.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "layers": [cfg] * 200}, path)
+    with ztensor.Reader(str(path)) as r:
+        assert r.keys() == ["model.w"]
+        assert r.attributes["pickle.layers.0.act"] == "gelu"
+
+
+def test_a_state_dict_shared_by_a_hundred_keys_gives_every_name(tmp_path):
+    """Rule: pytorch._collect's step budget is MAX_DEPTH times the pickle's bytes:
+    300 tensors under 100 keys (30,000 names from 64 KB) are what torch.load gives."""
+    torch = _torch()
+    sd = {f"t{i}": torch.zeros(2) for i in range(300)}
+    path = tmp_path / "many.pt"
+    torch.save({f"k{j}": sd for j in range(100)}, path)
+    with ztensor.Reader(str(path)) as r:
+        assert len(r.keys()) == 30_000 and "k99.t299" in r.keys()

@@ -50,7 +50,7 @@ def test_save_pretrained_moves_its_config_with_its_weights_all_or_none(tf, tmp_p
     real = os.replace
 
     def replace(src, dst):
-        if ".ztensor-staged-" in str(src) and str(dst).endswith("config.json"):
+        if ".ztensor-staging-" in str(src) and str(dst).endswith("config.json"):
             raise PermissionError(errno.EPERM, "Operation not permitted", dst)
         real(src, dst)
 
@@ -188,3 +188,64 @@ def test_loading_keywords_transformers_users_pass_work(tf, tmp_path):
     loaded, info = ztf.from_pretrained(auto, tmp_path / "sub", output_loading_info=True)
     assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
                     "error_msgs": []}
+
+
+# ------------------------------------------------------------------ round eleven
+
+
+def test_a_save_removes_an_earlier_save_s_own_shards_under_the_lock(tmp_path, monkeypatch):
+    """Rule: sharded.save_sharded asks for the old checkpoint's files under the
+    folder's lock, before the moves (atomic.move_staged's ``replaced``), and they
+    include its own shard names without an index (sharded._own_shards):
+    save_pretrained swept stale shards after the lock was released, and a save that
+    moved in between lost its shard."""
+    pytest.importorskip("fcntl")
+    _save(tmp_path, 1.0, names=("a", "b", "c"))
+    os.unlink(tmp_path / "model.zt.index.json")  # an earlier save whose index is gone
+    asked = []
+    real = atomic._replace_all
+
+    def spy(*args):
+        asked.append("moves")
+        return real(*args)
+
+    monkeypatch.setattr(atomic, "_replace_all", spy)
+    real_old = ztensor.sharded.old_shards
+
+    def old(path):
+        import fcntl
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:  # the folder's lock is held (by this process, through another descriptor)
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        asked.append("asked")
+        return real_old(path)
+
+    monkeypatch.setattr(ztensor.sharded, "old_shards", old)
+    _save(tmp_path, 2.0, names=("a",))
+    assert asked == ["asked", "moves"]
+    assert sorted(os.listdir(tmp_path)) == ["model-00001-of-00001.zt", "model.zt.index.json"]
+
+
+def test_save_pretrained_to_a_url_is_refused_before_anything_is_made(tf, tmp_path,
+                                                                     monkeypatch):
+    """Rule: transformers.save_pretrained writes a local folder: a URL was a bare
+    ValueError after os.makedirs made ./s3:/bucket/ckpt."""
+    torch, transformers, ztf = tf
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ztensor.UnsupportedError, match="local folder"):
+        ztf.save_pretrained(_tiny(torch, transformers, 0, 1e-6), "s3://bucket/ckpt")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_per_sub_config_attn_implementation_is_the_caller_s(tf, tmp_path):
+    """Rule: transformers._caller_choice_refusals takes transformers' per-sub-config
+    dict (it hashed the value: a TypeError blamed on config.json)."""
+    torch, transformers, ztf = tf
+    model = _tiny(torch, transformers, 0, 1e-6)
+    ztf.save_pretrained(model, tmp_path)
+    loaded = ztf.from_pretrained(transformers.AutoModelForCausalLM, tmp_path,
+                                 attn_implementation={"": "eager"})
+    assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)

@@ -41,7 +41,7 @@ def _killed_save(folder, value, kill_at):
         real = os.replace
         moves = [0]
         def replace(src, dst):
-            if ".ztensor-staged-" in src and ".ztensor-staged-" not in dst:
+            if ".ztensor-staging-" in src and ".ztensor-staging-" not in dst:
                 moves[0] += 1
                 if moves[0] == {kill_at}:
                     os._exit(9)
@@ -134,7 +134,7 @@ def test_a_save_killed_while_writing_leaves_a_staging_folder_the_next_removes(tm
         ztensor.save_sharded({{"a": np.zeros(1 << 16, "f4")}}, {str(folder)!r})
     """)
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 9
-    assert any(n.startswith(".ztensor-staged-") for n in os.listdir(folder))
+    assert any(n.startswith(".ztensor-staging-") for n in os.listdir(folder))
     _save(folder, 2.0)
     assert not _leftovers(folder)
     assert _values(folder) == {k: [2.0] * 4 for k in _NAMES}
@@ -223,7 +223,7 @@ def test_a_staging_folder_name_that_is_a_link_is_not_followed(tmp_path):
     (elsewhere / "precious").write_text("x")
     folder = tmp_path / "ck"
     folder.mkdir()
-    os.symlink(elsewhere, folder / ".ztensor-staged-planted")
+    os.symlink(elsewhere, folder / ".ztensor-staging-planted")
     _save(folder, 1.0)
     assert (elsewhere / "precious").read_text() == "x"
 
@@ -253,8 +253,10 @@ def _journal_strategy():
     names = st.one_of(plain, plain, plain, plain, escaping, st.text(max_size=12))
     links = st.one_of(st.just(".0123456789ab.old"), st.just(".ffffffffffff.old"),
                       st.sampled_from(["../x.old", "planted", "", ".0123456789ab.old/x"]))
-    good_pair = st.tuples(names, links).map(list)
+    ident = st.integers(min_value=0, max_value=2**40)
+    good_pair = st.tuples(names, links, ident, ident).map(list)
     pair = st.one_of(good_pair, good_pair, good_pair, st.lists(names, max_size=3))
+    good_new = st.tuples(names, ident, ident).map(list)
     value = st.recursive(st.none() | st.booleans() | st.integers() | names,
                          lambda inner: st.lists(inner, max_size=3)
                          | st.dictionaries(st.text(max_size=5), inner, max_size=3),
@@ -263,7 +265,7 @@ def _journal_strategy():
     entry = st.fixed_dictionaries(
         {"state": st.one_of(state, state, state, value),
          "aside": st.one_of(st.lists(pair, max_size=4), st.lists(pair, max_size=4), value),
-         "new": st.one_of(st.lists(names, max_size=4), st.lists(names, max_size=4), value)})
+         "new": st.one_of(st.lists(good_new, max_size=4), st.lists(names, max_size=4), value)})
     # mostly of the record's own shape, where a name that escapes would be acted on
     return st.one_of(entry, entry, entry, value)
 
@@ -279,10 +281,12 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(_journal_strategy())
     # records whole but for one name that leaves the folder
-    @example({"state": "moving", "aside": [], "new": ["../outside"]})
-    @example({"state": "moving", "aside": [["../outside", ".0123456789ab.old"]], "new": []})
-    @example({"state": "moving", "aside": [["keep", "../outside"]], "new": []})
-    @example({"state": "moved", "aside": [["a", "../outside"]], "new": []})
+    @example({"state": "moving", "aside": [], "new": [["../outside", 0, 0]]})
+    @example({"state": "moving", "aside": [["../outside", ".0123456789ab.old", 0, 0]],
+              "new": []})
+    @example({"state": "moving", "aside": [["keep", "../outside", 0, 0]], "new": []})
+    @example({"state": "moved", "aside": [["a", "../outside", 0, 0]], "new": []})
+    @example({"state": "moving", "aside": [], "new": [["keep", 0, 0]]})
     def check(entry):
         root = tmp_path_factory.mktemp("j")
         folder = root / "ck"
@@ -309,3 +313,68 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
                 assert (folder / name).read_text() == text, name
 
     check()
+
+
+# ------------------------------------------------------------------ round eleven
+# (helper 12's review of this session's own changes)
+
+
+def test_a_link_at_the_record_s_name_is_replaced_not_followed(tmp_path):
+    """Rule: atomic._write_journal renames the record onto its own name: a link
+    placed there made the save replace the file it pointed at, outside the folder."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious")
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    os.symlink("../outside/victim.txt", folder / atomic._JOURNAL)
+    _save(folder, 1.0)
+    assert (outside / "victim.txt").read_text() == "precious"
+    assert _values(folder) == {k: [1.0] * 4 for k in _NAMES}
+
+
+def test_a_record_that_came_with_the_folder_acts_on_nothing(tmp_path):
+    """Rule: atomic._recover acts only on files whose device and inode the record
+    gives (atomic._is_file): a record from a clone or an archive, or one that
+    outlived its files, names files by name alone, and removed and replaced them."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "train.py").write_text("code")
+    (folder / "config.json").write_text('{"user": 1}')
+    (folder / ".aaaaaaaaaaaa.old").write_text('{"evil": 1}')
+    st = os.stat(folder / "train.py")
+    (folder / atomic._JOURNAL).write_text(json.dumps({
+        "state": "moving",
+        "aside": [["config.json", ".aaaaaaaaaaaa.old", st.st_dev, st.st_ino + 1]],
+        "new": [["train.py", st.st_dev, st.st_ino + 7]]}))
+    _save(folder, 1.0)
+    assert (folder / "train.py").read_text() == "code"
+    assert (folder / "config.json").read_text() == '{"user": 1}'
+
+
+def test_without_a_lock_on_the_folder_no_record_is_acted_on(tmp_path, monkeypatch):
+    """Rule: atomic.staged and atomic.move_staged recover only under a lock they
+    hold: where the folder cannot be locked (NFS refusing it), a live save's record
+    looked like a dead one's, and the second save undid the first's moves."""
+    fcntl = pytest.importorskip("fcntl")
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "mine.zt").write_text("x")
+    st = os.stat(folder / "mine.zt")
+    (folder / atomic._JOURNAL).write_text(json.dumps(
+        {"state": "moving", "aside": [], "new": [["mine.zt", st.st_dev, st.st_ino]]}))
+    real = fcntl.flock
+
+    def flock(fd, op):
+        if os.path.samefile(f"/proc/self/fd/{fd}", folder):
+            raise OSError(9, "Bad file descriptor")
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with atomic.staged(str(folder)):
+        pass
+    assert (folder / "mine.zt").read_text() == "x"  # the record was a live save's
+    monkeypatch.undo()
+    with atomic.staged(str(folder)):  # locked now: the record is acted on
+        pass
+    assert not (folder / "mine.zt").exists()

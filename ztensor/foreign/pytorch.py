@@ -787,9 +787,10 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
       it, so each of its tensors has a name under each (``model.w`` and ``ema.w``,
       as ``torch.load`` gives them; one tensor, two names).  A container inside
       itself (a cycle) is not entered again: its tensors are named by the path that
-      first reached it, and one that gave nothing to name (no tensor, no value) is
-      not walked again.  The walk stops after ``budget`` steps (a LimitError), so
-      the work follows the pickle's bytes, never what its sharing describes.
+      first reached it, and one that held no tensor is not walked again (its plain
+      values are attributes under the first path only).  The walk stops after
+      MAX_DEPTH times ``budget`` steps (a LimitError), so the work follows the
+      pickle's bytes, never what its sharing describes.
     * A pickle can also share one long key at every level of a deep nesting, so the
       names it makes (a path's keys joined) can be far larger than its bytes: the
       tensors' names, and apart from them the attributes' names and values, are each
@@ -808,19 +809,21 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
     names_left = attributes_left = _text_budget(budget, limits)
     omitted = 0
     on_path = set()  # the containers the walk is inside
-    barren = set()  # containers walked whole that gave nothing: none is walked again
+    # containers walked whole that held no tensor: none is walked again (a config
+    # dict shared by 200 layers names its values once, under its first path)
+    tensorless = set()
     stack: List[Any] = [(_Node(None, None), obj)]
     steps = 0
     while stack:
         node, value = stack.pop()
-        if node is None:  # the walk leaves a container: (its id, the counts on entry)
-            left, *counts = value
+        if node is None:  # the walk leaves a container: (its id, the tensors on entry)
+            left, count = value
             on_path.discard(left)
-            if counts == [len(tensors), len(attributes), omitted]:
-                barren.add(left)
+            if count == len(tensors):
+                tensorless.add(left)
             continue
         steps += 1
-        if steps > budget:
+        if steps > MAX_DEPTH * budget:
             raise LimitError("the checkpoint's object graph is larger than its pickle", path=path)
         if type(value) is _TensorRecord:
             keys = node.keys()
@@ -846,10 +849,10 @@ def _collect(obj, budget, path, limits) -> Tuple[Dict[str, _TensorRecord], Dict[
             continue
         children = _containers(value)
         if children is not None:
-            if id(value) in on_path or id(value) in barren:
-                continue  # a cycle (inside itself), or nothing in it to name
+            if id(value) in on_path or id(value) in tensorless:
+                continue  # a cycle (inside itself), or no tensor in it to name
             on_path.add(id(value))
-            stack.append((None, (id(value), len(tensors), len(attributes), omitted)))
+            stack.append((None, (id(value), len(tensors))))
             stack.extend(reversed([(_Node(node, k), v) for k, v in children]))
             continue
         if type(value) in (int, float, str, bool) and node.parent is not None:

@@ -18,7 +18,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from ztensor.errors import WriteError, ZTensorError
 from ztensor.io.paths import resolve_folder
@@ -311,7 +311,9 @@ __all__ = [
 ]
 
 
-_STAGING_PREFIX = ".ztensor-staged-"
+# not the ".ztensor-staged-" of versions before the lock: their folders, unlocked
+# while alive, are never taken for dead
+_STAGING_PREFIX = ".ztensor-staging-"
 # the record of a checkpoint's moves in progress, in the folder they move into: a
 # process killed part way (SIGKILL, a power cut of the process) left the old files
 # under hidden names and no index; the next save into the folder puts them back
@@ -332,10 +334,13 @@ def staged(target: str) -> Iterator[str]:
     partial shards would stay for ever, as big as the checkpoint): every such dead
     folder is removed first, and the moves a killed process left part way are
     undone (:func:`_recover`).  Both under the lock on ``target``, so a folder is
-    never seen between its making and its locking."""
-    with _folder_locked(target):
-        _recover(target)
-        _remove_dead_staging(target)
+    never seen between its making and its locking; where the folder cannot be
+    locked (no fcntl, NFS refusing it) no record is acted on, since another save
+    may be alive and part way."""
+    with _folder_locked(target) as held_folder:
+        if held_folder:  # without the lock a live save looks like a dead one
+            _recover(target)
+            _remove_dead_staging(target)
         try:
             path = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=target)
         except OSError as exc:
@@ -406,12 +411,25 @@ def interrupted_save(folder: str) -> bool:
 
 
 def _write_journal(target: str, state: str, aside, new) -> None:
-    """The record :func:`_recover` reads: ``aside`` the (name, name of its old
-    file's link) pairs, the old index last, ``new`` the names with no old file."""
-    entry = {"state": state, "aside": [list(pair) for pair in aside], "new": list(new)}
-    replace_atomically(
-        os.path.join(target, _JOURNAL), lambda f: f.write(json.dumps(entry).encode("utf-8"))
-    )
+    """The record :func:`_recover` reads: ``aside`` the [name, name of its old
+    file's link, device, inode of that old file] of each file a move replaces, the
+    old index last; ``new`` the [name, device, inode of the new file] of each that
+    replaces nothing (a rename keeps the inode).  The identities are what lets the
+    record act only on the files it was written for: a record that came with a
+    folder (a clone, an archive) or outlived its files names others.  Written beside
+    its name and renamed onto it: a link placed at the name is replaced, never
+    followed (replace_atomically follows links, and a link there made the record
+    replace a file outside the folder)."""
+    entry = {"state": state, "aside": [list(r) for r in aside], "new": [list(r) for r in new]}
+    fd, temp = tempfile.mkstemp(prefix=_JOURNAL + ".", suffix=".tmp", dir=target)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(entry).encode("utf-8"))
+        os.replace(temp, os.path.join(target, _JOURNAL))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _read_journal(target: str) -> Any:
@@ -446,20 +464,32 @@ def _read_journal(target: str) -> Any:
             and "\0" not in name
         )
 
+    def number(value):
+        return type(value) is int and value >= 0
+
     if not (
         isinstance(entry, dict)
         and entry.get("state") in ("moving", "moved")
         and isinstance(entry.get("aside"), list)
         and isinstance(entry.get("new"), list)
         and all(
-            isinstance(pair, list)
-            and len(pair) == 2
-            and plain(pair[0])
-            and isinstance(pair[1], str)
-            and _ASIDE_NAME.fullmatch(pair[1])
-            for pair in entry["aside"]
+            isinstance(row, list)
+            and len(row) == 4
+            and plain(row[0])
+            and isinstance(row[1], str)
+            and _ASIDE_NAME.fullmatch(row[1])
+            and number(row[2])
+            and number(row[3])
+            for row in entry["aside"]
         )
-        and all(plain(name) for name in entry["new"])
+        and all(
+            isinstance(row, list)
+            and len(row) == 3
+            and plain(row[0])
+            and number(row[1])
+            and number(row[2])
+            for row in entry["new"]
+        )
     ):
         return None
     return entry
@@ -475,17 +505,31 @@ def _recover(target: str) -> None:
     if entry is None:
         return
     if entry["state"] == "moving":
-        for name in entry["new"]:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(target, name))
-        for name, link in entry["aside"]:
-            _restore(os.path.join(target, name), os.path.join(target, link))
+        for name, dev, ino in entry["new"]:
+            path = os.path.join(target, name)
+            if _is_file(path, dev, ino):  # the new file itself, nothing else
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        for name, link, dev, ino in entry["aside"]:
+            if _is_file(os.path.join(target, link), dev, ino):
+                _restore(os.path.join(target, name), os.path.join(target, link))
     else:
-        for _, link in entry["aside"]:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(target, link))
+        for _, link, dev, ino in entry["aside"]:
+            path = os.path.join(target, link)
+            if _is_file(path, dev, ino):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
     with contextlib.suppress(OSError):
         os.unlink(os.path.join(target, _JOURNAL))
+
+
+def _is_file(path: str, dev: int, ino: int) -> bool:
+    """Whether ``path`` is (not through a link) the file of that device and inode."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (dev, ino)
 
 
 def _restore(destination: str, link: str) -> None:
@@ -501,7 +545,12 @@ def _restore(destination: str, link: str) -> None:
             os.replace(link, destination)
 
 
-def move_staged(staging: str, target: str, index: Optional[str], replaced=()) -> None:
+def move_staged(
+    staging: str,
+    target: str,
+    index: Optional[str],
+    replaced: Callable[[], Iterable[str]] = tuple,
+) -> None:
     """Every file of ``staging`` renamed to its name in the folder ``target``: the
     new files of a checkpoint (``index`` the name of its index) replacing the old.
 
@@ -513,7 +562,8 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     Then the old index is removed (from here on a crash of the process leaves no
     index, never one naming a mix; a failure or interruption puts the old
     checkpoint back), each file renamed into place, the new index last, and the files
-    of ``replaced`` (the old index's shards) that the new checkpoint lacks removed:
+    ``replaced()`` names (the old index's shards, asked under the lock before the
+    moves) that the new checkpoint lacks removed:
     they belonged to the checkpoint replaced, as does the one whole file the new
     index's name implies (``model.zt`` for ``model.zt.index.json``).  The moves are
     all or none (:func:`_replace_all`) and hold a lock on ``target``
@@ -534,15 +584,19 @@ def move_staged(staging: str, target: str, index: Optional[str], replaced=()) ->
     # the checkpoint replaced may have been one whole file (model.zt beside the new
     # model.zt.index.json): transformers loads that one first, so it goes too
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
-    with _folder_locked(target):
-        _recover(target)  # a save killed since this one's staging folder was made
+    with _folder_locked(target) as held:
+        if held:
+            _recover(target)  # a save killed since this one's staging folder was made
+        # asked under the lock, before the moves: the old checkpoint's files as they
+        # are now (asked before the lock, a save that moved in meanwhile lost its)
+        old_files = set(replaced())
         links = _replace_all(ready, old_index, target, names)
         # under the lock too: a save moving in after this one released it lost a
         # shard this one removed as "replaced"; and despite an interrupt (the new
         # checkpoint is in place: its clean-up is finished, then the interrupt
         # raised), the record last (a process killed before it goes leaves it
         # saying the moves were complete: the next save removes the rest)
-        gone = (set(replaced) | ({whole} if whole else set())) - set(names) - {index}
+        gone = (old_files | ({whole} if whole else set())) - set(names) - {index}
         _unlink_all(
             links
             + [os.path.join(target, name) for name in sorted(gone)]
@@ -603,12 +657,14 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> List[st
     # only what lies in ``target`` itself is recorded (a destination reached through
     # a link out of the folder is put back by this process alone)
     recorded = [
-        (os.path.basename(d), os.path.basename(link))
+        (os.path.basename(d), os.path.basename(link), *_identity_of(d))
         for d, link in links.items()
         if os.path.dirname(d) == home
     ]
     new = [
-        os.path.basename(d) for _, d, _ in ready if d not in links and os.path.dirname(d) == home
+        (os.path.basename(d), *_identity_of(source))
+        for source, d, _ in ready
+        if d not in links and os.path.dirname(d) == home
     ]
     kept = []  # (destination, the old file's link aside)
     placed = []  # (destination, its old file's link aside or None, the staged file)
@@ -643,6 +699,12 @@ def _replace_all(ready, old_index: Optional[str], target: str, names) -> List[st
             raise _failed("cannot move the new file into place", exc, step) from None
         raise
     return [link for _, link in kept]
+
+
+def _identity_of(path: str) -> Tuple[int, int]:
+    """(device, inode) of the file at ``path`` (not through a link)."""
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino
 
 
 def _aside_name(path: str) -> str:
@@ -685,27 +747,29 @@ def _put_back(placed, kept) -> None:
 
 
 @contextlib.contextmanager
-def _folder_locked(folder: str) -> Iterator[None]:
+def _folder_locked(folder: str) -> Iterator[bool]:
     """An exclusive advisory lock (flock) on ``folder`` while a checkpoint's files
     move into it: two saves into one folder move one after the other, each whole
-    (interleaved, one's index named the other's shards).  Where folders cannot be
-    locked (no fcntl, a filesystem refusing it), nothing is held."""
+    (interleaved, one's index named the other's shards).  Yields whether the lock is
+    held: where folders cannot be locked (no fcntl, a filesystem refusing it),
+    nothing is."""
     try:
         import fcntl
     except ImportError:
-        yield
+        yield False
         return
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
-        yield
+        yield False
         return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            held = True
         except OSError:
-            pass  # a filesystem without locks: the moves are still all or none
-        yield
+            held = False  # a filesystem without locks: the moves are still all or none
+        yield held
     finally:
         os.close(fd)
 

@@ -391,8 +391,12 @@ def _convert_checkpoint(
             # the old index goes first (a crash then leaves no index, never a wrong
             # one), and the old checkpoint's shards this one does not rewrite after
             # the new index
-            replaced = sharded.old_shards(index_path)
-            atomic.move_staged(staging, target, os.path.basename(index_path), replaced=replaced)
+            atomic.move_staged(
+                staging,
+                target,
+                os.path.basename(index_path),
+                replaced=lambda: sharded.old_shards(index_path),
+            )
     except BaseException:
         if made_folder:
             try:
