@@ -72,7 +72,7 @@ def test_lying_indexes_are_refused(tmp_path, index, words):
 
 def test_a_resave_that_fails_part_way_leaves_the_old_checkpoint(tmp_path, monkeypatch):
     """save_sharded writes the new checkpoint whole into a hidden folder, then moves
-    it into place (atomic.move_staged): a failure in any shard leaves the old one as
+    it into place (checkpoint_moves.move_staged): a failure in any shard leaves the old one as
     it was, index and all (removing the old index first left no checkpoint)."""
     ztensor.save_sharded(TENSORS, tmp_path, max_shard_size="40kB")
     before = sorted(os.listdir(tmp_path))

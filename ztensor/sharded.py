@@ -48,7 +48,7 @@ from ztensor.errors import (
     without_secrets,
 )
 from ztensor.foreign.names import json_loads_unique
-from ztensor.io import atomic
+from ztensor.io import atomic, checkpoint_moves
 from ztensor.io import upload as remote_write
 from ztensor.io.source import (
     file_version,
@@ -218,7 +218,7 @@ def save_sharded(
     if not local:
         remote_write.Upload(index_path, storage_options).remove()  # as below
     # a local checkpoint is written whole into a hidden folder beside its files, then
-    # moved into place (atomic.move_staged): a refusal or failure in any shard (a torch
+    # moved into place (checkpoint_moves.move_staged): a refusal or failure in any shard (a torch
     # tensor only its Writer refuses, a full disk) leaves the old checkpoint as it was,
     # index and all (removing the old index first, one shard's refusal left none)
     total = sum(_nbytes(v) for v in tensors.values())
@@ -226,9 +226,9 @@ def save_sharded(
     weight_map = {}
     try:
         with contextlib.ExitStack() as stack:
-            staging = stack.enter_context(atomic.staged(folder)) if local else None
+            staging = stack.enter_context(checkpoint_moves.staged(folder)) if local else None
             if staging is not None:
-                stack.enter_context(atomic.staged_as_target(staging, folder))
+                stack.enter_context(checkpoint_moves.staged_as_target(staging, folder))
             for file, names in zip(files, plan):
                 with Writer(
                     place(staging or folder, file),
@@ -254,7 +254,7 @@ def save_sharded(
                     write_beside(staging)
                 atomic.write_json_atomically(os.path.join(staging, index_name), index)
                 # the old checkpoint's shards this one does not rewrite go with it
-                atomic.move_staged(
+                checkpoint_moves.move_staged(
                     staging,
                     folder,
                     index_name,
@@ -610,7 +610,7 @@ class ShardedReader:
                 "; a save into this folder was killed part way: the old checkpoint's "
                 "files are kept under hidden names, and the next save into the folder "
                 "(save_sharded, convert, save_pretrained) puts them back first"
-                if atomic.interrupted_save(path)
+                if checkpoint_moves.interrupted_save(path)
                 else ""
             )
             raise FormatError(

@@ -173,8 +173,8 @@ def test_a_checkpoint_conversion_refused_in_shard_two_keeps_the_old_output(tmp_p
 
 
 def test_a_checkpoint_conversion_failing_while_writing_keeps_the_old_output(tmp_path):
-    """Rule: convert._convert_checkpoint stages every output file (atomic.staged,
-    atomic.move_staged); a shard whose data is found broken only while it is written
+    """Rule: convert._convert_checkpoint stages every output file (checkpoint_moves.staged,
+    checkpoint_moves.move_staged); a shard whose data is found broken only while it is written
     left the new first shard beside the old second one and no index."""
     src = tmp_path / "src"
     ztensor.save_sharded({"a": np.full(64, 2.0), "b": np.full(64, 2.0)}, str(src),
@@ -276,7 +276,7 @@ def test_a_dense_object_with_another_component_is_refused_on_write(tmp_path):
 
 
 # ------------------------------------------------------------------ moving into place
-# Rule: atomic.move_staged checks every destination and readies every file (its mode,
+# Rule: checkpoint_moves.move_staged checks every destination and readies every file (its mode,
 # a copy beside a destination on another filesystem) before the old index goes;
 # errors name the files where they were to be, never the hidden staging folder.
 

@@ -102,7 +102,7 @@ def test_a_sparse_decoy_does_not_lift_the_bound(tmp_path):
 
 def test_a_failed_save_leaves_the_old_config_with_the_old_weights(tmp_path):
     """Rule: transformers.save_pretrained moves the configs in only after the weights
-    (atomic.move_staged): a save whose weights failed left the new config.json
+    (checkpoint_moves.move_staged): a save whose weights failed left the new config.json
     beside the old weights, which then loaded under it without a word."""
     folder = tmp_path / "ck"
     old = _llama()

@@ -10,7 +10,7 @@ import pytest
 
 import ztensor
 import ztensor.numpy
-from ztensor.io import atomic
+from ztensor.io import atomic, checkpoint_moves
 
 
 def _values(folder):
@@ -39,7 +39,7 @@ def _save(folder, value, shards=2):
 
 
 # ------------------------------------------------------------------ all or none
-# Rule: atomic._replace_all links each replaced file aside before the moves and puts
+# Rule: checkpoint_moves._replace_all links each replaced file aside before the moves and puts
 # them back on any failure or interruption; the old index was unlinked first, so a
 # rename refused in shard two (EPERM, an immutable file) or Ctrl-C left new shard
 # one beside old shard two and no index.
@@ -80,7 +80,7 @@ def test_a_move_failing_at_the_index_puts_every_shard_back(tmp_path, monkeypatch
 
 
 # ------------------------------------------------------------------ one checkpoint
-# Rule: atomic.move_staged removes the whole file the new index's name implies
+# Rule: checkpoint_moves.move_staged removes the whole file the new index's name implies
 # (model.zt beside model.zt.index.json): a one-file checkpoint replaced by shards
 # stayed, and transformers loads model.safetensors before any index.
 
@@ -112,7 +112,7 @@ def test_a_one_file_checkpoint_replaced_by_shards_is_gone(tmp_path):
 
 
 # ------------------------------------------------------------------ one at a time
-# Rule: atomic._folder_locked holds an exclusive flock on the folder while a
+# Rule: checkpoint_moves._folder_locked holds an exclusive flock on the folder while a
 # checkpoint's files move in: two saves into one folder interleaved their moves and
 # left one's index naming the other's shards.
 
@@ -120,15 +120,15 @@ def test_a_one_file_checkpoint_replaced_by_shards_is_gone(tmp_path):
 def test_two_saves_into_one_folder_move_one_after_the_other(tmp_path, monkeypatch):
     folder = tmp_path / "ck"
     _save(folder, 0.0)
-    real = atomic._replace_all
+    real = checkpoint_moves._replace_all
     inside = threading.Event()
     release = threading.Event()
 
-    def slow(ready, old_index, target, names):
+    def slow(ready, old_index, target, names, *rest):
         if threading.current_thread().name == "first":
             inside.set()
             release.wait(10)
-        return real(ready, old_index, target, names)
+        return real(ready, old_index, target, names, *rest)
 
     failures = []
 
@@ -138,7 +138,7 @@ def test_two_saves_into_one_folder_move_one_after_the_other(tmp_path, monkeypatc
         except BaseException as exc:  # a thread's error fails the test
             failures.append(exc)
 
-    monkeypatch.setattr(atomic, "_replace_all", slow)
+    monkeypatch.setattr(checkpoint_moves, "_replace_all", slow)
     first = threading.Thread(target=save, args=(1.0,), name="first")
     first.start()
     assert inside.wait(10)
@@ -309,23 +309,23 @@ def test_a_full_disk_names_the_output_as_the_caller_gave_it(tmp_path, monkeypatc
 
 def test_a_save_moving_in_after_another_keeps_every_shard_its_index_names(tmp_path,
                                                                           monkeypatch):
-    """Rule: atomic.move_staged removes the replaced shards under the folder's lock:
+    """Rule: checkpoint_moves.move_staged removes the replaced shards under the folder's lock:
     save A (shards renamed) removed, after releasing the lock, a shard that save B
     had just moved in, and B's index named a missing shard."""
     folder = tmp_path / "ck"
     ztensor.save_sharded({"w": np.zeros(4, "f4")}, str(folder), prefix="x")
-    real = atomic._replace_all
+    real = checkpoint_moves._replace_all
     moved = threading.Event()
     release = threading.Event()
 
-    def paused(ready, old_index, target, names):
-        links = real(ready, old_index, target, names)
+    def paused(ready, old_index, target, names, *rest):
+        links = real(ready, old_index, target, names, *rest)
         if threading.current_thread().name == "A":
             moved.set()
             release.wait(10)
         return links
 
-    monkeypatch.setattr(atomic, "_replace_all", paused)
+    monkeypatch.setattr(checkpoint_moves, "_replace_all", paused)
 
     def save_a():  # shards of another name: the old ones are "replaced"
         ztensor.save_sharded({"w": np.ones(4, "f4"), "v": np.ones(4, "f4")}, str(folder),
@@ -351,7 +351,7 @@ def test_a_save_moving_in_after_another_keeps_every_shard_its_index_names(tmp_pa
 
 
 def test_without_hard_links_the_old_files_are_renamed_aside_not_copied(tmp_path, monkeypatch):
-    """Rule: atomic._link_aside renames a file where no hard link can be made
+    """Rule: checkpoint_moves._link_aside renames a file where no hard link can be made
     (protected_hardlinks, another owner's file): a copy of every shard needed the
     checkpoint's size again on its disk.  A failure still puts everything back."""
     folder = tmp_path / "ck"
@@ -361,7 +361,7 @@ def test_without_hard_links_the_old_files_are_renamed_aside_not_copied(tmp_path,
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(atomic.os, "link", no_links)
-    monkeypatch.setattr(atomic.shutil, "copy2", lambda *a, **k: pytest.fail("copied"))
+    monkeypatch.setattr(checkpoint_moves.shutil, "copy2", lambda *a, **k: pytest.fail("copied"))
     real = _refuse_move_into(monkeypatch, "model-00002-of-00002.zt",
                              OSError(errno.EIO, "I/O error"))
     with pytest.raises(ztensor.WriteError):

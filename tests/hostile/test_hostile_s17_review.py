@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor.io import atomic
+from ztensor.io import atomic, checkpoint_moves
 
 
 def _values(folder):
@@ -41,7 +41,7 @@ def _tiny(torch, transformers, seed, eps):
 def test_save_pretrained_moves_its_config_with_its_weights_all_or_none(tf, tmp_path,
                                                                        monkeypatch):
     """Rule: the configs are staged with the shards and move in the same all-or-none
-    step (sharded.save_sharded's write_beside, atomic.move_staged): a refused move
+    step (sharded.save_sharded's write_beside, checkpoint_moves.move_staged): a refused move
     of config.json left the new weights beside the old config, which loaded."""
     torch, transformers, ztf = tf
     old, new = _tiny(torch, transformers, 0, 1e-6), _tiny(torch, transformers, 1, 0.5)
@@ -66,7 +66,7 @@ def test_save_pretrained_moves_its_config_with_its_weights_all_or_none(tf, tmp_p
 
 def test_two_shard_names_linked_to_one_file_are_refused_before_a_move(tmp_path):
     """Rule: every staged file needs a destination of its own
-    (atomic._require_distinct): shard 2's rename through the link replaced shard 1,
+    (checkpoint_moves._require_distinct): shard 2's rename through the link replaced shard 1,
     the save succeeded and its checkpoint was refused by the reader."""
     _save(tmp_path, 1.0)
     shards = sorted(n for n in os.listdir(tmp_path) if n.endswith(".zt"))
@@ -79,7 +79,7 @@ def test_two_shard_names_linked_to_one_file_are_refused_before_a_move(tmp_path):
 
 
 def test_a_shard_name_linked_to_the_index_is_refused(tmp_path):
-    """Rule: atomic._require_distinct, for a shard and the index."""
+    """Rule: checkpoint_moves._require_distinct, for a shard and the index."""
     _save(tmp_path, 1.0)
     shards = sorted(n for n in os.listdir(tmp_path) if n.endswith(".zt"))
     os.unlink(tmp_path / shards[0])
@@ -91,7 +91,7 @@ def test_a_shard_name_linked_to_the_index_is_refused(tmp_path):
 def test_an_interrupt_in_the_clean_up_still_finishes_it(tmp_path, monkeypatch):
     """Rule: once the new checkpoint is in place its clean-up (the old files' links
     aside, the old shards it does not name, the record) is finished despite Ctrl-C,
-    which is raised after (atomic._unlink_all)."""
+    which is raised after (checkpoint_moves._unlink_all)."""
     _save(tmp_path, 1.0, names=("a", "b", "c"))
     real = os.unlink
     hits = []
@@ -195,7 +195,7 @@ def test_loading_keywords_transformers_users_pass_work(tf, tmp_path):
 
 def test_a_save_removes_an_earlier_save_s_own_shards_under_the_lock(tmp_path, monkeypatch):
     """Rule: sharded.save_sharded asks for the old checkpoint's files under the
-    folder's lock, before the moves (atomic.move_staged's ``replaced``), and they
+    folder's lock, before the moves (checkpoint_moves.move_staged's ``replaced``), and they
     include its own shard names without an index (sharded._own_shards):
     save_pretrained swept stale shards after the lock was released, and a save that
     moved in between lost its shard."""
@@ -203,13 +203,13 @@ def test_a_save_removes_an_earlier_save_s_own_shards_under_the_lock(tmp_path, mo
     _save(tmp_path, 1.0, names=("a", "b", "c"))
     os.unlink(tmp_path / "model.zt.index.json")  # an earlier save whose index is gone
     asked = []
-    real = atomic._replace_all
+    real = checkpoint_moves._replace_all
 
     def spy(*args):
         asked.append("moves")
         return real(*args)
 
-    monkeypatch.setattr(atomic, "_replace_all", spy)
+    monkeypatch.setattr(checkpoint_moves, "_replace_all", spy)
     real_old = ztensor.sharded.old_shards
 
     def old(path):

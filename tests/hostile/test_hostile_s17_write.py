@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ztensor
-from ztensor.io import atomic
+from ztensor.io import atomic, checkpoint_moves
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork") or sys.platform == "win32", reason="kills a child process"
@@ -60,9 +60,10 @@ def _leftovers(folder):
 
 @pytest.mark.parametrize("kill_at", [1, 2, 3, 4])
 def test_a_save_killed_during_its_moves_is_undone_by_the_next(tmp_path, kill_at):
-    """Rule: atomic._replace_all records its moves (atomic._write_journal) and the
-    next save into the folder undoes a killed one's (atomic._recover): the old
-    checkpoint back, index and all, no link aside or staging folder left."""
+    """Rule: checkpoint_moves._replace_all records its moves
+    (checkpoint_moves._write_journal) and the next save into the folder undoes a
+    killed one's (checkpoint_moves._recover): the old checkpoint back, index and all,
+    no link aside or staging folder left."""
     folder = tmp_path / "ck"
     _save(folder, 1.0)
     before = sorted(os.listdir(folder))
@@ -70,7 +71,7 @@ def test_a_save_killed_during_its_moves_is_undone_by_the_next(tmp_path, kill_at)
     assert _leftovers(folder)  # the killed process left its hidden files
     # the next save's staging step finds them; entered and left without a save, the
     # folder is the old checkpoint again
-    with atomic.staged(str(folder)):
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert sorted(os.listdir(folder)) == before
     assert _values(folder) == {k: [1.0] * 4 for k in _NAMES}
@@ -80,19 +81,19 @@ def test_a_save_killed_during_its_moves_is_undone_by_the_next(tmp_path, kill_at)
 
 
 def test_a_first_save_killed_during_its_moves_leaves_nothing_after_the_next(tmp_path):
-    """Rule: atomic._recover removes new files that replaced nothing."""
+    """Rule: checkpoint_moves._recover removes new files that replaced nothing."""
     folder = tmp_path / "ck"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine")
     assert _killed_save(folder, 2.0, 3) == 9
-    with atomic.staged(str(folder)):
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert sorted(os.listdir(folder)) == ["notes.txt"]
 
 
 def test_a_save_killed_after_its_moves_keeps_the_new_checkpoint(tmp_path, monkeypatch):
     """Rule: once every file is in place the record says so ("moved"), and the next
-    save only removes the links aside (atomic._recover)."""
+    save only removes the links aside (checkpoint_moves._recover)."""
     folder = tmp_path / "ck"
     _save(folder, 1.0)
     real_unlink = os.unlink
@@ -102,7 +103,7 @@ def test_a_save_killed_after_its_moves_keeps_the_new_checkpoint(tmp_path, monkey
         if str(path).endswith(".old"):
             kept.append(path)  # as if the process died before removing them
             return None
-        if str(path).endswith(atomic._JOURNAL):
+        if str(path).endswith(checkpoint_moves._JOURNAL):
             return None
         return real_unlink(path, *args, **kwargs)
 
@@ -110,17 +111,72 @@ def test_a_save_killed_after_its_moves_keeps_the_new_checkpoint(tmp_path, monkey
     _save(folder, 2.0)
     monkeypatch.undo()
     assert kept and all(os.path.exists(p) for p in kept)
-    with open(folder / atomic._JOURNAL) as f:
+    with open(folder / checkpoint_moves._JOURNAL) as f:
         assert json.load(f)["state"] == "moved"
-    with atomic.staged(str(folder)):
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert not _leftovers(folder)
     assert _values(folder) == {k: [2.0] * 4 for k in _NAMES}
 
 
+@pytest.mark.parametrize("kill_at", [1, 2])
+def test_a_save_killed_while_removing_the_old_shards_leaves_them_to_the_next(
+    tmp_path, kill_at
+):
+    """Rule: the record of complete moves lists the old files the new checkpoint
+    lacks (checkpoint_moves._write_journal's ``gone``), and the next save removes
+    those left (checkpoint_moves._recover): before, a process killed during the
+    clean-up left the old checkpoint's extra shards in the folder for ever."""
+    folder = tmp_path / "ck"
+    _save(folder, 1.0)  # three shards
+    (folder / "notes.txt").write_text("mine")
+    old = sorted(n for n in os.listdir(folder) if n.endswith(".zt"))
+    code = textwrap.dedent(f"""
+        import os, numpy as np, ztensor
+        real = os.unlink
+        seen = [0]
+        def unlink(path, *args, **kwargs):
+            if os.path.basename(str(path)) in {old!r}:
+                seen[0] += 1
+                if seen[0] == {kill_at}:
+                    os._exit(9)
+            real(path, *args, **kwargs)
+        os.unlink = unlink
+        ztensor.save_sharded({{k: np.full(4, 2.0, "f4") for k in {_NAMES!r}}},
+                             {str(folder)!r}, max_shard_size=1 << 20)
+        os._exit(0)
+    """)
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 9
+    assert set(old) & set(os.listdir(folder))  # the killed process left old shards
+    with open(folder / checkpoint_moves._JOURNAL) as f:
+        entry = json.load(f)
+    assert entry["state"] == "moved"
+    assert sorted(row[0] for row in entry["gone"]) == old
+    with checkpoint_moves.staged(str(folder)):
+        pass
+    assert sorted(os.listdir(folder)) == [
+        "model-00001-of-00001.zt", "model.zt.index.json", "notes.txt"]
+    assert _values(folder) == {k: [2.0] * 4 for k in _NAMES}
+
+
+def test_a_record_of_files_gone_that_were_replaced_since_removes_nothing(tmp_path):
+    """Rule: checkpoint_moves._recover removes a file ``gone`` names only while it is
+    the file of the device and inode recorded: a file made since at that name (a
+    new one, of another save or of the user) stays."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "model-00002-of-00003.zt").write_bytes(b"new, not the old shard")
+    st = os.lstat(folder / "model-00002-of-00003.zt")
+    checkpoint_moves._write_journal(
+        str(folder), "moved", [], [], [("model-00002-of-00003.zt", st.st_dev, st.st_ino + 1)])
+    with checkpoint_moves.staged(str(folder)):
+        pass
+    assert sorted(os.listdir(folder)) == ["model-00002-of-00003.zt"]
+
+
 def test_a_save_killed_while_writing_leaves_a_staging_folder_the_next_removes(tmp_path):
     """Rule: a staging folder whose lock nobody holds is a dead process's
-    (atomic._remove_dead_staging)."""
+    (checkpoint_moves._remove_dead_staging)."""
     folder = tmp_path / "ck"
     _save(folder, 1.0)
     code = textwrap.dedent(f"""
@@ -142,14 +198,14 @@ def test_a_save_killed_while_writing_leaves_a_staging_folder_the_next_removes(tm
 
 def test_a_live_save_keeps_its_staging_folder(tmp_path):
     """Rule: a staging folder is locked for as long as its save lives
-    (atomic.staged), so another save into the folder leaves it alone."""
+    (checkpoint_moves.staged), so another save into the folder leaves it alone."""
     folder = tmp_path / "ck"
     folder.mkdir()
     ready = tmp_path / "ready"
     code = textwrap.dedent(f"""
         import os, time
-        from ztensor.io import atomic
-        with atomic.staged({str(folder)!r}) as staging:
+        from ztensor.io import checkpoint_moves
+        with checkpoint_moves.staged({str(folder)!r}) as staging:
             open(os.path.join(staging, "part"), "w").close()
             open({str(ready)!r}, "w").write(staging)
             time.sleep(60)
@@ -182,7 +238,7 @@ def test_a_live_save_keeps_its_staging_folder(tmp_path):
     "[" * 100_000 + "]" * 100_000,  # JSON nested past the parser's depth
 ])
 def test_a_record_naming_anything_but_a_file_of_the_folder_is_not_acted_on(tmp_path, entry):
-    """Rule: atomic._read_journal trusts only a record of plain names in the folder
+    """Rule: checkpoint_moves._read_journal trusts only a record of plain names in the folder
     and links aside of its own form: one left (or planted) otherwise renames and
     removes nothing."""
     outside = tmp_path / "victim.txt"
@@ -193,30 +249,30 @@ def test_a_record_naming_anything_but_a_file_of_the_folder_is_not_acted_on(tmp_p
     (folder / "victim.txt").write_text("kept")
     (folder / "planted").write_text("planted")
     (tmp_path / "planted.old").write_text("planted")
-    (folder / atomic._JOURNAL).write_text(entry if isinstance(entry, str) else json.dumps(entry))
-    with atomic.staged(str(folder)):
+    (folder / checkpoint_moves._JOURNAL).write_text(entry if isinstance(entry, str) else json.dumps(entry))
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert outside.read_text() == "outside"
     assert (folder / "victim.txt").read_text() == "kept"
     assert (folder / "sub" / "victim.txt").read_text() == "inside"
-    assert (folder / atomic._JOURNAL).exists()  # not ours to remove either
+    assert (folder / checkpoint_moves._JOURNAL).exists()  # not ours to remove either
 
 
 def test_a_record_that_is_a_link_is_not_followed(tmp_path):
-    """Rule: atomic._read_journal opens the record without following a link."""
+    """Rule: checkpoint_moves._read_journal opens the record without following a link."""
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps({"state": "moving", "aside": [], "new": ["victim.txt"]}))
     folder = tmp_path / "ck"
     folder.mkdir()
     (folder / "victim.txt").write_text("kept")
-    os.symlink(elsewhere, folder / atomic._JOURNAL)
-    with atomic.staged(str(folder)):
+    os.symlink(elsewhere, folder / checkpoint_moves._JOURNAL)
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert (folder / "victim.txt").read_text() == "kept"
 
 
 def test_a_staging_folder_name_that_is_a_link_is_not_followed(tmp_path):
-    """Rule: atomic._remove_dead_staging removes only real folders, never a link's
+    """Rule: checkpoint_moves._remove_dead_staging removes only real folders, never a link's
     target."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -231,7 +287,7 @@ def test_a_staging_folder_name_that_is_a_link_is_not_followed(tmp_path):
 def test_a_read_of_a_folder_a_killed_save_left_says_so_and_changes_nothing(tmp_path):
     """Rule: a read never acts on the record of moves (a folder from elsewhere may
     hold one made to remove its files); its error says what happened and what puts
-    the old checkpoint back (sharded: atomic.interrupted_save)."""
+    the old checkpoint back (sharded: checkpoint_moves.interrupted_save)."""
     folder = tmp_path / "ck"
     _save(folder, 1.0)
     assert _killed_save(folder, 2.0, 2) == 9  # the old index removed, one shard moved
@@ -246,7 +302,7 @@ def test_a_read_of_a_folder_a_killed_save_left_says_so_and_changes_nothing(tmp_p
 
 def _journal_strategy():
     from hypothesis import strategies as st
-    plain = st.sampled_from(["a", "b", ".0123456789ab.old", "gone", atomic._JOURNAL])
+    plain = st.sampled_from(["a", "b", ".0123456789ab.old", "gone", checkpoint_moves._JOURNAL])
     escaping = st.sampled_from(["../outside", "/abs", "sub/a", "", ".", "..", "a\0b",
                                 "../ck/keep"])
     # mostly plain names, so that a record is often whole but for one name that is not
@@ -265,15 +321,16 @@ def _journal_strategy():
     entry = st.fixed_dictionaries(
         {"state": st.one_of(state, state, state, value),
          "aside": st.one_of(st.lists(pair, max_size=4), st.lists(pair, max_size=4), value),
-         "new": st.one_of(st.lists(good_new, max_size=4), st.lists(names, max_size=4), value)})
+         "new": st.one_of(st.lists(good_new, max_size=4), st.lists(names, max_size=4), value)},
+        optional={"gone": st.one_of(st.lists(good_new, max_size=4), value)})
     # mostly of the record's own shape, where a name that escapes would be acted on
     return st.one_of(entry, entry, entry, value)
 
 
 def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
-    """Property (atomic._read_journal, atomic._recover): whatever record is in the
-    folder, the next save's recovery raises nothing, changes nothing outside the
-    folder, and touches only files whose plain names the record gives."""
+    """Property (checkpoint_moves._read_journal, checkpoint_moves._recover): whatever
+    record is in the folder, the next save's recovery raises nothing, changes nothing
+    outside the folder, and touches only files whose plain names the record gives."""
     pytest.importorskip("hypothesis")
     from hypothesis import HealthCheck, example, given, settings
 
@@ -287,6 +344,8 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
     @example({"state": "moving", "aside": [["keep", "../outside", 0, 0]], "new": []})
     @example({"state": "moved", "aside": [["a", "../outside", 0, 0]], "new": []})
     @example({"state": "moving", "aside": [], "new": [["keep", 0, 0]]})
+    @example({"state": "moved", "aside": [], "new": [], "gone": [["../outside", 0, 0]]})
+    @example({"state": "moved", "aside": [], "new": [], "gone": [["sub/a", 0, 0]]})
     def check(entry):
         root = tmp_path_factory.mktemp("j")
         folder = root / "ck"
@@ -296,15 +355,15 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
         for name, text in files.items():
             (folder / name).write_text(text)
         (root / "outside").write_text("OUT")
-        (folder / atomic._JOURNAL).write_text(json.dumps(entry))
-        with atomic.staged(str(folder)):
+        (folder / checkpoint_moves._JOURNAL).write_text(json.dumps(entry))
+        with checkpoint_moves.staged(str(folder)):
             pass
         assert (root / "outside").read_text() == "OUT"
         assert (folder / "keep").read_text() == "K"
         assert (folder / "sub" / "a").read_text() == "SUB"
         named = set()
         if isinstance(entry, dict):
-            for key in ("aside", "new"):
+            for key in ("aside", "new", "gone"):
                 for item in entry.get(key) if isinstance(entry.get(key), list) else []:
                     named.update(n for n in (item if isinstance(item, list) else [item])
                                  if isinstance(n, str))
@@ -320,22 +379,22 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
 
 
 def test_a_link_at_the_record_s_name_is_replaced_not_followed(tmp_path):
-    """Rule: atomic._write_journal renames the record onto its own name: a link
+    """Rule: checkpoint_moves._write_journal renames the record onto its own name: a link
     placed there made the save replace the file it pointed at, outside the folder."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "victim.txt").write_text("precious")
     folder = tmp_path / "ck"
     folder.mkdir()
-    os.symlink("../outside/victim.txt", folder / atomic._JOURNAL)
+    os.symlink("../outside/victim.txt", folder / checkpoint_moves._JOURNAL)
     _save(folder, 1.0)
     assert (outside / "victim.txt").read_text() == "precious"
     assert _values(folder) == {k: [1.0] * 4 for k in _NAMES}
 
 
 def test_a_record_that_came_with_the_folder_acts_on_nothing(tmp_path):
-    """Rule: atomic._recover acts only on files whose device and inode the record
-    gives (atomic._is_file): a record from a clone or an archive, or one that
+    """Rule: checkpoint_moves._recover acts only on files whose device and inode the record
+    gives (checkpoint_moves._is_file): a record from a clone or an archive, or one that
     outlived its files, names files by name alone, and removed and replaced them."""
     folder = tmp_path / "ck"
     folder.mkdir()
@@ -343,7 +402,7 @@ def test_a_record_that_came_with_the_folder_acts_on_nothing(tmp_path):
     (folder / "config.json").write_text('{"user": 1}')
     (folder / ".aaaaaaaaaaaa.old").write_text('{"evil": 1}')
     st = os.stat(folder / "train.py")
-    (folder / atomic._JOURNAL).write_text(json.dumps({
+    (folder / checkpoint_moves._JOURNAL).write_text(json.dumps({
         "state": "moving",
         "aside": [["config.json", ".aaaaaaaaaaaa.old", st.st_dev, st.st_ino + 1]],
         "new": [["train.py", st.st_dev, st.st_ino + 7]]}))
@@ -353,7 +412,7 @@ def test_a_record_that_came_with_the_folder_acts_on_nothing(tmp_path):
 
 
 def test_without_a_lock_on_the_folder_no_record_is_acted_on(tmp_path, monkeypatch):
-    """Rule: atomic.staged and atomic.move_staged recover only under a lock they
+    """Rule: checkpoint_moves.staged and checkpoint_moves.move_staged recover only under a lock they
     hold: where the folder cannot be locked (NFS refusing it), a live save's record
     looked like a dead one's, and the second save undid the first's moves."""
     fcntl = pytest.importorskip("fcntl")
@@ -361,7 +420,7 @@ def test_without_a_lock_on_the_folder_no_record_is_acted_on(tmp_path, monkeypatc
     folder.mkdir()
     (folder / "mine.zt").write_text("x")
     st = os.stat(folder / "mine.zt")
-    (folder / atomic._JOURNAL).write_text(json.dumps(
+    (folder / checkpoint_moves._JOURNAL).write_text(json.dumps(
         {"state": "moving", "aside": [], "new": [["mine.zt", st.st_dev, st.st_ino]]}))
     real = fcntl.flock
 
@@ -371,10 +430,10 @@ def test_without_a_lock_on_the_folder_no_record_is_acted_on(tmp_path, monkeypatc
         return real(fd, op)
 
     monkeypatch.setattr(fcntl, "flock", flock)
-    with atomic.staged(str(folder)):
+    with checkpoint_moves.staged(str(folder)):
         pass
     assert (folder / "mine.zt").read_text() == "x"  # the record was a live save's
     monkeypatch.undo()
-    with atomic.staged(str(folder)):  # locked now: the record is acted on
+    with checkpoint_moves.staged(str(folder)):  # locked now: the record is acted on
         pass
     assert not (folder / "mine.zt").exists()

@@ -50,7 +50,7 @@ from ztensor.container.writer import Writer
 from ztensor.errors import FormatError, UnsupportedError, ZTensorError
 from ztensor.foreign import export as exporters
 from ztensor.foreign.names import NameTable
-from ztensor.io import atomic
+from ztensor.io import atomic, checkpoint_moves
 from ztensor.io.source import is_url, open_local_input
 from ztensor.tools import convert_inputs
 
@@ -383,15 +383,15 @@ def _convert_checkpoint(
     # files, so the old checkpoint stays as it was, index and all: replacing shard
     # by shard left the new first shard beside the old second one and no index
     try:
-        with atomic.staged(target) as staging:
-            with atomic.staged_as_target(staging, target):
+        with checkpoint_moves.staged(target) as staging:
+            with checkpoint_moves.staged_as_target(staging, target):
                 count = _write_checkpoint(
                     plan, fmt, copies, staging, compress, checksum, counter, drop_attributes
                 )
             # the old index goes first (a crash then leaves no index, never a wrong
             # one), and the old checkpoint's shards this one does not rewrite after
             # the new index
-            atomic.move_staged(
+            checkpoint_moves.move_staged(
                 staging,
                 target,
                 os.path.basename(index_path),
