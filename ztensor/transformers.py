@@ -278,7 +278,8 @@ def _loading_keywords(kwargs: Dict[str, Any], source: str) -> Dict[str, Any]:
     if device_map is not None and not _is_cpu_map(device_map):
         raise UnsupportedError(
             f"from_pretrained's device_map={device_map!r} is not supported here: the "
-            "model is loaded onto the CPU (move it with .to() afterwards)",
+            "model is loaded onto the CPU (move it with .to() afterwards; a placement "
+            "strategy such as 'auto' is taken where torch sees no accelerator)",
             path=source,
         )
     config = kwargs.pop("config", None)
@@ -304,15 +305,32 @@ def _loading_keywords(kwargs: Dict[str, Any], source: str) -> Dict[str, Any]:
     }
 
 
+# accelerate's strategies: each fills the accelerators first, then the CPU, so on a
+# machine with none they put every module on the CPU
+_PLACEMENT_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 def _is_cpu_map(device_map: Any) -> bool:
     """Whether ``device_map`` puts everything on the CPU ("cpu", a CPU torch.device,
-    {"": "cpu"}, or a dict whose every device is the CPU)."""
+    {"": "cpu"}, or a dict whose every device is the CPU), as a placement strategy
+    ("auto", ...) does on a machine without an accelerator."""
+    if isinstance(device_map, str) and device_map in _PLACEMENT_STRATEGIES:
+        return not _has_accelerator()
     if isinstance(device_map, dict):
         return bool(device_map) and all(_is_cpu_map(v) for v in device_map.values())
     try:
         return torch.device(device_map).type == "cpu"
     except (TypeError, RuntimeError, ValueError):
         return False
+
+
+def _has_accelerator() -> bool:
+    """Whether torch sees a device other than the CPU (CUDA, ROCm, MPS, XPU, ...)."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps is not None and mps.is_available())
 
 
 def _refuse_model_keywords(model_kwargs: Dict[str, Any], source: str) -> None:
