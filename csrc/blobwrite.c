@@ -12,11 +12,46 @@
  * written in 1 MiB pieces at 64-byte offsets costs a reader who maps it one fault
  * per 16 pages (measured: 3,900 faults and 18 ms to touch 320 MB) instead of one
  * per 2 MiB (160 faults, 2.6 ms).
+ *
+ * On ext4 the blocks of each write are reserved just before it (fallocate of
+ * exactly the range written, so the file never holds a byte it was not given).
+ * ext4 otherwise delays choosing them, and renaming the finished file over an old
+ * one (its auto_da_alloc rule, on by default) then chooses them all and starts
+ * writing the whole file back inside the rename (all of it, if one block is left
+ * to choose): 180-300 ms for 512 MB here, as long as the writes themselves, while safetensors' truncate-and-write paid the same
+ * at its close.  Other filesystems are left as they are (tmpfs would zero every
+ * page first).  Only ever a hint: a refusal writes as before.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE  /* fallocate */
+#endif
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "blobwrite.h"
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#define ZT_EXT4_MAGIC 0xEF53  /* ext2, ext3 and ext4 share it; only ext4 delays */
+
+static int wants_reserve(int fd) {
+    struct statfs fs;
+    return fstatfs(fd, &fs) == 0 && fs.f_type == ZT_EXT4_MAGIC;
+}
+
+static void reserve(const zt_blobwriter *bw, size_t n) {
+    if (!bw->reserve) return;
+    int saved = errno;
+    off_t at = lseek(bw->fd, 0, SEEK_CUR);  /* where write(2) puts the bytes */
+    if (at >= 0) (void)fallocate(bw->fd, 0, at, (off_t)n);
+    errno = saved;
+}
+#else
+static int wants_reserve(int fd) { (void)fd; return 0; }
+static void reserve(const zt_blobwriter *bw, size_t n) { (void)bw; (void)n; }
+#endif
 
 #ifdef _WIN32
 #include <io.h>
@@ -34,6 +69,7 @@ static zt_ssize sys_write(int fd, const void *p, size_t n) {
 #endif
 
 static zt_status write_all(zt_blobwriter *bw, const uint8_t *p, size_t n) {
+    reserve(bw, n);
     while (n > 0) {
         zt_ssize k = sys_write(bw->fd, p, n);
         if (k < 0) {
@@ -57,6 +93,7 @@ zt_status zt_bw_init(zt_blobwriter *bw, int fd, uint64_t pos, size_t cap) {
     bw->cap = cap;
     bw->used = 0;
     bw->err = 0;
+    bw->reserve = wants_reserve(fd);
     /* the largest power of two <= ZT_BW_EXTENT that fits twice in the buffer */
     bw->extent = ZT_BW_EXTENT;
     while (bw->extent > cap / 2) bw->extent /= 2;

@@ -17,6 +17,7 @@ typedef struct {
     size_t used;      /* staged bytes not yet handed to write(2) */
     int err;          /* errno of the last failed write, 0 if none */
     size_t extent;    /* writes end on multiples of this (a power of two <= cap / 2) */
+    int reserve;      /* reserve a large write's blocks before it (blobwrite.c) */
 } zt_blobwriter;
 
 zt_status zt_bw_init(zt_blobwriter *bw, int fd, uint64_t pos, size_t cap);
