@@ -182,12 +182,7 @@ def _given_config(given: Any, source: str) -> Any:
     """A copy of the config the caller gave (``config=``), held to config.json's
     rules: no code map, no quantization, the caller's path as its name."""
     config = copy.deepcopy(given)
-    if getattr(config, "quantization_config", None) is not None:
-        raise UnsupportedError(
-            "the config given has a quantization_config: quantized transformers models "
-            "are not supported (docs/transformers.md)",
-            path=source,
-        )
+    _refuse_loading_choices(config.to_dict(), "the config given", source)
     for key in ("auto_map", "custom_pipelines"):
         if hasattr(config, key):
             delattr(config, key)
@@ -388,15 +383,7 @@ def _config_from_file(
             path=config_path,
         )
     _refuse_hub_code(config_dict, config_path)
-    if config_dict.get("quantization_config") is not None:
-        # transformers builds quantized layers from it (and imports their packages),
-        # on its loading path only: a checkpoint steering into that path chose them
-        raise UnsupportedError(
-            "config.json has a quantization_config: quantized transformers models "
-            "(GPTQ, AWQ, FP8, bitsandbytes through transformers) are not supported "
-            "(docs/transformers.md)",
-            path=config_path,
-        )
+    _refuse_loading_choices(config_dict, "config.json", config_path)
     config_dict = _without_code_maps(config_dict)
     # where transformers would look for anything the config names is the caller's
     # path, never one config.json gives (_name_or_path: another folder, a Hub repo)
@@ -498,6 +485,42 @@ def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
                             "that (pass attn_implementation= yourself to use a kernel)",
                             path=config_path,
                         )
+            stack.append(item)
+
+
+# config keys transformers' loading path acts on beyond building the model: each
+# makes from_pretrained (which a checkpoint saved under older names goes through,
+# _load_converted) change the process or import code the caller did not choose
+_LOADING_CHOICES = {
+    # quantized layers from it and imports their packages (a sub-config's too:
+    # transformers asks the text config), Hub kernels for some methods
+    "quantization_config": "quantized transformers models (GPTQ, AWQ, FP8, bitsandbytes "
+    "through transformers) are not supported (docs/transformers.md)",
+    # monkey-patches transformers' classes and conversion tables for the whole
+    # process: every later model of the type was built with the file's patches
+    "fusion_config": "runtime fusions patch transformers' classes for the whole process, "
+    "which a file does not choose",
+}
+
+
+def _refuse_loading_choices(config_dict: Dict[str, Any], what: str, where: str) -> None:
+    """THE rule that a config makes transformers' loading path build the model its
+    class declares and nothing else: a ``quantization_config`` or ``fusion_config``
+    (``_LOADING_CHOICES``) at its top or in any sub-config, unless null or empty, is
+    an UnsupportedError naming it (before, only a top-level quantization_config was
+    seen, and a config.json's fusion_config patched every later Qwen2-VL of the
+    process).  Iterative, as :func:`_refuse_hub_code`."""
+    stack: List[Any] = [config_dict]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            stack.extend(value)
+            continue
+        if not isinstance(value, dict):
+            continue
+        for key, item in value.items():
+            if key in _LOADING_CHOICES and item is not None and item != {}:
+                raise UnsupportedError(f"{what} has a {key}: {_LOADING_CHOICES[key]}", path=where)
             stack.append(item)
 
 

@@ -56,3 +56,142 @@ def test_the_accelerator_check_agrees_with_torch(tf):
     expected = (accelerator.is_available() if accelerator is not None
                 else torch.cuda.is_available())
     assert ztf._has_accelerator() == expected
+
+
+# ------------------------------------------------------------------ helper 14's probe
+def _qwen2_vl_config(transformers):
+    return transformers.Qwen2VLConfig(
+        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=128,
+                         max_position_embeddings=64,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]}),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2,
+                           patch_size=2, temporal_patch_size=2, in_channels=3,
+                           spatial_merge_size=1))
+
+
+def test_a_config_s_fusion_config_is_refused_and_changes_no_class(tf, tmp_path):
+    """Rule: transformers._refuse_loading_choices: a config.json's fusion_config made
+    transformers' from_pretrained (the path of a checkpoint under older names)
+    monkey-patch Qwen2-VL for the whole process: every later model of the type, of
+    plain transformers too, was built with the file's patch embedding."""
+    import json
+
+    import ztensor
+    torch, transformers, ztf = tf
+    config = _qwen2_vl_config(transformers)
+    model = transformers.Qwen2VLForConditionalGeneration(config)
+    before = type(transformers.Qwen2VLForConditionalGeneration(config).model.visual.patch_embed)
+    # older names (visual.*): the load would go through transformers' own loader
+    import ztensor.torch as zt_torch
+    zt_torch.save_file({k.replace("model.visual.", "visual.", 1): v.detach().clone()
+                        for k, v in model.state_dict().items()}, str(tmp_path / "model.zt"))
+    for where in ("top", "text_config"):
+        as_dict = model.config.to_dict()
+        (as_dict if where == "top" else as_dict["text_config"])["fusion_config"] = {
+            "patch_embeddings": True}
+        (tmp_path / "config.json").write_text(json.dumps(as_dict))
+        with pytest.raises(ztensor.UnsupportedError, match="fusion_config") as info:
+            ztf.from_pretrained(transformers.AutoModelForImageTextToText, tmp_path)
+        assert "config.json" in str(info.value)
+    after = type(transformers.Qwen2VLForConditionalGeneration(config).model.visual.patch_embed)
+    assert after is before
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_sub_config_s_quantization_config_is_refused(tf, tmp_path, given):
+    """Rule: transformers._refuse_loading_choices looks in every sub-config, of
+    config.json and of a config= given: transformers asks the text config for a
+    quantization_config too, and a text_config's started its quantizer (importing
+    its integration) where only a top-level one was refused."""
+    import json
+    import sys
+
+    import ztensor
+    torch, transformers, ztf = tf
+    config = _qwen2_vl_config(transformers)
+    model = transformers.Qwen2VLForConditionalGeneration(config)
+    ztf.save_pretrained(model, tmp_path)
+    as_dict = json.loads((tmp_path / "config.json").read_text())
+    as_dict["text_config"]["quantization_config"] = {"quant_method": "metal", "bits": 4}
+    (tmp_path / "config.json").write_text(json.dumps(as_dict))
+    kwargs = {}
+    if given:
+        kwargs["config"] = transformers.Qwen2VLConfig.from_dict(as_dict)
+        kwargs["config"].text_config.quantization_config = {"quant_method": "metal"}
+    loaded_before = set(sys.modules)
+    with pytest.raises(ztensor.UnsupportedError, match="quantization_config") as info:
+        ztf.from_pretrained(transformers.AutoModelForImageTextToText, tmp_path, **kwargs)
+    assert ("the config given" if given else "config.json") in str(info.value)
+    assert not [m for m in set(sys.modules) - loaded_before if "quant" in m]
+
+
+def _pt_with_pickle(path, pickle_bytes):
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle_bytes)
+        z.writestr("archive/byteorder", b"little")
+        z.writestr("archive/version", b"3\n")
+
+
+def test_a_pickle_s_bytearray8_is_refused_before_its_declared_length_is_allocated(tmp_path):
+    """Rule: foreign/pytorch._dispatch refuses BYTEARRAY8: Python's handler made a
+    bytearray of the length the opcode declares before reading (a 12-byte pickle,
+    4 GiB of memory; 2**40 a LimitError blaming memory)."""
+    import struct
+
+    import ztensor
+    path = tmp_path / "x.pt"
+    _pt_with_pickle(path, b"\x80\x05\x96" + struct.pack("<Q", 1 << 40) + b".")
+    with pytest.raises(ztensor.FormatError, match="BYTEARRAY8") as info:
+        ztensor.Reader(str(path))
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("header", [
+    b"{'descr': '<f4', b'fortran_order': False, 'shape': (3, 4), }",  # keys str and bytes
+    b"{'descr': '<f4', 'fortran_order': False, 'shape': " + b"(" * 3000 + b")" * 3000
+    + b"}",  # nested past literal_eval's stack
+])
+def test_a_npy_header_numpy_cannot_parse_is_a_format_error_naming_the_input(tmp_path, header):
+    """Rule: foreign/numpy_files._read_header maps every error of numpy's header
+    parser (a TypeError, a RecursionError escaped as themselves)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    import ztensor
+    header = header + b" " * (-(len(header) + 11) % 64) + b"\n"
+    npy = b"\x93NUMPY\x02\x00" + len(header).to_bytes(4, "little") + header + bytes(48)
+    (tmp_path / "bad.npy").write_bytes(npy)
+    with zipfile.ZipFile(tmp_path / "bad.npz", "w") as z:
+        z.writestr("a.npy", npy)
+    for name in ("bad.npy", "bad.npz"):
+        with pytest.raises(ztensor.FormatError, match="array header") as info:
+            ztensor.Reader(str(tmp_path / name))
+        assert str(tmp_path / name) in str(info.value)
+    run = subprocess.run([sys.executable, "-m", "ztensor", "ls", str(tmp_path / "bad.npy")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_gguf_block_tensor_without_dimensions_is_refused_at_open(tmp_path):
+    """Rule: foreign/gguf_file._check_extent: a tensor without dimensions holds one
+    element, which a 32-element block type cannot (it opened as 0 bytes, and only
+    the .zt writer of `convert` refused it, naming the output)."""
+    import struct
+
+    import ztensor
+
+    def text(x):
+        return struct.pack("<Q", len(x)) + x.encode()
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, 2, 0)
+    head += text("q") + struct.pack("<I", 0) + struct.pack("<IQ", 2, 0)  # Q4_0, no dims
+    head += text("f") + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 0, 32)
+    head += b"\0" * (-len(head) % 32)
+    path = tmp_path / "scalar.gguf"
+    path.write_bytes(head + bytes(48))
+    with pytest.raises(ztensor.FormatError, match="block") as info:
+        ztensor.Reader(str(path))
+    assert str(path) in str(info.value) and "'q'" in str(info.value)

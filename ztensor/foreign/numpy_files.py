@@ -179,7 +179,8 @@ def _read_header(fp, path, key):
             else np.lib.format.read_array_header_2_0
         )
         found = reader(fp)
-    except READ_ERRORS as exc:
+    except READ_ERRORS + (TypeError, RecursionError) as exc:  # numpy's literal_eval:
+        # keys of mixed types (sorted() of str and bytes), nesting past the stack
         raise FormatError(f"cannot read the array header: {exc}", path=path, obj=key) from None
     repeated = _repeated_key(bytes(fp.getbuffer()[start : fp.tell()]))
     if repeated is not None:  # numpy keeps the last; another reader may keep the first

@@ -493,7 +493,7 @@ _PLAIN = (
     "PROTO FRAME STOP MARK POP POP_MARK DUP NONE NEWTRUE NEWFALSE INT BININT BININT1 "
     "BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT STRING BINSTRING SHORT_BINSTRING UNICODE "
     "BINUNICODE SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 "
-    "BYTEARRAY8 EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST LIST EMPTY_DICT "
+    "EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST LIST EMPTY_DICT "
     "EMPTY_SET GET BINGET LONG_BINGET PUT BINPUT LONG_BINPUT MEMOIZE GLOBAL "
     "STACK_GLOBAL PERSID BINPERSID"
 ).split()
@@ -526,7 +526,9 @@ _PythonUnpickler = pickle._Unpickler
 def _dispatch():
     """The unpickler's instruction table: every opcode not named here is refused
     (INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, NEXT_BUFFER, READONLY_BUFFER, and any byte
-    that is no opcode)."""
+    that is no opcode).  BYTEARRAY8 too: torch.save never writes it, and Python's
+    handler allocates the length it declares before reading (a 12-byte pickle made
+    a 4 GiB allocation); every other length-prefixed opcode reads what is there."""
     base = _PythonUnpickler.dispatch
     codes = {name: code for code, name in _OPCODE_NAMES.items()}
     table = {
