@@ -463,29 +463,33 @@ def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
     loads from any repository; ``flash_attention_2``, which falls back to a Hub
     kernel) is a FormatError naming the file: the caller may still ask for one with
     the ``attn_implementation`` keyword, their own choice."""
+    for key, item in _every_key(config_dict):
+        if key in _IMPLEMENTATION_KEYS:
+            named = item.values() if isinstance(item, dict) else [item]
+            for text in named:
+                if text is not None and not (isinstance(text, str) and text in _FILE_MAY_CHOOSE):
+                    shown = repr(text)[:120]
+                    raise FormatError(
+                        f"{key} {shown} is not torch's own code: transformers may "
+                        "fetch it from the Hub and run it, and a file does not choose "
+                        "that (pass attn_implementation= yourself to use a kernel)",
+                        path=config_path,
+                    )
+
+
+def _every_key(config_dict: Dict[str, Any]) -> Iterator[Tuple[Any, Any]]:
+    """(key, value) of every object within ``config_dict``, itself and its
+    sub-configs at any depth, lists included.  Iterative: JSON nested as deep as the
+    parser allows is no RecursionError here."""
     stack: List[Any] = [config_dict]
     while stack:
         value = stack.pop()
         if isinstance(value, list):
             stack.extend(value)
-            continue
-        if not isinstance(value, dict):
-            continue
-        for key, item in value.items():
-            if key in _IMPLEMENTATION_KEYS:
-                named = item.values() if isinstance(item, dict) else [item]
-                for text in named:
-                    if text is not None and not (
-                        isinstance(text, str) and text in _FILE_MAY_CHOOSE
-                    ):
-                        shown = repr(text)[:120]
-                        raise FormatError(
-                            f"{key} {shown} is not torch's own code: transformers may "
-                            "fetch it from the Hub and run it, and a file does not choose "
-                            "that (pass attn_implementation= yourself to use a kernel)",
-                            path=config_path,
-                        )
-            stack.append(item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield key, item
+                stack.append(item)
 
 
 # config keys transformers' loading path acts on beyond building the model: each
@@ -509,19 +513,10 @@ def _refuse_loading_choices(config_dict: Dict[str, Any], what: str, where: str) 
     (``_LOADING_CHOICES``) at its top or in any sub-config, unless null or empty, is
     an UnsupportedError naming it (before, only a top-level quantization_config was
     seen, and a config.json's fusion_config patched every later Qwen2-VL of the
-    process).  Iterative, as :func:`_refuse_hub_code`."""
-    stack: List[Any] = [config_dict]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, list):
-            stack.extend(value)
-            continue
-        if not isinstance(value, dict):
-            continue
-        for key, item in value.items():
-            if key in _LOADING_CHOICES and item is not None and item != {}:
-                raise UnsupportedError(f"{what} has a {key}: {_LOADING_CHOICES[key]}", path=where)
-            stack.append(item)
+    process)."""
+    for key, item in _every_key(config_dict):
+        if key in _LOADING_CHOICES and item is not None and item != {}:
+            raise UnsupportedError(f"{what} has a {key}: {_LOADING_CHOICES[key]}", path=where)
 
 
 # what names a module of a checkpoint's own for transformers to import: an Auto

@@ -175,13 +175,15 @@ def test_a_npy_header_numpy_cannot_parse_is_a_format_error_naming_the_input(tmp_
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
 
 
-def test_a_gguf_block_tensor_without_dimensions_is_refused_at_open(tmp_path):
-    """Rule: foreign/gguf_file._check_extent: a tensor without dimensions holds one
-    element, which a 32-element block type cannot (it opened as 0 bytes, and only
-    the .zt writer of `convert` refused it, naming the output)."""
+def test_convert_blames_the_input_for_a_gguf_block_tensor_its_blocks_cannot_hold(tmp_path):
+    """Rule: convert_inputs.open_any reads every format through Reader.read, which
+    applies each object format's rules (gguf_blocks.validate): a Q4_0 tensor without
+    dimensions (one element, 0 bytes of blocks) was refused only by the .zt Writer,
+    naming the output.  The file still opens and its other tensors read (the
+    tensor is refused on read: test_hostile_verify_differential)."""
     import struct
-
-    import ztensor
+    import subprocess
+    import sys
 
     def text(x):
         return struct.pack("<Q", len(x)) + x.encode()
@@ -192,6 +194,10 @@ def test_a_gguf_block_tensor_without_dimensions_is_refused_at_open(tmp_path):
     head += b"\0" * (-len(head) % 32)
     path = tmp_path / "scalar.gguf"
     path.write_bytes(head + bytes(48))
-    with pytest.raises(ztensor.FormatError, match="block") as info:
-        ztensor.Reader(str(path))
-    assert str(path) in str(info.value) and "'q'" in str(info.value)
+    out = tmp_path / "out.zt"
+    run = subprocess.run([sys.executable, "-m", "ztensor", "convert", str(path), str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(f"ztensor: {path}: object 'q'"), run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert not out.exists()

@@ -317,12 +317,9 @@ def _check_extent(path, tname, dims, gtype, offset, start, size):
     if problem:
         raise FormatError(problem, path=path, obj=tname)
     count = math.prod(dims)
-    # a tensor without dimensions holds one element: a block type's needs a whole
-    # block (it passed as 0 bytes, and only the writer of a converted file refused it)
-    innermost = dims[0] if dims else 1
-    if innermost % block:
+    if dims and dims[0] % block:
         raise FormatError(
-            f"innermost dimension {innermost} is not a multiple of the {block}-element block",
+            f"innermost dimension {dims[0]} is not a multiple of the {block}-element block",
             path=path,
             obj=tname,
         )

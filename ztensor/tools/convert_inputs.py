@@ -53,20 +53,15 @@ def open_any(path: PathLike) -> Opened:
                     "npy, npz, PyTorch zip, GGUF, HDF5, ONNX)",
                     path=name,
                 )
-        return open_zt(name)
-    opened = foreign.open_foreign(name, fmt)
-
-    def tensors():
-        try:
-            for key, entry in _save.canonical_order(opened.entries):
-                yield key, entry.load()
-        finally:
-            opened.close()
-
-    return dict(opened.attributes), tensors()
+    # every format through the Reader's own read, which applies each object format's
+    # rules (a GGUF block tensor its blocks cannot hold was refused only by the
+    # Writer, in an error naming the output instead of the input)
+    return open_zt(name)
 
 
 def open_zt(path: PathLike) -> Opened:
+    """A file the Reader reads (``.zt`` of any version or another format), one
+    tensor at a time, as :func:`Reader.read` gives it."""
 
     reader = input_reader(path)
 
