@@ -302,7 +302,8 @@ def test_a_read_of_a_folder_a_killed_save_left_says_so_and_changes_nothing(tmp_p
 
 def _journal_strategy():
     from hypothesis import strategies as st
-    plain = st.sampled_from(["a", "b", ".0123456789ab.old", "gone", checkpoint_moves._JOURNAL])
+    plain = st.sampled_from(["a", "b", ".0123456789ab.old", "gone", checkpoint_moves._JOURNAL,
+                             "\ud800x", "lnk"])
     escaping = st.sampled_from(["../outside", "/abs", "sub/a", "", ".", "..", "a\0b",
                                 "../ck/keep"])
     # mostly plain names, so that a record is often whole but for one name that is not
@@ -322,7 +323,8 @@ def _journal_strategy():
         {"state": st.one_of(state, state, state, value),
          "aside": st.one_of(st.lists(pair, max_size=4), st.lists(pair, max_size=4), value),
          "new": st.one_of(st.lists(good_new, max_size=4), st.lists(names, max_size=4), value)},
-        optional={"gone": st.one_of(st.lists(good_new, max_size=4), value)})
+        optional={"gone": st.one_of(st.lists(good_new, max_size=4), value),
+                  "placed": st.one_of(st.lists(good_new, max_size=4), value)})
     # mostly of the record's own shape, where a name that escapes would be acted on
     return st.one_of(entry, entry, entry, value)
 
@@ -346,6 +348,7 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
     @example({"state": "moving", "aside": [], "new": [["keep", 0, 0]]})
     @example({"state": "moved", "aside": [], "new": [], "gone": [["../outside", 0, 0]]})
     @example({"state": "moved", "aside": [], "new": [], "gone": [["sub/a", 0, 0]]})
+    @example({"state": "moving", "aside": [], "new": [], "placed": [["\ud800x", 0, 0]]})
     def check(entry):
         root = tmp_path_factory.mktemp("j")
         folder = root / "ck"
@@ -355,6 +358,7 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
         for name, text in files.items():
             (folder / name).write_text(text)
         (root / "outside").write_text("OUT")
+        os.symlink(os.path.join("..", "outside"), folder / "lnk")  # never followed
         (folder / checkpoint_moves._JOURNAL).write_text(json.dumps(entry))
         with checkpoint_moves.staged(str(folder)):
             pass
@@ -363,7 +367,7 @@ def test_any_record_touches_only_files_of_the_folder_it_names(tmp_path_factory):
         assert (folder / "sub" / "a").read_text() == "SUB"
         named = set()
         if isinstance(entry, dict):
-            for key in ("aside", "new", "gone"):
+            for key in ("aside", "new", "gone", "placed"):
                 for item in entry.get(key) if isinstance(entry.get(key), list) else []:
                     named.update(n for n in (item if isinstance(item, list) else [item])
                                  if isinstance(n, str))

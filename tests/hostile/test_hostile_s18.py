@@ -201,3 +201,163 @@ def test_convert_blames_the_input_for_a_gguf_block_tensor_its_blocks_cannot_hold
     assert run.stderr.startswith(f"ztensor: {path}: object 'q'"), run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ helper 13's probe
+# checkpoint saves killed or crafted (checkpoint_moves): a child process that dies
+# (os._exit, no cleanup runs) on its n-th call of os.replace matching a rule
+def _killed_save(folder, value, rule, at):
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        import os, numpy as np, ztensor
+        real, seen = os.replace, [0]
+        def replace(src, dst):
+            if {rule}:
+                seen[0] += 1
+                if seen[0] == {at}:
+                    os._exit(9)
+            real(src, dst)
+        os.replace = replace
+        ztensor.save_sharded({{k: np.full(4, {value}, "f4") for k in "abc"}},
+                             {str(folder)!r}, max_shard_size=16)
+        os._exit(0)
+    """)
+    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode
+
+
+def _read_all(folder):
+    import ztensor
+    with ztensor.open_sharded(str(folder)) as ck:
+        return {k: float(ck.read_numpy(k)[0]) for k in sorted(ck.keys())}
+
+
+def _hf_cache_layout(root):
+    """A checkpoint whose shards are links to ../blobs (a Hugging Face cache's
+    snapshot folder), its index a file."""
+    import os
+
+    import numpy as np
+
+    import ztensor
+    snap, blobs = root / "snap", root / "blobs"
+    ztensor.save_sharded({k: np.full(4, 1.0, "f4") for k in "abc"}, str(snap),
+                         max_shard_size=16)
+    blobs.mkdir()
+    for name in sorted(os.listdir(snap)):
+        if name.endswith(".zt"):
+            os.rename(snap / name, blobs / name)
+            os.symlink(os.path.join("..", "blobs", name), snap / name)
+    return snap, blobs
+
+
+def test_a_save_through_links_out_of_the_folder_replaces_the_links_not_their_files(tmp_path):
+    """Rule: checkpoint_moves._destination: a link of the folder that leads out of
+    it is itself replaced by the new file; the file it points to (a cache's shared
+    blob) is left as it was, and every move stays in the folder's record."""
+    import os
+
+    import numpy as np
+
+    import ztensor
+    snap, blobs = _hf_cache_layout(tmp_path)
+    before = {n: (blobs / n).read_bytes() for n in os.listdir(blobs)}
+    ztensor.save_sharded({k: np.full(4, 2.0, "f4") for k in "abc"}, str(snap),
+                         max_shard_size=16)
+    assert _read_all(snap) == {"a": 2.0, "b": 2.0, "c": 2.0}
+    assert {n: (blobs / n).read_bytes() for n in os.listdir(blobs)} == before
+    assert not any(os.path.islink(snap / n) for n in os.listdir(snap))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="kills a child process")
+def test_a_killed_save_through_links_out_of_the_folder_is_undone_whole(tmp_path):
+    """Rule: checkpoint_moves._destination keeps every move in the folder, where the
+    record holds it: a save killed after two of three shards moved through links to
+    ../blobs was undone only in the folder, and the next save's recovery put the old
+    index back over two new shards and an old one (read without an error)."""
+    import os
+
+    import torch
+
+    import ztensor
+    snap, blobs = _hf_cache_layout(tmp_path)
+    # out of the staging folder (a shard's own Writer renames within it)
+    rule = '".ztensor-staging-" in src and ".ztensor-staging-" not in dst and dst.endswith(".zt")'
+    assert _killed_save(snap, 2.0, rule, 3) == 9
+    with pytest.raises(ztensor.ZTensorError):  # refused, after its recovery step
+        ztensor.save_sharded({"a": torch.empty(4, device="meta")}, str(snap))
+    assert _read_all(snap) == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert sorted(os.listdir(blobs)) == sorted(n for n in os.listdir(snap) if n.endswith(".zt"))
+    assert all(os.path.islink(snap / n) for n in os.listdir(snap) if n.endswith(".zt"))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="kills a child process")
+def test_a_save_killed_after_its_last_move_keeps_the_new_checkpoint(tmp_path):
+    """Rule: checkpoint_moves._recover takes a record still saying "moving" whose
+    every new file (``placed``) is in place for moves that were all done: a save
+    killed after its index moved in, before its record said so, left the new
+    checkpoint whole, and the next (refused) save turned it back into the old one.
+    The record's temporary file the kill left goes too."""
+    import os
+
+    import numpy as np
+    import torch
+
+    import ztensor
+    folder = tmp_path / "ck"
+    ztensor.save_sharded({k: np.full(4, 1.0, "f4") for k in "abc"}, str(folder),
+                         max_shard_size=16)
+    rule = 'os.path.basename(dst) == ".ztensor-moving.json"'
+    assert _killed_save(folder, 2.0, rule, 2) == 9  # at the record of complete moves
+    assert _read_all(folder) == {"a": 2.0, "b": 2.0, "c": 2.0}
+    with pytest.raises(ztensor.ZTensorError):
+        ztensor.save_sharded({"a": torch.empty(4, device="meta")}, str(folder))
+    assert _read_all(folder) == {"a": 2.0, "b": 2.0, "c": 2.0}
+    assert [n for n in os.listdir(folder) if n.startswith(".")] == []
+
+
+def test_a_fifo_at_the_record_s_name_blocks_neither_a_save_nor_a_read(tmp_path):
+    """Rule: checkpoint_moves._read_journal opens without blocking: a FIFO named
+    .ztensor-moving.json hung every save into the folder (holding its lock) and
+    the no-index error of every read."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    os.mkfifo(folder / ".ztensor-moving.json")
+    code = textwrap.dedent(f"""
+        import numpy as np, ztensor
+        try:
+            ztensor.open_sharded({str(folder)!r})
+        except ztensor.ZTensorError as exc:
+            print("refused", "no index" in str(exc))
+        ztensor.save_sharded({{"a": np.ones(2, "f4")}}, {str(folder)!r})
+        print("saved")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.stdout.split() == ["refused", "True", "saved"], run.stderr
+    assert _read_all(folder) == {"a": 1.0}
+
+
+def test_a_record_naming_a_file_the_system_cannot_name_is_not_acted_on(tmp_path):
+    """Rule: checkpoint_moves._read_journal takes only names the system can encode:
+    a record naming "\\ud800x" (a JSON escape) made every later save into the folder
+    fail with a bare UnicodeEncodeError, for good."""
+    import json
+
+    import numpy as np
+
+    import ztensor
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / ".ztensor-moving.json").write_text(json.dumps(
+        {"state": "moving", "aside": [], "new": [["\ud800x", 1, 2]]}))
+    for _ in range(2):
+        ztensor.save_sharded({"a": np.ones(2, "f4")}, str(folder))
+    assert _read_all(folder) == {"a": 1.0}

@@ -24,7 +24,7 @@ import tempfile
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from ztensor.errors import WriteError, ZTensorError
-from ztensor.io.atomic import create_temp, final_target
+from ztensor.io.atomic import final_target
 
 __all__ = [
     "staged",
@@ -133,13 +133,15 @@ def interrupted_save(folder: str) -> bool:
     return entry is not None and entry["state"] == "moving"
 
 
-def _write_journal(target: str, state: str, aside, new, gone=()) -> None:
+def _write_journal(target: str, state: str, aside, new, gone=(), placed=()) -> None:
     """The record :func:`_recover` reads: ``aside`` the [name, name of its old
     file's link, device, inode of that old file] of each file a move replaces, the
     old index last; ``new`` the [name, device, inode of the new file] of each that
     replaces nothing (a rename keeps the inode); ``gone`` (once the moves are
     complete) the [name, device, inode] of each old file the new checkpoint lacks,
-    which the clean-up removes: a process killed during it left them for ever.  The
+    which the clean-up removes: a process killed during it left them for ever;
+    ``placed`` (while moving) the [name, device, inode] of every new file, the index
+    included, by which :func:`_recover` tells moves all done from moves part way.  The
     identities are what lets the record act only on the files it was written for: a
     record that came with a folder (a clone, an archive) or outlived its files names
     others.  Written beside its name and renamed onto it: a link placed at the name
@@ -150,6 +152,7 @@ def _write_journal(target: str, state: str, aside, new, gone=()) -> None:
         "aside": [list(r) for r in aside],
         "new": [list(r) for r in new],
         "gone": [list(r) for r in gone],
+        "placed": [list(r) for r in placed],
     }
     fd, temp = tempfile.mkstemp(prefix=_JOURNAL + ".", suffix=".tmp", dir=target)
     try:
@@ -170,7 +173,9 @@ def _read_journal(target: str) -> Any:
     form).  A record it cannot trust is left as it is."""
     path = os.path.join(target, _JOURNAL)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # never blocking: a FIFO at the name hung every save and read of the folder
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags)
     except OSError:
         return None
     try:
@@ -192,6 +197,7 @@ def _read_journal(target: str) -> Any:
             and os.path.basename(name) == name
             and "/" not in name
             and "\0" not in name
+            and _encodable(name)
         )
 
     def number(value):
@@ -213,17 +219,28 @@ def _read_journal(target: str) -> Any:
             for row in entry["aside"]
         )
         and isinstance(entry.get("gone", []), list)
+        and isinstance(entry.get("placed", []), list)
         and all(
             isinstance(row, list)
             and len(row) == 3
             and plain(row[0])
             and number(row[1])
             and number(row[2])
-            for row in entry["new"] + entry.get("gone", [])
+            for row in entry["new"] + entry.get("gone", []) + entry.get("placed", [])
         )
     ):
         return None
     return entry
+
+
+def _encodable(name: str) -> bool:
+    """Whether the system can take ``name`` as a file name (a lone surrogate from a
+    JSON escape cannot: every later save failed on it with a bare UnicodeEncodeError)."""
+    try:
+        os.fsencode(name)
+    except UnicodeError:
+        return False
+    return True
 
 
 def _recover(target: str) -> None:
@@ -231,11 +248,22 @@ def _recover(target: str) -> None:
     (its record: :func:`_read_journal`): moves left part way are undone (each new
     file without an old one removed, each old file renamed back from its link, the
     old index last), so the folder holds the old checkpoint again; moves that were
-    complete lose only their links aside and the old files the new checkpoint
-    lacks.  Best effort, under the folder's lock."""
+    complete (as the record says, or as every new file it lists in place shows)
+    lose only their links aside and the old files the new checkpoint lacks.  Best
+    effort, under the folder's lock."""
+    _remove_dead_journal_temps(target)
     entry = _read_journal(target)
     if entry is None:
         return
+    placed = entry.get("placed", [])
+    if (
+        entry["state"] == "moving"
+        and placed
+        and all(_is_file(os.path.join(target, name), dev, ino) for name, dev, ino in placed)
+    ):
+        # every new file in place, the index too: the process was killed after its
+        # last move, before its record said so; the new checkpoint is whole and stays
+        entry = {**entry, "state": "moved"}
     if entry["state"] == "moving":
         for name, dev, ino in entry["new"]:
             path = os.path.join(target, name)
@@ -257,22 +285,49 @@ def _recover(target: str) -> None:
 
 
 def _is_file(path: str, dev: int, ino: int) -> bool:
-    """Whether ``path`` is (not through a link) the file of that device and inode."""
+    """Whether ``path`` is (never followed) the regular file or the link of that
+    device and inode: a link of the folder that led out of it was moved as a link
+    (:func:`_destination`), and is put back as one."""
     try:
         st = os.lstat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name the system cannot take
         return False
-    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (dev, ino)
+    return (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and (
+        st.st_dev,
+        st.st_ino,
+    ) == (dev, ino)
+
+
+def _remove_dead_journal_temps(target: str) -> None:
+    """Remove the temporary files of records (:func:`_write_journal`) that a killed
+    process left in ``target``: called under the folder's lock, which every record
+    is written under, so none of them is a live save's."""
+    try:
+        names = os.listdir(target)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(_JOURNAL + ".") and name.endswith(".tmp"):
+            path = os.path.join(target, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            owner = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+            if stat.S_ISREG(st.st_mode) and st.st_uid == owner:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def _restore(destination: str, link: str) -> None:
     """The old file at ``link`` back at ``destination`` (best effort).  Where both
     are still one file (linked aside, never replaced) the link just goes: a rename
-    of one name of a file onto another does nothing, and the link would stay."""
+    of one name of a file onto another does nothing, and the link would stay.
+    Compared unfollowed: an old link out of the folder is linked aside as a link."""
     with contextlib.suppress(OSError):
         if not os.path.lexists(link):
             return
-        if os.path.lexists(destination) and os.path.samefile(destination, link):
+        if os.path.lexists(destination) and _identity_of(destination) == _identity_of(link):
             os.unlink(link)
         else:
             os.replace(link, destination)
@@ -288,10 +343,15 @@ def move_staged(
     new files of a checkpoint (``index`` the name of its index) replacing the old.
 
     First nothing in ``target`` changes: every destination is checked (a directory,
-    a loop of links there is a WriteError: :func:`final_target`), each staged file
-    is given the permission bits of the file it replaces, and one whose destination
-    is on another filesystem (a link out of the folder) is copied into a temporary
-    file beside that destination.  A failure so far leaves ``target`` as it was.
+    a loop of links there is a WriteError: :func:`final_target`) and each staged
+    file is given the permission bits of the file it replaces.  A link in the folder
+    is followed to its file when that lies in the folder too; a link out of it is
+    itself replaced by the new file, and what it points to is left as it was (a
+    Hugging Face cache's shared blobs, another disk): every move then stays in the
+    folder, where the record of moves can finish or undo it (a killed save's moves
+    through links out of the folder were in no record, and the next save put back
+    the old index over a mix of new and old shards).  A failure so far leaves
+    ``target`` as it was.
     Then the old index is removed (from here on a crash of the process leaves no
     index, never one naming a mix; a failure or interruption puts the old
     checkpoint back), each file renamed into place, the new index last, and the files
@@ -303,17 +363,11 @@ def move_staged(
     (:func:`_folder_locked`).  ``index`` None: files with no index among them (a
     model's config files), each simply replaced."""
     names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
-    ready = []  # (what to rename, its destination, its Temp when a copy)
-    try:
-        for name in names:
-            ready.append(_ready_to_move(os.path.join(staging, name), os.path.join(target, name)))
-        _require_distinct(ready, names, target)
-        old_index = None if index is None else final_target(os.path.join(target, index))
-    except BaseException:
-        for _, _, temp in ready:
-            if temp is not None:
-                temp.discard()
-        raise
+    home = os.path.realpath(target)
+    # (what to rename, its destination): all checked before anything moves
+    ready = [_ready_to_move(os.path.join(staging, name), target, home, name) for name in names]
+    _require_distinct(ready, names, target)
+    old_index = None if index is None else _destination(target, home, index)
     # the checkpoint replaced may have been one whole file (model.zt beside the new
     # model.zt.index.json): transformers loads that one first, so it goes too
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
@@ -324,7 +378,7 @@ def move_staged(
         # are now (asked before the lock, a save that moved in meanwhile lost its)
         old_files = set(replaced())
         gone = sorted((old_files | ({whole} if whole else set())) - set(names) - {index})
-        links = _replace_all(ready, old_index, target, names, gone)
+        links = _replace_all(ready, old_index, target, home, gone)
         # under the lock too: a save moving in after this one released it lost a
         # shard this one removed as "replaced"; and despite an interrupt (the new
         # checkpoint is in place: its clean-up is finished, then the interrupt
@@ -358,7 +412,7 @@ def _require_distinct(ready, names, target: str) -> None:
     to the index) made the second rename replace the first file, and the save
     succeeded with a checkpoint its reader refuses."""
     seen: dict = {}
-    for (_, destination, _), name in zip(ready, names):
+    for (_, destination), name in zip(ready, names):
         if destination in seen:
             raise WriteError(
                 f"is a link to the same file as {seen[destination]!r} ({destination}): "
@@ -368,7 +422,7 @@ def _require_distinct(ready, names, target: str) -> None:
         seen[destination] = name
 
 
-def _replace_all(ready, old_index: Optional[str], target: str, names, gone=()) -> List[str]:
+def _replace_all(ready, old_index: Optional[str], target: str, home: str, gone=()) -> List[str]:
     """The moves of :func:`move_staged`, all or none: each file a move replaces is
     first linked aside (a hidden name beside it), the old index removed, every new
     file renamed into place, the index last.  A failure or an interruption at any
@@ -378,32 +432,28 @@ def _replace_all(ready, old_index: Optional[str], target: str, names, gone=()) -
     remove with the rest of the clean-up (with the files ``gone`` names, in
     ``target``, that the new checkpoint lacks).  A record of the moves in ``target``
     (:func:`_write_journal`) lets the next save finish the job of a process killed
-    on the way (:func:`_recover`)."""
-    home = os.path.realpath(target)
+    on the way (:func:`_recover`).  Every destination is a file of ``home`` (the
+    folder, resolved: :func:`_destination`), so the record holds every move."""
     links = {}  # destination -> where its old file is linked aside
-    for (_, destination, _), _name in zip(ready, names):
+    for _, destination in ready:
         if destination != old_index and os.path.lexists(destination):
             links[destination] = _aside_name(destination)
     if old_index is not None and os.path.lexists(old_index):
         links[old_index] = _aside_name(old_index)  # last: put back last
-    # only what lies in ``target`` itself is recorded (a destination reached through
-    # a link out of the folder is put back by this process alone)
     recorded = [
-        (os.path.basename(d), os.path.basename(link), *_identity_of(d))
-        for d, link in links.items()
-        if os.path.dirname(d) == home
+        (os.path.basename(d), os.path.basename(link), *_identity_of(d)) for d, link in links.items()
     ]
-    new = [
-        (os.path.basename(d), *_identity_of(source))
-        for source, d, _ in ready
-        if d not in links and os.path.dirname(d) == home
-    ]
+    new = [(os.path.basename(d), *_identity_of(source)) for source, d in ready if d not in links]
+    # every new file, for telling moves that were all done from moves part way: a
+    # process killed after its last rename, before its record said so, left the new
+    # checkpoint whole, which the next save put back to the old one
+    placed = [(os.path.basename(d), *_identity_of(source)) for source, d in ready]
     kept = []  # (destination, the old file's link aside)
-    placed = []  # (destination, its old file's link aside or None, the staged file)
+    moved = []  # (destination, its old file's link aside or None, the staged file)
     step = target
     journal = False
     try:
-        _write_journal(target, "moving", recorded, new)
+        _write_journal(target, "moving", recorded, new, placed=placed)
         journal = True
         for destination, link in links.items():
             step = destination
@@ -411,19 +461,14 @@ def _replace_all(ready, old_index: Optional[str], target: str, names, gone=()) -
             kept.append((destination, link))
             if destination == old_index and os.path.lexists(destination):
                 os.unlink(destination)  # linked aside, not renamed there
-        for (source, destination, temp), name in zip(ready, names):
-            step = os.path.join(target, name)
+        for source, destination in ready:
+            step = os.path.join(target, os.path.basename(destination))
             # recorded first: an interruption right after the rename still undoes it
-            placed.append((destination, links.get(destination), source))
+            moved.append((destination, links.get(destination), source))
             os.replace(source, destination)
-            if temp is not None:
-                temp.done()
         _write_journal(target, "moved", recorded, new, _regular_files(target, gone))
     except BaseException as exc:
-        _put_back(placed, kept)
-        for _, _, temp in ready:
-            if temp is not None:
-                temp.discard()
+        _put_back(moved, kept)
         if journal:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(target, _JOURNAL))
@@ -434,8 +479,8 @@ def _replace_all(ready, old_index: Optional[str], target: str, names, gone=()) -
 
 
 def _regular_files(target: str, names) -> List[Tuple[str, int, int]]:
-    """[name, device, inode] of each of ``names`` that is a regular file in
-    ``target`` (not through a link: a link there is removed, its file never)."""
+    """[name, device, inode] of each of ``names`` that is a regular file or a link
+    in ``target`` (never followed: a link there is removed, its file never)."""
     rows = []
     for name in names:
         if os.path.basename(name) != name:
@@ -444,7 +489,7 @@ def _regular_files(target: str, names) -> List[Tuple[str, int, int]]:
             st = os.lstat(os.path.join(target, name))
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode):
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
             rows.append((name, st.st_dev, st.st_ino))
     return rows
 
@@ -522,30 +567,32 @@ def _folder_locked(folder: str) -> Iterator[bool]:
         os.close(fd)
 
 
-def _ready_to_move(staged: str, final: str):
-    """(path to rename, destination, Temp or None) for moving ``staged`` to
-    ``final`` (see :func:`move_staged`); nothing at ``final`` changes."""
+def _destination(target: str, home: str, name: str) -> str:
+    """Where the file ``name`` of the folder ``target`` (``home`` resolved) is
+    renamed to: through a link, the file it leads to when that lies in the folder,
+    else the link itself (:func:`move_staged`).  What is there must be a regular
+    file, a link or nothing (:func:`final_target`'s checks)."""
+    final = os.path.join(target, name)
+    destination = final_target(final)
+    if os.path.dirname(destination) != home:
+        return os.path.join(home, name)
+    return destination
+
+
+def _ready_to_move(staged: str, target: str, home: str, name: str) -> Tuple[str, str]:
+    """(path to rename, destination) for moving ``staged`` to ``name`` in ``target``
+    (see :func:`move_staged`), the staged file given the mode of the file it
+    replaces; nothing in ``target`` changes."""
+    final = os.path.join(target, name)
     try:
-        destination = final_target(final)
+        destination = _destination(target, home, name)
         try:
-            mode: Optional[int] = stat.S_IMODE(os.stat(destination).st_mode)
+            mode: Optional[int] = stat.S_IMODE(os.stat(final).st_mode)
         except FileNotFoundError:
-            mode = None  # a new file: the mode it was made with
+            mode = None  # a new file (or a dangling link): the mode it was made with
         if mode is not None:
             os.chmod(staged, mode)
-        folder = os.path.dirname(destination)
-        if os.stat(staged).st_dev == os.stat(folder).st_dev:
-            return staged, destination, None
-        # another filesystem: a rename cannot cross it, so a copy beside it first
-        temp = create_temp(destination, stat.S_IMODE(os.stat(staged).st_mode), label=final)
-        try:
-            fd, temp.fd = temp.fd, None
-            with os.fdopen(fd, "wb") as out:
-                _copy_into(staged, out)
-        except BaseException:
-            temp.discard()
-            raise
-        return temp.path, destination, temp
+        return staged, destination
     except WriteError as exc:
         if exc.path is not None:  # named as the caller will know it
             exc.replace_path(os.fspath(exc.path), final)
@@ -571,8 +618,3 @@ def staged_as_target(staging: str, target: str) -> Iterator[None]:
 def _failed(what: str, exc: OSError, path: str) -> WriteError:
     """The WriteError for an OSError of the step ``what`` on ``path``."""
     return WriteError(f"{what}: {exc.strerror or exc}", path=path, errno=exc.errno)
-
-
-def _copy_into(path: str, out) -> None:
-    with open(path, "rb") as f:
-        shutil.copyfileobj(f, out, 1 << 20)
