@@ -121,10 +121,14 @@ def test_save_sharded_over_an_index_directory_is_a_write_error(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zt.index.json"]  # no shard
 
 
-def test_save_sharded_keeps_a_linked_index_a_link_with_its_mode(tmp_path):
-    """Re-saving a checkpoint whose index is a symlink (a dataset tool's layout)
-    writes the new index where the link points, keeps the link and the old
-    index's permission bits."""
+def test_save_sharded_replaces_an_index_linked_out_of_the_folder_keeping_its_mode(tmp_path):
+    """Re-saving a checkpoint whose index is a symlink out of its folder (a dataset
+    tool's layout: DVC's or git-annex's cache, a Hugging Face snapshot) replaces the
+    link with the new index, with the permission bits of the file it pointed to,
+    and leaves that file as it was (a cache's object, which writing through the
+    link corrupted; and a move out of the folder was in no record of moves, so a
+    killed save could not be undone: checkpoint_moves._destination).  A link to a
+    file of the folder stays a link (test_index_written_through_a_symlink_keeps_the_link)."""
     import os
     import stat
 
@@ -137,10 +141,12 @@ def test_save_sharded_keeps_a_linked_index_a_link_with_its_mode(tmp_path):
     (ckpt / "model.zt.index.json").rename(real)
     os.chmod(real, 0o640)
     (ckpt / "model.zt.index.json").symlink_to(real)
+    old = real.read_bytes()
     tensors["a"] = np.full(3, 7, np.float32)
     ztensor.save_sharded(tensors, str(ckpt), max_shard_size=12)
-    assert (ckpt / "model.zt.index.json").is_symlink()
-    assert stat.S_IMODE(os.stat(real).st_mode) == 0o640
+    assert not (ckpt / "model.zt.index.json").is_symlink()
+    assert stat.S_IMODE(os.stat(ckpt / "model.zt.index.json").st_mode) == 0o640
+    assert real.read_bytes() == old
     with ztensor.open_sharded(str(ckpt)) as r:
         np.testing.assert_array_equal(r.read_numpy("a"), tensors["a"])
 
