@@ -329,7 +329,11 @@ class BlobWriter:
                 self._pos += direct
                 data = data[direct:]
                 continue
-            n = min(len(data), self._room() or self._extent)
+            room = self._room()
+            if room == 0:  # handed over, so the rest of a large blob goes direct
+                self.flush()
+                continue
+            n = min(len(data), room)
             self._stage(data[:n])
             data = data[n:]
 
