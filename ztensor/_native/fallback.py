@@ -359,8 +359,8 @@ class BlobWriter:
 
     def _write_all(self, view):
         try:
-            while len(view):
-                view = view[os.write(self._fd, view) :]
+            while len(view):  # one extent a call at most (csrc/blobwrite.c: why)
+                view = view[os.write(self._fd, view[:EXTENT]) :]
         except OSError as exc:
             raise errors.WriteError(
                 f"write failed: {exc.strerror}", path=self._path, errno=exc.errno
