@@ -21,11 +21,18 @@
  * to choose): 180-300 ms for 512 MB here, as long as the writes themselves, while safetensors' truncate-and-write paid the same
  * at its close.  Other filesystems are left as they are (tmpfs would zero every
  * page first).  Only ever a hint: a refusal writes as before.
+ *
+ * zt_reserve_ahead is the same reservation for writers that are not this one (the
+ * exporters write through Python's file objects): the blocks of a size known ahead
+ * are reserved past the end of the file without changing its size, so no write ever
+ * leaves a block to choose, and the caller truncates the file to its length once
+ * done, which gives back whatever it did not use.
  */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE  /* fallocate */
 #endif
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "blobwrite.h"
@@ -34,11 +41,22 @@
 #include <fcntl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01  /* linux/falloc.h */
+#endif
 #define ZT_EXT4_MAGIC 0xEF53  /* ext2, ext3 and ext4 share it; only ext4 delays */
 
 static int wants_reserve(int fd) {
     struct statfs fs;
     return fstatfs(fd, &fs) == 0 && fs.f_type == ZT_EXT4_MAGIC;
+}
+
+int zt_reserve_ahead(int fd, uint64_t len) {
+    if (len == 0 || len > (uint64_t)INT64_MAX || !wants_reserve(fd)) return 0;
+    int saved = errno;
+    int ok = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)len) == 0;
+    errno = saved;
+    return ok;
 }
 
 static void reserve(const zt_blobwriter *bw, size_t n) {
@@ -49,6 +67,7 @@ static void reserve(const zt_blobwriter *bw, size_t n) {
     errno = saved;
 }
 #else
+int zt_reserve_ahead(int fd, uint64_t len) { (void)fd; (void)len; return 0; }
 static int wants_reserve(int fd) { (void)fd; return 0; }
 static void reserve(const zt_blobwriter *bw, size_t n) { (void)bw; (void)n; }
 #endif

@@ -28,4 +28,9 @@ zt_status zt_bw_write(zt_blobwriter *bw, const void *data, size_t len);
 zt_status zt_bw_flush(zt_blobwriter *bw);
 void zt_bw_free(zt_blobwriter *bw);
 
+/* Reserve the blocks of bytes [0, len) of fd without changing its size, on ext4 only
+ * (blobwrite.c says why): 1 if reserved, 0 if not.  Only ever a hint, never an error;
+ * errno is kept.  The caller truncates the file to its final length when done. */
+int zt_reserve_ahead(int fd, uint64_t len);
+
 #endif

@@ -47,6 +47,7 @@ crc32c = _impl.crc32c
 crc32c_portable = _impl.crc32c_portable
 crc32c_hardware = _impl.crc32c_hardware
 BlobWriter = _impl.BlobWriter
+reserve_ahead = _impl.reserve_ahead
 fp8_decode = _impl.fp8_decode
 fp8_encode = _impl.fp8_encode
 bf16_decode = _impl.bf16_decode
@@ -131,6 +132,7 @@ __all__ = [
     "crc32c_portable",
     "crc32c_hardware",
     "BlobWriter",
+    "reserve_ahead",
     "fp8_decode",
     "fp8_encode",
     "bf16_decode",

@@ -309,6 +309,14 @@ static void test_blobwriter(void) {
     CHECK(fseek(tmp, 128, SEEK_SET) == 0 && fread(back, 1, sizeof back, tmp) == sizeof back
           && memcmp(back, big, sizeof big) == 0, "bw big bytes");
     zt_bw_free(&bw);
+    /* a reservation ahead never changes the file's size (nor its bytes), reserved
+     * or not (ext4 only), and a zero length reserves nothing */
+    CHECK(zt_reserve_ahead(fileno(tmp), 0) == 0, "reserve of nothing");
+    (void)zt_reserve_ahead(fileno(tmp), (uint64_t)1 << 20);
+    CHECK(fseek(tmp, 0, SEEK_END) == 0 && ftell(tmp) == 1128, "size after reserve %ld",
+          ftell(tmp));
+    CHECK(fseek(tmp, 128, SEEK_SET) == 0 && fread(back, 1, sizeof back, tmp) == sizeof back
+          && memcmp(back, big, sizeof big) == 0, "bytes after reserve");
     fclose(tmp);
 }
 

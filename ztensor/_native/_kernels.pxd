@@ -64,6 +64,7 @@ cdef extern from "blobwrite.h":
     zt_status zt_bw_write(zt_blobwriter *bw, const void *data, size_t len) nogil
     zt_status zt_bw_flush(zt_blobwriter *bw) nogil
     void zt_bw_free(zt_blobwriter *bw)
+    int zt_reserve_ahead(int fd, uint64_t len) nogil
 
 cdef extern from "floatconv.h":
     ctypedef enum zt_fp8_kind:

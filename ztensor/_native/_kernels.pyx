@@ -152,6 +152,19 @@ def crc32c_hardware():
     return bool(zt_crc32c_hardware())
 
 
+def reserve_ahead(fd, nbytes):
+    """Reserve the blocks of the first ``nbytes`` of ``fd`` without changing its size
+    (ext4 only; csrc/blobwrite.c says why): True if reserved.  A hint, never an error;
+    the caller truncates the file to its length when done."""
+    _contract.reserve_ahead(fd, nbytes)
+    cdef int cfd = fd
+    cdef uint64_t n = nbytes
+    cdef int ok
+    with nogil:
+        ok = zt_reserve_ahead(cfd, n)
+    return bool(ok)
+
+
 cdef class BlobWriter:
     """Stage and write blobs to an open file descriptor (see csrc/blobwrite.c)."""
     cdef zt_blobwriter bw

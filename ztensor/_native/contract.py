@@ -53,6 +53,12 @@ def integers(kernel: str, **values) -> None:
             fail(kernel, f"{name} must lie in [0, 2**63), got {int(value)}")
 
 
+def reserve_ahead(fd: int, nbytes: int) -> None:
+    integers("reserve_ahead", nbytes=nbytes)
+    if type(fd) is not int or not 0 <= fd < 1 << 31:
+        fail("reserve_ahead", f"fd must be an open file descriptor, got {fd!r}")
+
+
 def bswap(n_src: int, n_dst: int, width: int) -> None:
     integers("bswap", width=width)
     if width not in SWAP_WIDTHS:

@@ -294,6 +294,13 @@ def crc32c_hardware():
 EXTENT = _contract.BLOB_EXTENT  # csrc/blobwrite.h ZT_BW_EXTENT
 
 
+def reserve_ahead(fd, nbytes):
+    """The compiled reservation is a hint only (csrc/blobwrite.c); Python cannot tell
+    ext4 from a filesystem where fallocate would write zeros, so it is not made."""
+    _contract.reserve_ahead(fd, nbytes)
+    return False
+
+
 class BlobWriter:
     """Python twin of csrc/blobwrite.c: stage small writes, pad with zeros, and end
     every write(2) but the last on an extent boundary (the C file says why)."""

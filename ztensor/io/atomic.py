@@ -16,6 +16,7 @@ import secrets
 import stat
 from typing import Any, Callable, Optional
 
+from ztensor import kernels
 from ztensor.errors import WriteError, ZTensorError
 from ztensor.io.paths import resolve_folder
 
@@ -244,6 +245,15 @@ def require_room(path, nbytes: int, label=None) -> None:
         )
 
 
+def _with_headroom(size: int) -> int:
+    """The bytes to reserve for a file of ``size`` bytes of data and headers of an
+    unknown length.  On ext4 a rename over an old file writes the whole new file back
+    inside the rename if any of its blocks was left unchosen (csrc/blobwrite.c: 300 ms
+    for 512 MB here), so a few headers past the reservation cost as much as none; the
+    unused rest is given back when the file is complete."""
+    return size + max(1 << 20, size // 16)
+
+
 def replace_atomically(
     path: str,
     write: Callable[[Any], None],
@@ -259,7 +269,8 @@ def replace_atomically(
     removed (wherever its folder went: :meth:`Temp.discard`; one that cannot be is
     said in the error) and ``path`` is untouched; an OSError becomes a WriteError
     naming ``path``.  ``size``: the bytes it will write, when known (checked first:
-    :func:`require_room`)."""
+    :func:`require_room`; and, for a file object, reserved on the disk ahead:
+    :func:`ztensor.kernels.reserve_ahead`)."""
     target = final_target(path)
     if size is not None:
         require_room(target, size, label=path)
@@ -270,8 +281,12 @@ def replace_atomically(
             write(temp.path)
         else:
             fd, temp.fd = temp.fd, None
+            reserved = size is not None and kernels.reserve_ahead(fd, _with_headroom(size))
             with os.fdopen(fd, "wb") as f:
                 write(f)
+                if reserved:  # give back the blocks reserved past the file's end
+                    f.flush()
+                    os.ftruncate(fd, os.fstat(fd).st_size)
         os.replace(temp.path, target)
         temp.done()
     except BaseException as exc:
