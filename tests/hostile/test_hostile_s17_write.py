@@ -398,7 +398,7 @@ def test_a_link_at_the_record_s_name_is_replaced_not_followed(tmp_path):
 
 def test_a_record_that_came_with_the_folder_acts_on_nothing(tmp_path):
     """Rule: checkpoint_moves._recover acts only on files whose device and inode the record
-    gives (checkpoint_moves._is_file): a record from a clone or an archive, or one that
+    gives (checkpoint_moves._is_that_entry): a record from a clone or an archive, or one that
     outlived its files, names files by name alone, and removed and replaced them."""
     folder = tmp_path / "ck"
     folder.mkdir()

@@ -259,7 +259,7 @@ def _recover(target: str) -> None:
     if (
         entry["state"] == "moving"
         and placed
-        and all(_is_file(os.path.join(target, name), dev, ino) for name, dev, ino in placed)
+        and all(_is_that_entry(os.path.join(target, name), dev, ino) for name, dev, ino in placed)
     ):
         # every new file in place, the index too: the process was killed after its
         # last move, before its record said so; the new checkpoint is whole and stays
@@ -267,24 +267,24 @@ def _recover(target: str) -> None:
     if entry["state"] == "moving":
         for name, dev, ino in entry["new"]:
             path = os.path.join(target, name)
-            if _is_file(path, dev, ino):  # the new file itself, nothing else
+            if _is_that_entry(path, dev, ino):  # the new file itself, nothing else
                 with contextlib.suppress(OSError):
                     os.unlink(path)
         for name, link, dev, ino in entry["aside"]:
-            if _is_file(os.path.join(target, link), dev, ino):
+            if _is_that_entry(os.path.join(target, link), dev, ino):
                 _restore(os.path.join(target, name), os.path.join(target, link))
     else:
         leftovers = [(link, dev, ino) for _, link, dev, ino in entry["aside"]]
         for name, dev, ino in leftovers + [tuple(row) for row in entry.get("gone", [])]:
             path = os.path.join(target, name)
-            if _is_file(path, dev, ino):
+            if _is_that_entry(path, dev, ino):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
     with contextlib.suppress(OSError):
         os.unlink(os.path.join(target, _JOURNAL))
 
 
-def _is_file(path: str, dev: int, ino: int) -> bool:
+def _is_that_entry(path: str, dev: int, ino: int) -> bool:
     """Whether ``path`` is (never followed) the regular file or the link of that
     device and inode: a link of the folder that led out of it was moved as a link
     (:func:`_destination`), and is put back as one."""
@@ -466,7 +466,7 @@ def _replace_all(ready, old_index: Optional[str], target: str, home: str, gone=(
             # recorded first: an interruption right after the rename still undoes it
             moved.append((destination, links.get(destination), source))
             os.replace(source, destination)
-        _write_journal(target, "moved", recorded, new, _regular_files(target, gone))
+        _write_journal(target, "moved", recorded, new, _file_entries(target, gone))
     except BaseException as exc:
         _put_back(moved, kept)
         if journal:
@@ -478,7 +478,7 @@ def _replace_all(ready, old_index: Optional[str], target: str, home: str, gone=(
     return [link for _, link in kept]
 
 
-def _regular_files(target: str, names) -> List[Tuple[str, int, int]]:
+def _file_entries(target: str, names) -> List[Tuple[str, int, int]]:
     """[name, device, inode] of each of ``names`` that is a regular file or a link
     in ``target`` (never followed: a link there is removed, its file never)."""
     rows = []

@@ -56,10 +56,10 @@ def open_any(path: PathLike) -> Opened:
     # every format through the Reader's own read, which applies each object format's
     # rules (a GGUF block tensor its blocks cannot hold was refused only by the
     # Writer, in an error naming the output instead of the input)
-    return open_zt(name)
+    return open_reader(name)
 
 
-def open_zt(path: PathLike) -> Opened:
+def open_reader(path: PathLike) -> Opened:
     """A file the Reader reads (``.zt`` of any version or another format), one
     tensor at a time, as :func:`Reader.read` gives it."""
 
