@@ -177,10 +177,20 @@ def test_stats_and_diff_refuse_overlapping_views_beyond_the_budget(tmp_path):
     p = tmp_path / "overlap.pt"
     storage = torch.arange(2**18, dtype=torch.float32)
     torch.save({"w": storage.as_strided((2**17, 2**17), (1, 1))}, p)   # 2**34 elements
-    with ztensor.Reader(p) as r:
-        with pytest.raises(ztensor.LimitError, match="max-elements"):
-            stats.tensor_stats(r, "w")
+    # a view reading its 1 MB storage 2**16 times over is refused when the file is
+    # opened (pytorch._Load._count_visits: at most 64 times, plus 64 MiB)
+    with pytest.raises(ztensor.LimitError, match="64 times"):
+        ztensor.Reader(p)
     for argv in (("stats", p), ("diff", p, p)):
+        code, out, err = cli(*argv)
+        assert code == 2 and len(err) == 1 and "64 times" in err[0], (argv, err)
+    # within that, stats' own budget of elements still holds
+    within = tmp_path / "within.pt"
+    torch.save({"w": storage.as_strided((2**12, 2**12), (1, 1))}, within)  # 64 MB read
+    with ztensor.Reader(within) as r:
+        with pytest.raises(ztensor.LimitError, match="max-elements"):
+            stats.tensor_stats(r, "w", max_elements=2**20)
+    for argv in (("stats", "--max-elements", "1048576", within),):
         code, out, err = cli(*argv)
         assert code == 2 and len(err) == 1 and "--max-elements" in err[0], (argv, err)
     small = tmp_path / "small.zt"

@@ -138,15 +138,21 @@ def attempt(label, fn):
         results.append(f"{label}: {type(exc).__name__}: {exc}")
     except MemoryError as exc:
         results.append(f"{label}: bare {type(exc).__name__}")
-attempt("load_file", lambda: zt.load_file(path))
-with ztensor.safe_open(path, framework="pt") as f:
-    attempt("safe_open", lambda: f.get_tensor("v"))
-with ztensor.Reader(path) as r:
-    attempt("read_torch", lambda: r.read_torch("v"))
-for framework in ("np", "pt"):
+def safe_open(framework, get):
     with ztensor.safe_open(path, framework=framework) as f:
-        attempt(f"get_slice {framework} [:]", lambda: f.get_slice("v")[:])
-        attempt(f"get_slice {framework} rows", lambda: f.get_slice("v")[0:100000])
+        get(f)
+def read_torch():
+    with ztensor.Reader(path) as r:
+        r.read_torch("v")
+attempt("load_file", lambda: zt.load_file(path))
+attempt("safe_open", lambda: safe_open("pt", lambda f: f.get_tensor("v")))
+attempt("read_torch", read_torch)
+for framework in ("np", "pt"):
+    attempt(f"get_slice {framework} [:]", lambda: safe_open(framework, lambda f: f.get_slice("v")[:]))
+    attempt(
+        f"get_slice {framework} rows",
+        lambda: safe_open(framework, lambda f: f.get_slice("v")[0:100000]),
+    )
 print("\n".join(results))
 """
 
@@ -175,4 +181,6 @@ def test_torch_copy_of_a_view_larger_than_memory_is_a_limit_error(tmp_path):
     lines = done.stdout.splitlines()
     assert len(lines) == 7, done.stdout
     for line in lines:
-        assert "LimitError" in line and str(path) in line and "'v'" in line, line
+        # refused when the file is opened since session 19: the one view reads its
+        # 2 MB storage 2**19 times over (pytorch._Load._count_visits)
+        assert "LimitError" in line and str(path) in line and "64 times" in line, line

@@ -360,10 +360,17 @@ class _Schema:
                 f"a dense object has exactly one part, 'data'; this one has {sorted(comps)}",
                 **where,
             )
-        problem = shape_problem(shape)  # the v1.2 dense rule: one array must hold it
+        comp = comps["data"]
+        # the v1.2 dense rule: one array of the element type a read gives must hold it
+        if comp.type is None:
+            unit = STORAGE_WIDTH.get(comp.dtype, 16)
+        elif comp.type in dtypes.LOGICAL:
+            unit = dtypes.LOGICAL[comp.type].ratio * dtypes.STORAGE[comp.dtype].itemsize
+        else:
+            unit = 16
+        problem = shape_problem(shape, unit)
         if problem:
             raise UnsupportedError(f"shape: {problem}", path=self.path, **where)
-        comp = comps["data"]
         count = math.prod(shape)
         if comp.type is None:
             want = count * STORAGE_WIDTH[comp.dtype]

@@ -71,6 +71,12 @@ VALUE_TYPES = "gguf_value_types"
 MAX_COUNT = 1 << 24  # tensors or key/values in one file
 MAX_DIMS = 8
 MAX_ARRAY_DEPTH = 8  # arrays of arrays
+# items of every key/value array of one file together.  Each becomes a Python object
+# when the file is opened (9-11 bytes of memory per byte of a numeric array, more in
+# a conversion): 25 million items of one array, 100 MB of file, held 1.1 GB for an
+# `ls` that never shows them.  The largest real arrays are a tokenizer's vocabulary,
+# scores, types and merges: about 10**6 items in all for a 262,144-token vocabulary.
+MAX_ARRAY_ITEMS = 1 << 23
 _UINT32 = 4
 
 
@@ -99,6 +105,7 @@ class _Cursor:
 
     def __init__(self, data, path):
         self.data, self.pos, self.path = data, 0, path
+        self.items_left = MAX_ARRAY_ITEMS  # of every array together
 
     def take(self, n, what):
         if n < 0 or self.pos + n > len(self.data):
@@ -133,6 +140,13 @@ class _Cursor:
             etype, count = self.unpack("<I", what), self.unpack("<Q", what)
             if count > len(self.data) - self.pos:  # every item takes at least a byte
                 raise FormatError(f"GGUF {what}: array of {count} items cannot fit", path=self.path)
+            self.items_left -= count
+            if self.items_left < 0:
+                raise LimitError(
+                    f"GGUF {what}: the key/value arrays hold more than {MAX_ARRAY_ITEMS} "
+                    "items in all (a tokenizer's arrays hold about a million)",
+                    path=self.path,
+                )
             if etype in _NUMPY_SCALARS:  # numbers: one read, not a loop
                 dtype = np.dtype(_NUMPY_SCALARS[etype])
                 raw = self.take(count * dtype.itemsize, what)

@@ -35,6 +35,13 @@ class NameTable:
         for the message; the name itself when omitted), or raise FormatError naming
         both origins when another item already has it, or when the name has no
         UTF-8 form (:func:`check_unicode`)."""
+        if type(name) is not str:  # ONNX (proto2) gives a name that is not UTF-8 as bytes
+            raise FormatError(
+                f"{self.what} name {_show(name)} is not text: every format we read "
+                "stores its names as UTF-8",
+                path=self.path,
+                obj=repr(name)[:80],
+            )
         check_unicode(name, self.path, f"{self.what} name", obj=name)
         origin = name if origin is None else origin
         first = self._origins.get(name, _FREE)

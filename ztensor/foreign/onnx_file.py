@@ -138,7 +138,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
             entries[key] = eager(key, Tensor({"data": arr}))
     attributes = {
         "onnx.ir_version": int(model.ir_version),
-        "onnx.producer_name": str(model.producer_name),
+        "onnx.producer_name": _text(model.producer_name, name, "producer_name"),
     }
     if skipped:  # said, not dropped without a word
         attributes["onnx.skipped_initializers"] = skipped
@@ -152,6 +152,14 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
     if nested_constants:
         attributes["onnx.skipped_subgraph_constants"] = nested_constants
     return ForeignFile(name, "onnx", attributes, entries)
+
+
+def _text(value, path, field: str) -> str:
+    """A string field of the model as text: protobuf gives a proto2 string that is not
+    UTF-8 as bytes, which is refused (it was stored as ``"b'...'"``)."""
+    if type(value) is not str:
+        raise FormatError(f"the model's {field} is not UTF-8 text", path=path)
+    return value
 
 
 def _is_constant(node) -> bool:

@@ -26,10 +26,16 @@ ROLES = ("data",)
 
 def check_entry(checker, name, shape, comps):
     """Manifest check at open (and in the writer): ``checker`` reports failures."""
-    problem = shape_problem(shape)
+    data = comps.get("data")
+    # the bytes of one element as a read gives it: the rule is that one numpy array
+    # of that type holds the shape, as the Writer's caller_shape and every foreign
+    # reader apply it (with 16, any width, the Writer finished files of a (0, 2**62)
+    # uint8 array, which numpy holds, that the Reader then refused whole)
+    storage = dtypes.STORAGE.get(data.dtype) if data is not None else None
+    unit = 16 if storage is None else storage.itemsize * dtypes.element_ratio(data.dtype, data.type)
+    problem = shape_problem(shape, unit)
     if problem:
         checker.fail(f"shape: {problem}", name)
-    data = comps.get("data")
     if data is None:
         checker.fail("dense object has no 'data' component", name)
     # the spec gives a dense object one component: another is nothing a read of the

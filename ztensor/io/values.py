@@ -44,11 +44,30 @@ def is_bool(storage: str, ltype) -> bool:
     return storage == "bool" or (ltype == "bool" and storage == "u8")
 
 
+def _distinct(arr: np.ndarray) -> np.ndarray:
+    """The elements of ``arr`` each once: an axis of stride 0 (a view another format
+    made with ``expand``) collapsed to one step.  ``arr`` itself when it has none."""
+    if not arr.size or 0 not in arr.strides:
+        return arr
+    return arr[tuple(slice(0, 1) if step == 0 else slice(None) for step in arr.strides)]
+
+
+def elementwise(fn, arr: np.ndarray) -> np.ndarray:
+    """``fn`` (elementwise) of ``arr``, applied to its distinct elements only and
+    broadcast back to its shape (a read-only view) where it repeats elements: a
+    pass over a stride-0 view of 48 stored bytes declaring 2**32 elements made a
+    4 GB array (found by fuzzing, a PyTorch bool tensor)."""
+    distinct = _distinct(arr)
+    if distinct is arr:
+        return fn(arr)
+    return np.broadcast_to(fn(distinct), arr.shape)
+
+
 def check_bools(arr: np.ndarray, **where) -> None:
     """The one home of the bool rule on reading: every byte of a bool component is
     0x00 or 0x01, else FormatError naming ``where`` (path, obj, component).  One
     pass over the bytes at memory speed (uint8 ``max``, no temporary array)."""
-    if arr.size and int(arr.view(np.uint8).max()) > 1:
+    if arr.size and int(_distinct(arr).view(np.uint8).max()) > 1:
         raise FormatError("a bool element holds a byte other than 0 or 1", **where)
 
 
@@ -59,9 +78,9 @@ def clean_bools(arr: np.ndarray) -> np.ndarray:
     ``arr != 0`` (numpy and torch make bytes such as 0x02 through views; their truth
     is "not zero")."""
     raw = arr.view(np.uint8)
-    if not raw.size or int(raw.max()) <= 1:
+    if not raw.size or int(_distinct(raw).max()) <= 1:
         return arr
-    return (raw != 0).view(arr.dtype)
+    return elementwise(lambda b: (b != 0).view(arr.dtype), raw)
 
 
 def as_elements(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
@@ -108,7 +127,7 @@ def as_values(arr: np.ndarray, storage: str, ltype, **where) -> np.ndarray:
     if out.dtype.kind != "u" or out is not arr:
         return out
     if storage == "bf16":
-        return floats.bf16_to_float32(arr)
+        return elementwise(floats.bf16_to_float32, arr)
     if ltype in dtypes.FP8_TYPES and storage == "u8":
-        return floats.fp8_to_float(arr, ltype)
+        return elementwise(lambda a: floats.fp8_to_float(a, ltype), arr)
     return out
