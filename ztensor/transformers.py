@@ -181,8 +181,12 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
 def _given_config(given: Any, source: str) -> Any:
     """A copy of the config the caller gave (``config=``), held to config.json's
     rules: no code map, no quantization, the caller's path as its name."""
-    config = copy.deepcopy(given)
-    _refuse_loading_choices(config.to_dict(), "the config given", source)
+    try:
+        config = copy.deepcopy(given)
+        settings = config.to_dict()
+    except RecursionError:  # a config object nested past Python's stack (not JSON's)
+        raise FormatError("the config given is nested too deep to be copied", path=source) from None
+    _refuse_loading_choices(settings, "the config given", source)
     for key in ("auto_map", "custom_pipelines"):
         if hasattr(config, key):
             delattr(config, key)
@@ -480,10 +484,17 @@ def _refuse_hub_code(config_dict: Dict[str, Any], config_path: str) -> None:
 def _every_key(config_dict: Dict[str, Any]) -> Iterator[Tuple[Any, Any]]:
     """(key, value) of every object within ``config_dict``, itself and its
     sub-configs at any depth, lists included.  Iterative: JSON nested as deep as the
-    parser allows is no RecursionError here."""
+    parser allows is no RecursionError here.  Each container is walked once: a
+    ``config=`` object is Python's, not JSON, and a list holding itself looped for
+    ever, forty lists each holding the next twice took 2**40 steps."""
     stack: List[Any] = [config_dict]
+    seen = set()
     while stack:
         value = stack.pop()
+        if isinstance(value, (list, dict)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
         if isinstance(value, list):
             stack.extend(value)
         elif isinstance(value, dict):

@@ -154,14 +154,20 @@ def _write_journal(target: str, state: str, aside, new, gone=(), placed=()) -> N
         "gone": [list(r) for r in gone],
         "placed": [list(r) for r in placed],
     }
-    fd, temp = tempfile.mkstemp(prefix=_JOURNAL + ".", suffix=".tmp", dir=target)
+    record = os.path.join(target, _JOURNAL)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=_JOURNAL + ".", suffix=".tmp", dir=target)
+    except OSError as exc:
+        raise _failed("cannot write the record of this save's moves", exc, record) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(json.dumps(entry).encode("utf-8"))
-        os.replace(temp, os.path.join(target, _JOURNAL))
-    except BaseException:
+        os.replace(temp, record)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp)
+        if isinstance(exc, OSError):  # a folder at its name (from a clone): said so
+            raise _failed("cannot write the record of this save's moves", exc, record) from None
         raise
 
 
@@ -364,20 +370,26 @@ def move_staged(
     model's config files), each simply replaced."""
     names = sorted(os.listdir(staging), key=lambda n: (n == index, n))
     home = os.path.realpath(target)
-    # (what to rename, its destination): all checked before anything moves
-    ready = [_ready_to_move(os.path.join(staging, name), target, home, name) for name in names]
-    _require_distinct(ready, names, target)
-    old_index = None if index is None else _destination(target, home, index)
     # the checkpoint replaced may have been one whole file (model.zt beside the new
     # model.zt.index.json): transformers loads that one first, so it goes too
     whole = index[: -len(".index.json")] if index and index.endswith(".index.json") else None
     with _folder_locked(target) as held:
         if held:
             _recover(target)  # a save killed since this one's staging folder was made
+        # (what to rename, its destination): all checked before anything moves, under
+        # the lock and after the recovery, so that they are the files moved onto (a
+        # file swapped for a folder between a check outside the lock and the moves was
+        # renamed aside and left there for good)
+        ready = [_ready_to_move(os.path.join(staging, n), target, home, n) for n in names]
+        _require_distinct(ready, names, target)
+        old_index = None if index is None else _destination(target, home, index)
         # asked under the lock, before the moves: the old checkpoint's files as they
-        # are now (asked before the lock, a save that moved in meanwhile lost its)
+        # are now (asked before the lock, a save that moved in meanwhile lost its);
+        # never a file a new one is moved onto (an old name linked to it: the new
+        # shard written through the link was then removed as an old one)
         old_files = set(replaced())
-        gone = sorted((old_files | ({whole} if whole else set())) - set(names) - {index})
+        onto = {os.path.basename(destination) for _, destination in ready}
+        gone = sorted((old_files | ({whole} if whole else set())) - set(names) - {index} - onto)
         links = _replace_all(ready, old_index, target, home, gone)
         # under the lock too: a save moving in after this one released it lost a
         # shard this one removed as "replaced"; and despite an interrupt (the new
@@ -453,7 +465,11 @@ def _replace_all(ready, old_index: Optional[str], target: str, home: str, gone=(
     step = target
     journal = False
     try:
-        _write_journal(target, "moving", recorded, new, placed=placed)
+        # what goes once the moves are done is known now: a process killed after its
+        # last rename, before the "moved" record, left the old checkpoint's extra
+        # shards beside the new index for good (or an old model.zt, and a folder
+        # refused as holding two checkpoints)
+        _write_journal(target, "moving", recorded, new, _file_entries(target, gone), placed)
         journal = True
         for destination, link in links.items():
             step = destination
@@ -472,7 +488,7 @@ def _replace_all(ready, old_index: Optional[str], target: str, home: str, gone=(
         if journal:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(target, _JOURNAL))
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
             raise _failed("cannot move the new file into place", exc, step) from None
         raise
     return [link for _, link in kept]
@@ -522,6 +538,8 @@ def _link_aside(path: str, link: str) -> None:
             raise
         if os.path.lexists(link):
             raise
+        if stat.S_ISDIR(os.lstat(path).st_mode):  # a folder swapped in: never moved aside
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path) from None
         os.rename(path, link)  # the destination is absent until the new file comes
 
 
@@ -574,9 +592,24 @@ def _destination(target: str, home: str, name: str) -> str:
     file, a link or nothing (:func:`final_target`'s checks)."""
     final = os.path.join(target, name)
     destination = final_target(final)
-    if os.path.dirname(destination) != home:
+    if os.path.dirname(destination) != home or _reserved(os.path.basename(destination)):
         return os.path.join(home, name)
     return destination
+
+
+def _reserved(name: str) -> bool:
+    """Whether ``name`` is one this module gives its own files in a checkpoint's
+    folder (the record, its temporary files, staging folders, links aside).  A
+    checkpoint file that is a link to one is replaced by the new file, never written
+    through: an index written through a link to the record was overwritten by the
+    record and removed with it (the save said OK, the checkpoint had no index), and
+    one through a link to a record's temporary name was removed by the next save."""
+    return (
+        name == _JOURNAL
+        or name.startswith(_JOURNAL + ".")
+        or name.startswith(_STAGING_PREFIX)
+        or _ASIDE_NAME.fullmatch(name) is not None
+    )
 
 
 def _ready_to_move(staged: str, target: str, home: str, name: str) -> Tuple[str, str]:
