@@ -204,27 +204,8 @@ def test_convert_blames_the_input_for_a_gguf_block_tensor_its_blocks_cannot_hold
 
 
 # ------------------------------------------------------------------ helper 13's probe
-# checkpoint saves killed or crafted (checkpoint_moves): a child process that dies
-# (os._exit, no cleanup runs) on its n-th call of os.replace matching a rule
-def _killed_save(folder, value, rule, at):
-    import subprocess
-    import sys
-    import textwrap
-    code = textwrap.dedent(f"""
-        import os, numpy as np, ztensor
-        real, seen = os.replace, [0]
-        def replace(src, dst):
-            if {rule}:
-                seen[0] += 1
-                if seen[0] == {at}:
-                    os._exit(9)
-            real(src, dst)
-        os.replace = replace
-        ztensor.save_sharded({{k: np.full(4, {value}, "f4") for k in "abc"}},
-                             {str(folder)!r}, max_shard_size=16)
-        os._exit(0)
-    """)
-    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode
+# checkpoint saves killed or crafted (checkpoint_moves)
+from killed_saves import killed_save as _killed_save  # noqa: E402
 
 
 def _read_all(folder):

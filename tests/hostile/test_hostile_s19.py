@@ -2,12 +2,10 @@
 Each test names the one function that keeps its rule."""
 import os
 import struct
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from killed_saves import killed_save
 
 import ztensor
 from ztensor.io import checkpoint_moves
@@ -161,24 +159,6 @@ def test_a_new_file_linked_to_an_old_shard_the_save_drops_is_kept(tmp_path):
     assert _read_all(folder) == {"a": 2.0, "b": 2.0, "c": 2.0}
 
 
-def _killed(folder, rule, at, max_shard_size):
-    code = textwrap.dedent(f"""
-        import os, numpy as np, ztensor
-        real, seen = os.replace, [0]
-        def replace(src, dst):
-            if {rule}:
-                seen[0] += 1
-                if seen[0] == {at}:
-                    os._exit(9)
-            real(src, dst)
-        os.replace = replace
-        ztensor.save_sharded({{k: np.full(4, 2.0, "f4") for k in "abc"}},
-                             {str(folder)!r}, max_shard_size={max_shard_size})
-        os._exit(0)
-    """)
-    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="kills a child process")
 @pytest.mark.parametrize("old_whole", [False, True])
 def test_a_save_killed_after_its_last_move_leaves_no_old_file(tmp_path, old_whole):
@@ -195,7 +175,8 @@ def test_a_save_killed_after_its_last_move_leaves_no_old_file(tmp_path, old_whol
     else:
         _save(folder, 1.0)  # three shards
     rule = 'os.path.basename(dst) == ".ztensor-moving.json"'
-    assert _killed(folder, rule, 2, 32) == 9  # at the record of complete moves
+    # killed at the record of complete moves
+    assert killed_save(folder, 2.0, rule, 2, max_shard_size=32) == 9
     with checkpoint_moves.staged(str(folder)):  # the next save's first step: recovery
         pass
     assert sorted(os.listdir(folder)) == [
