@@ -178,7 +178,7 @@ def test_stats_and_diff_refuse_overlapping_views_beyond_the_budget(tmp_path):
     storage = torch.arange(2**18, dtype=torch.float32)
     torch.save({"w": storage.as_strided((2**17, 2**17), (1, 1))}, p)   # 2**34 elements
     # a view reading its 1 MB storage 2**16 times over is refused when the file is
-    # opened (pytorch._Load._count_visits: at most 64 times, plus 64 MiB)
+    # opened (pytorch._check_visits: at most 64 times, plus 64 MiB)
     with pytest.raises(ztensor.LimitError, match="64 times"):
         ztensor.Reader(p)
     for argv in (("stats", p), ("diff", p, p)):

@@ -182,5 +182,5 @@ def test_torch_copy_of_a_view_larger_than_memory_is_a_limit_error(tmp_path):
     assert len(lines) == 7, done.stdout
     for line in lines:
         # refused when the file is opened since session 19: the one view reads its
-        # 2 MB storage 2**19 times over (pytorch._Load._count_visits)
+        # 2 MB storage 2**19 times over (pytorch._check_visits)
         assert "LimitError" in line and str(path) in line and "64 times" in line, line

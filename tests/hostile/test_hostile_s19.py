@@ -91,7 +91,7 @@ def test_gguf_key_value_arrays_are_held_to_a_count_of_items(tmp_path):
 
 
 def test_overlapping_views_are_held_to_a_multiple_of_the_stored_bytes(tmp_path):
-    """Rule: pytorch._Load._count_visits: four as_strided (1, 1) views of one
+    """Rule: pytorch._check_visits: four as_strided (1, 1) views of one
     128 KB storage (133 KB of file) made stats read 4 GB; real aliasing (tied
     weights, a projection split in three, an expand) still loads, values and all."""
     torch = pytest.importorskip("torch")
@@ -263,3 +263,123 @@ def test_elementwise_work_follows_the_distinct_elements():
     bools = np.broadcast_to(np.array([0, 2], np.uint8)[:, None], (2, 2**30)).view(np.bool_)
     cleaned = values.clean_bools(bools)
     assert cleaned.view(np.uint8)[:, 7].tolist() == [0, 1] and 0 in cleaned.strides
+
+
+# ------------------------------------------------------------------ helper 17's review
+def test_a_storage_s_declared_size_lifts_no_budget(tmp_path):
+    """Rule: pytorch._check_visits counts a storage's bytes as its member holds
+    them: a bare reference declaring 2**40 elements of a 4-byte member, before
+    overlapping views, lifted the budget for every view after it."""
+    import collections
+    import io
+    import pickle
+    import zipfile
+
+    torch = pytest.importorskip("torch")
+
+    class Ref:
+        def __init__(self, key, numel):
+            self.key, self.numel = key, numel
+
+    class View:
+        def __init__(self, ref, offset):
+            self.ref, self.offset = ref, offset
+
+        def __reduce__(self):
+            return (torch._utils._rebuild_tensor_v2,
+                    (self.ref, self.offset, (2**13, 2**13), (1, 1), False,
+                     collections.OrderedDict()))
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Ref):
+                return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
+            return None
+
+    n = 2**15 + 8
+    shared = Ref("0", n)
+    obj = collections.OrderedDict(junk=Ref("1", 2**40))
+    for i in range(3):
+        obj[f"v{i}"] = View(shared, i)
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump(obj)
+    path = tmp_path / "bare.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/data/0", bytes(4 * n))
+        z.writestr("archive/data/1", bytes(4))
+        z.writestr("archive/version", "3\n")
+    with pytest.raises(ztensor.LimitError, match="64 times"):
+        ztensor.Reader(str(path))
+
+
+def test_an_index_linked_to_the_old_whole_file_is_replaced(tmp_path):
+    """Rule: checkpoint_moves._destination (``avoid``): a link to another file of
+    the checkpoint replaced is itself replaced: the new index, written through a link
+    to the old whole model.zt, landed in it, and the folder read as no checkpoint."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    with ztensor.Writer(str(folder / "model.zt")) as w:
+        for k in "abc":
+            w.write_numpy(k, np.full(4, 1.0, "f4"))
+    os.symlink("model.zt", folder / "model.zt.index.json")
+    _save(folder, 2.0)
+    assert not (folder / "model.zt").exists()
+    assert not os.path.islink(folder / "model.zt.index.json")
+    assert _read_all(folder) == {"a": 2.0, "b": 2.0, "c": 2.0}
+
+
+def test_a_reservation_that_fails_part_way_leaves_no_blocks(tmp_path, monkeypatch):
+    """Rule: atomic.replace_atomically truncates the file to its length whenever a
+    reservation was asked for: a fallocate that failed part way (ENOSPC) keeps the
+    blocks it had, and they stayed past the file's end for good."""
+    from ztensor import kernels
+    from ztensor.io import atomic
+
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if not hasattr(libc, "fallocate"):
+        pytest.skip("no fallocate(2) here")
+    kept = []
+
+    def partly(fd, nbytes):
+        # blocks past the end, the size unchanged (FALLOC_FL_KEEP_SIZE), as a
+        # reservation that stopped part way leaves them; then "failed"
+        done = libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(8 << 20)) == 0
+        kept.append(done and os.fstat(fd).st_blocks * 512 >= 8 << 20)
+        return False
+
+    monkeypatch.setattr(kernels, "reserve_ahead", partly)
+    path = str(tmp_path / "out.bin")
+    atomic.replace_atomically(path, lambda f: f.write(b"abc"), size=1 << 20)
+    with open(path, "rb") as f:
+        assert f.read() == b"abc"
+    if not kept[0]:
+        pytest.skip("this filesystem keeps no blocks past a file's end")
+    assert os.stat(path).st_blocks * 512 <= 64 << 10
+
+
+def test_an_onnx_subgraph_name_that_is_not_utf8_is_a_format_error(tmp_path):
+    """Rule: onnx_file._text for every name the subgraph walk lists: a Constant
+    node's output there that is not UTF-8 gave a bare TypeError."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    const = helper.make_node("Constant", [], ["QQQQ"], value_float=1.0)
+    branch = helper.make_graph(
+        [const], "b", [], [helper.make_tensor_value_info("QQQQ", TensorProto.FLOAT, [])]
+    )
+    node = helper.make_node("If", ["c"], ["o"], then_branch=branch, else_branch=branch)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [])],
+    )
+    path = tmp_path / "sub.onnx"
+    raw = helper.make_model(graph).SerializeToString().replace(b"QQQQ", b"Q\xff\xfeQ")
+    path.write_bytes(raw)
+    with pytest.raises(ztensor.FormatError, match="not UTF-8") as caught:
+        ztensor.Reader(str(path))
+    assert str(path) in str(caught.value)

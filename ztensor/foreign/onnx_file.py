@@ -146,7 +146,7 @@ def open_file(path, limits: Limits = DEFAULT_LIMITS) -> ForeignFile:
         attributes["onnx.skipped_sparse_initializers"] = sparse
     if skipped_constants:
         attributes["onnx.skipped_constants"] = skipped_constants
-    nested, nested_constants = _nested(onnx, model)
+    nested, nested_constants = _nested(onnx, model, name)
     if nested:
         attributes["onnx.skipped_subgraph_initializers"] = nested
     if nested_constants:
@@ -158,7 +158,7 @@ def _text(value, path, field: str) -> str:
     """A string field of the model as text: protobuf gives a proto2 string that is not
     UTF-8 as bytes, which is refused (it was stored as ``"b'...'"``)."""
     if type(value) is not str:
-        raise FormatError(f"the model's {field} is not UTF-8 text", path=path)
+        raise FormatError(f"the model's {field} {value[:80]!r} is not UTF-8 text", path=path)
     return value
 
 
@@ -231,7 +231,7 @@ def _constant_tensor(onnx, node, path):
     return key, onnx.TensorProto(data_type=data_type, dims=[len(values)], **{field: values})
 
 
-def _nested(onnx, model) -> tuple:
+def _nested(onnx, model, path) -> tuple:
     """(initializers, Constant nodes) outside the main graph's own: where each is, in
     the subgraphs a node holds (``If``'s branches, ``Loop``'s body, at any depth), the
     training graphs and the model's local functions (which have Constant nodes but no
@@ -250,10 +250,18 @@ def _nested(onnx, model) -> tuple:
     )
     for graph, where in pending:  # grows as subgraphs are found: each graph once
         if where:
-            found += [f"{where}/{t.name}" for t in getattr(graph, "initializer", ())]
-            found += [f"{where}/{t.values.name}" for t in getattr(graph, "sparse_initializer", ())]
+            found += [
+                f"{where}/{_text(t.name, path, 'initializer name')}"
+                for t in getattr(graph, "initializer", ())
+            ]
+            found += [
+                f"{where}/{_text(t.values.name, path, 'initializer name')}"
+                for t in getattr(graph, "sparse_initializer", ())
+            ]
             constants += [
-                f"{where}/{','.join(node.output)}" for node in graph.node if _is_constant(node)
+                f"{where}/{','.join(_text(out, path, 'node output') for out in node.output)}"
+                for node in graph.node
+                if _is_constant(node)
             ]
         for node in graph.node:
             for attr in node.attribute:

@@ -129,7 +129,7 @@ class _StateDict(OrderedDict):
     is written): the one object BUILD may set the state of."""
 
 
-# what the tensors of one file may read of its storages (_Load._count_visits): this
+# what the tensors of one file may read of its storages (_check_visits): this
 # many times the bytes the storages hold, plus this many bytes in any case
 VISITS_PER_STORED_BYTE = 64
 VISITS_ALLOWED = 64 << 20
@@ -250,30 +250,6 @@ class _Load:
         self.encode_left = pickle_size
         self.ignored: List[Tuple[str, Any]] = []
         self.storages: Dict[str, _StorageRef] = {}  # key -> its first reference
-        self.stored = 0  # the bytes those storages hold
-        self.visited = 0  # the bytes the tensors so far read of them (_count_visits)
-
-    def _count_visits(self, size, stride, itemsize) -> None:
-        """Hold the bytes the file's tensors make a read visit to a multiple of the
-        bytes its storages hold.  A stride-0 axis (``expand``) repeats one element and
-        every reader collapses it, so it costs nothing; any other axis is visited
-        element by element, and views that overlap (``as_strided`` with strides
-        (1, 1)) visit the same bytes again and again: four such views of a 128 KB
-        storage, 133 KB of file, made ``stats`` read 4 GB for 21 s, and a thousand
-        would take hours.  Real checkpoints view each storage a few times (tied
-        weights, a fused projection split in three)."""
-        visited = 0
-        if math.prod(size):
-            visited = math.prod(n for n, s in zip(size, stride) if s) * itemsize
-        self.visited += visited
-        allowed = VISITS_PER_STORED_BYTE * self.stored + VISITS_ALLOWED
-        if self.visited > allowed:
-            raise LimitError(
-                f"the tensors read {self.visited} bytes of storages that hold "
-                f"{self.stored}: views that read their storages' bytes more than "
-                f"{VISITS_PER_STORED_BYTE} times over are refused (work follows the bytes "
-                "present)"
-            )
 
     # ---- the functions the allowlist maps to (torch._utils' signatures)
     def rebuild(self, storage, offset, size, stride, dtype_name=None, bits=()) -> _TensorRecord:
@@ -312,7 +288,6 @@ class _Load:
             )
         # a dimension of one element never moves: its stride is never used
         stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))
-        self._count_visits(size, stride, dtype.itemsize)
         torch_name = _STORAGE_CLASSES.get(name, name)
         return _TensorRecord(storage, offset, tuple(size), stride, dtype, ltype, torch_name, bits)
 
@@ -408,10 +383,7 @@ class _Load:
         # refuses views of one storage as two types), and torch.load reads every later
         # reference as the first's type and size, so a reference naming another would
         # give elements torch never gives (float bits passed off as int32)
-        if pid[2] not in self.storages:
-            self.storages[pid[2]] = _StorageRef(member, pid[1], pid[4])
-            self.stored += self.storages[pid[2]].nbytes
-        first = self.storages[pid[2]]
+        first = self.storages.setdefault(pid[2], _StorageRef(member, pid[1], pid[4]))
         if (first.dtype.name, first.numel) != (pid[1].name, pid[4]):
             raise FormatError(
                 f"storage {pid[2][:40]!r} is referred to as {first.numel} "
@@ -677,6 +649,7 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
+    _check_visits(tensors, name)
     # (member, dtype) -> a big-endian storage swapped; (member, dtype, bits) -> resolved
     elements: Dict[tuple, np.ndarray] = {}
     entries = {}
@@ -687,6 +660,36 @@ def _open(name, archive, limits) -> ForeignFile:
         )
         entries[key] = eager(key, tensor)
     return ForeignFile(name, "pickle", attributes, entries, closer=archive.close)
+
+
+def _check_visits(tensors, path) -> None:
+    """Hold the bytes the file's named tensors make a read visit to a multiple of the
+    bytes their storages hold (each storage read and held to its size first:
+    :func:`_read_storages`).  A stride-0 axis (``expand``) repeats one element and
+    every reader collapses it, so it costs nothing; any other axis is visited
+    element by element, and views that overlap (``as_strided`` with strides (1, 1))
+    visit the same bytes again and again: four such views of a 128 KB storage, 133 KB
+    of file, made ``stats`` read 4 GB for 21 s, and a thousand would take hours.
+    Counted per name, as each is read (one view under many names of a shared
+    container is read once per name), over the storages named tensors use only (a
+    bare reference declaring 2**40 elements of a 4-byte member lifted the budget).
+    Real checkpoints view each storage a few times (tied weights, a fused
+    projection split in three)."""
+    stored = {record.storage.member: record.storage.nbytes for record in tensors.values()}
+    held = sum(stored.values())
+    allowed = VISITS_PER_STORED_BYTE * held + VISITS_ALLOWED
+    visited = 0
+    for record in tensors.values():
+        if math.prod(record.size):
+            steps = (n for n, s in zip(record.size, record.stride) if s)
+            visited += math.prod(steps) * record.dtype.itemsize
+        if visited > allowed:
+            raise LimitError(
+                f"the tensors read {visited} bytes or more of storages that hold {held}: "
+                f"views that read their storages' bytes more than {VISITS_PER_STORED_BYTE} "
+                "times over are refused (work follows the bytes present)",
+                path=path,
+            )
 
 
 def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:

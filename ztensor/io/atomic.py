@@ -281,11 +281,12 @@ def replace_atomically(
             write(temp.path)
         else:
             fd, temp.fd = temp.fd, None
-            reserved = size is not None and kernels.reserve_ahead(fd, _with_headroom(size))
             with os.fdopen(fd, "wb") as f:
+                if size is not None:
+                    kernels.reserve_ahead(fd, _with_headroom(size))
                 write(f)
-                if reserved:  # give back the blocks reserved past the file's end
-                    f.flush()
+                if size is not None:  # give back the blocks reserved past the file's end
+                    f.flush()  # (also those a reservation that failed part way kept)
                     os.ftruncate(fd, os.fstat(fd).st_size)
         os.replace(temp.path, target)
         temp.done()

@@ -380,14 +380,19 @@ def move_staged(
         # the lock and after the recovery, so that they are the files moved onto (a
         # file swapped for a folder between a check outside the lock and the moves was
         # renamed aside and left there for good)
-        ready = [_ready_to_move(os.path.join(staging, n), target, home, n) for n in names]
-        _require_distinct(ready, names, target)
-        old_index = None if index is None else _destination(target, home, index)
         # asked under the lock, before the moves: the old checkpoint's files as they
-        # are now (asked before the lock, a save that moved in meanwhile lost its);
-        # never a file a new one is moved onto (an old name linked to it: the new
-        # shard written through the link was then removed as an old one)
+        # are now (asked before the lock, a save that moved in meanwhile lost its)
         old_files = set(replaced())
+        # a link to another file of the old checkpoint (one it replaces or removes)
+        # is itself replaced: written through, the new index landed in the old whole
+        # model.zt, which then read as an index
+        others = (old_files | ({whole} if whole else set())) - set(names)
+        ready = [
+            _ready_to_move(os.path.join(staging, n), target, home, n, avoid=others) for n in names
+        ]
+        _require_distinct(ready, names, target)
+        old_index = None if index is None else _destination(target, home, index, others)
+        # never a file a new one is moved onto
         onto = {os.path.basename(destination) for _, destination in ready}
         gone = sorted((old_files | ({whole} if whole else set())) - set(names) - {index} - onto)
         links = _replace_all(ready, old_index, target, home, gone)
@@ -585,14 +590,21 @@ def _folder_locked(folder: str) -> Iterator[bool]:
         os.close(fd)
 
 
-def _destination(target: str, home: str, name: str) -> str:
+def _destination(target: str, home: str, name: str, avoid=frozenset()) -> str:
     """Where the file ``name`` of the folder ``target`` (``home`` resolved) is
     renamed to: through a link, the file it leads to when that lies in the folder,
-    else the link itself (:func:`move_staged`).  What is there must be a regular
-    file, a link or nothing (:func:`final_target`'s checks)."""
+    else the link itself (:func:`move_staged`); the link itself too when it leads to
+    one of ``avoid`` (another file of the checkpoint replaced) or to a name of this
+    module's own.  What is there must be a regular file, a link or nothing
+    (:func:`final_target`'s checks)."""
     final = os.path.join(target, name)
     destination = final_target(final)
-    if os.path.dirname(destination) != home or _reserved(os.path.basename(destination)):
+    led_to = os.path.basename(destination)
+    if (
+        os.path.dirname(destination) != home
+        or _reserved(led_to)
+        or (led_to != name and led_to in avoid)
+    ):
         return os.path.join(home, name)
     return destination
 
@@ -612,13 +624,15 @@ def _reserved(name: str) -> bool:
     )
 
 
-def _ready_to_move(staged: str, target: str, home: str, name: str) -> Tuple[str, str]:
+def _ready_to_move(
+    staged: str, target: str, home: str, name: str, avoid=frozenset()
+) -> Tuple[str, str]:
     """(path to rename, destination) for moving ``staged`` to ``name`` in ``target``
-    (see :func:`move_staged`), the staged file given the mode of the file it
-    replaces; nothing in ``target`` changes."""
+    (see :func:`move_staged`; ``avoid``: :func:`_destination`), the staged file given
+    the mode of the file it replaces; nothing in ``target`` changes."""
     final = os.path.join(target, name)
     try:
-        destination = _destination(target, home, name)
+        destination = _destination(target, home, name, avoid)
         try:
             mode: Optional[int] = stat.S_IMODE(os.stat(final).st_mode)
         except FileNotFoundError:
