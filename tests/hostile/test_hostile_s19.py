@@ -334,11 +334,11 @@ def test_a_reservation_that_fails_part_way_leaves_no_blocks(tmp_path, monkeypatc
     """Rule: atomic.replace_atomically truncates the file to its length whenever a
     reservation was asked for: a fallocate that failed part way (ENOSPC) keeps the
     blocks it had, and they stayed past the file's end for good."""
-    from ztensor import kernels
-    from ztensor.io import atomic
-
     import ctypes
     import ctypes.util
+
+    from ztensor import kernels
+    from ztensor.io import atomic
 
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     if not hasattr(libc, "fallocate"):

@@ -15,23 +15,24 @@ from ztensor.io import atomic
 
 
 def _filesystem(path):
-    """The type of the filesystem holding ``path``, from /proc/self/mountinfo (the
-    mount point that is the longest prefix of the path), or None off Linux."""
+    """The type of the filesystem holding ``path`` as statfs(2) gives it ("ext4" for
+    ext2/3/4's magic, which is all csrc/blobwrite.c asks), through coreutils' ``stat
+    -f`` (right inside a chroot too, where /proc/self/mountinfo names the host's
+    mounts), or None where that cannot be asked."""
+    import shutil
+    import subprocess
+
+    if shutil.which("stat") is None:
+        return None
     try:
-        with open("/proc/self/mountinfo") as f:
-            lines = f.read().splitlines()
+        done = subprocess.run(
+            ["stat", "-f", "-c", "%t", path], capture_output=True, text=True, timeout=30
+        )
     except OSError:
         return None
-    path = os.path.realpath(path)
-    best, kind = "", None
-    for line in lines:
-        fields = line.split()
-        mount = fields[4].encode().decode("unicode_escape")
-        fstype = fields[fields.index("-") + 1]
-        inside = path == mount or path.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, kind = mount, fstype
-    return kind
+    if done.returncode:
+        return None
+    return {"ef53": "ext4", "1021994": "tmpfs"}.get(done.stdout.strip(), done.stdout.strip())
 
 
 def _allocated(fd):
@@ -46,11 +47,14 @@ def test_a_reservation_never_changes_the_size_and_on_ext4_holds_the_blocks(tmp_p
         reserved = kernels.reserve_ahead(fd, 8 << 20)
         assert os.fstat(fd).st_size == 3
         assert os.pread(fd, 10, 0) == b"abc"
-        if _filesystem(str(tmp_path)) == "ext4" and kernels.backend == "c":
+        kind = _filesystem(str(tmp_path))
+        if kind == "ext4" and kernels.backend == "c":
             assert reserved is True
             assert _allocated(fd) >= 8 << 20
-        else:
+        elif kind is not None:
             assert reserved is False
+        if reserved:
+            assert _allocated(fd) >= 8 << 20
         os.ftruncate(fd, 3)  # what replace_atomically does when done
         assert _allocated(fd) <= 64 << 10
         assert kernels.reserve_ahead(fd, 0) is False
