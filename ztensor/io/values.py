@@ -44,7 +44,7 @@ def is_bool(storage: str, ltype) -> bool:
     return storage == "bool" or (ltype == "bool" and storage == "u8")
 
 
-def _distinct(arr: np.ndarray) -> np.ndarray:
+def distinct(arr: np.ndarray) -> np.ndarray:
     """The elements of ``arr`` each once: an axis of stride 0 (a view another format
     made with ``expand``) collapsed to one step.  ``arr`` itself when it has none."""
     if not arr.size or 0 not in arr.strides:
@@ -57,17 +57,17 @@ def elementwise(fn, arr: np.ndarray) -> np.ndarray:
     broadcast back to its shape (a read-only view) where it repeats elements: a
     pass over a stride-0 view of 48 stored bytes declaring 2**32 elements made a
     4 GB array (found by fuzzing, a PyTorch bool tensor)."""
-    distinct = _distinct(arr)
-    if distinct is arr:
+    once = distinct(arr)
+    if once is arr:
         return fn(arr)
-    return np.broadcast_to(fn(distinct), arr.shape)
+    return np.broadcast_to(fn(once), arr.shape)
 
 
 def check_bools(arr: np.ndarray, **where) -> None:
     """The one home of the bool rule on reading: every byte of a bool component is
     0x00 or 0x01, else FormatError naming ``where`` (path, obj, component).  One
     pass over the bytes at memory speed (uint8 ``max``, no temporary array)."""
-    if arr.size and int(_distinct(arr).view(np.uint8).max()) > 1:
+    if arr.size and int(distinct(arr).view(np.uint8).max()) > 1:
         raise FormatError("a bool element holds a byte other than 0 or 1", **where)
 
 
@@ -78,7 +78,7 @@ def clean_bools(arr: np.ndarray) -> np.ndarray:
     ``arr != 0`` (numpy and torch make bytes such as 0x02 through views; their truth
     is "not zero")."""
     raw = arr.view(np.uint8)
-    if not raw.size or int(_distinct(raw).max()) <= 1:
+    if not raw.size or int(distinct(raw).max()) <= 1:
         return arr
     return elementwise(lambda b: (b != 0).view(arr.dtype), raw)
 

@@ -170,15 +170,8 @@ def distinct(arr: np.ndarray) -> Tuple[np.ndarray, int]:
     An axis of stride 0 holds one element over and over (numpy's broadcast_to, torch's
     expand): keeping one index of it loses nothing a count-weighted summary needs."""
     arr = np.asarray(arr)
-    repeat = 1
-    index = []
-    for size, stride in zip(arr.shape, arr.strides):
-        if stride == 0 and size > 1:
-            repeat *= size
-            index.append(slice(0, 1))
-        else:
-            index.append(slice(None))
-    return (arr[tuple(index)], repeat) if repeat > 1 else (arr, 1)
+    once = logical.distinct(arr)  # the one home of the rule (io/values.py)
+    return (arr, 1) if once is arr else (once, arr.size // once.size)
 
 
 def chunks(arr: np.ndarray, n: int = _CHUNK) -> Iterator[np.ndarray]:
