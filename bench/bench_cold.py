@@ -89,7 +89,7 @@ def main() -> None:
           f"each call, medians of {args.repeat}")
     for k, ts in times.items():
         med = statistics.median(ts)
-        print(f"  {k:24s} {total / med / 1e9:5.2f} GB/s  (cat / this {base / med:4.2f}x; "
+        print(f"  {k:24s} {total / med / 1e9:5.2f} GB/s  ({base / med:4.2f}x cat's rate; "
               f"slowest {total / max(ts) / 1e9:5.2f} GB/s)")
 
 

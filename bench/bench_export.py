@@ -8,6 +8,12 @@ Each output is written twice per repetition: over no file (fresh) and over the f
 the last repetition wrote (replacing, where ext4's rename rule can flush the whole new
 file inside the rename: csrc/blobwrite.c).  The libraries alternate within each
 repetition; times are medians; ratio = the other tool's time over ours.
+
+The floor is what any writer pays for the same bytes in the same case, measured beside
+the libraries: ``os.write`` of the arrays' bytes into a new file renamed over the old
+one.  On a virtual machine whose memory the host hands out page by page, a run can
+take 10x longer to fill the page cache than the next (session 20: 16 ms against 158 ms
+per 64 MB write, with no library involved); the floor shows when a row is that.
 """
 
 from __future__ import annotations
@@ -44,6 +50,18 @@ def arrays(size_mb: int) -> dict:
     return out
 
 
+def floor_write(data: dict, path: str) -> None:
+    """The bytes alone: no header, no checks, one ``os.write`` per array, then a rename."""
+    tmp = path + ".floor.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for a in data.values():
+            os.write(fd, memoryview(a).cast("B"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def timed(fn) -> float:
     gc.collect()
     t0 = time.perf_counter()
@@ -78,7 +96,12 @@ def main() -> None:
         times: dict = {}
         for _ in range(args.repeat):
             for fmt in ours:
-                for who, fn in (("ztensor", ours[fmt]), ("other", theirs[fmt])):
+                contenders = (
+                    ("ztensor", ours[fmt]),
+                    ("other", theirs[fmt]),
+                    ("floor", lambda p: floor_write(data, p)),
+                )
+                for who, fn in contenders:
                     out = str(root / f"{who}.{fmt}")
                     if os.path.exists(out):
                         os.unlink(out)
@@ -88,12 +111,19 @@ def main() -> None:
                     times.setdefault((fmt, who, "replacing"), []).append(timed(lambda: fn(out)))
         reader.close()
     print(f"{len(data)} tensors, {total / 1e6:.0f} MB, medians of {args.repeat}")
-    print(f"{'format':12} {'case':10} {'ztensor':>10} {'other':>10} {'ratio':>7}")
+    print(
+        f"{'format':12} {'case':10} {'ztensor':>10} {'other':>10} {'floor':>10}"
+        f" {'other/ours':>11} {'floor/ours':>11}"
+    )
     for fmt, other in (("safetensors", "safetensors"), ("npz", "np.savez")):
         for case in ("fresh", "replacing"):
-            z = statistics.median(times[(fmt, "ztensor", case)])
-            o = statistics.median(times[(fmt, "other", case)])
-            print(f"{fmt:12} {case:10} {z * 1e3:8.0f}ms {o * 1e3:8.0f}ms {o / z:6.2f}x  ({other})")
+            z, o, f = (
+                statistics.median(times[(fmt, who, case)]) for who in ("ztensor", "other", "floor")
+            )
+            print(
+                f"{fmt:12} {case:10} {z * 1e3:8.0f}ms {o * 1e3:8.0f}ms {f * 1e3:8.0f}ms"
+                f" {o / z:10.2f}x {f / z:10.2f}x  ({other})"
+            )
 
 
 if __name__ == "__main__":

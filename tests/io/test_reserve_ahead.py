@@ -138,3 +138,36 @@ def test_an_export_over_an_old_file_round_trips(tmp_path):
     assert sorted(back) == sorted(data)
     for name, a in data.items():
         np.testing.assert_array_equal(back[name], a)
+
+
+def test_a_gguf_export_reserves_once_gguf_py_has_opened_the_file(tmp_path, monkeypatch):
+    """gguf-py opens (and truncates) the file itself: the exporter reserves on its
+    descriptor after that, and gives back what the file did not use."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(2)
+    data = {f"t{i}": rng.standard_normal(4096 + i, np.float32) for i in range(8)}
+    src = str(tmp_path / "in.zt")
+    with ztensor.Writer(src) as w:
+        for name, a in data.items():
+            w.write_numpy(name, a)
+    out = str(tmp_path / "out.gguf")
+    with open(out, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    asked = []
+    real_reserve = atomic.reserve
+
+    def spy(fd, size):
+        asked.append((os.fstat(fd).st_size, size))
+        real_reserve(fd, size)
+
+    monkeypatch.setattr(atomic, "reserve", spy)
+    with ztensor.Reader(src) as r:
+        export.write_gguf(r, out)
+    assert asked == [(asked[0][0], sum(a.nbytes for a in data.values()))]
+    assert asked[0][0] < 4096, "reserved right after the header, before the tensors"
+    size = os.stat(out).st_size
+    assert os.stat(out).st_blocks * 512 <= size + (1 << 20), "the rest was given back"
+    back = gguf.GGUFReader(out)
+    assert sorted(t.name for t in back.tensors) == sorted(data)
+    for t in back.tensors:
+        np.testing.assert_array_equal(np.asarray(t.data).reshape(-1), data[t.name])

@@ -535,6 +535,10 @@ def write_gguf(reader, path: str, progress=None, drop_attributes: bool = False) 
         for t in plan.tensors:
             w.add_tensor_info(t.name, t.shape, t.dtype, t.nbytes, raw_dtype=t.raw)
         w.write_header_to_file()
+        outputs = getattr(w, "fout", None)  # gguf-py opens (and truncates) the file itself
+        reserved = isinstance(outputs, list) and len(outputs) == 1
+        if reserved:
+            atomic.reserve(outputs[0].fileno(), size)
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         little = _takes_endianness(w)
@@ -547,8 +551,11 @@ def write_gguf(reader, path: str, progress=None, drop_attributes: bool = False) 
             if progress:
                 progress(t.nbytes)
         w.close()
+        if reserved:
+            atomic.give_back_reserved(tmp)
 
-    _atomic(path, write, sum(t.nbytes for t in plan.tensors), by_name=True)
+    size = sum(t.nbytes for t in plan.tensors)
+    _atomic(path, write, size, by_name=True)
     return len(plan.tensors)
 
 

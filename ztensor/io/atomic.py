@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 import stat
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ztensor import kernels
 from ztensor.errors import WriteError, ZTensorError
@@ -245,13 +245,25 @@ def require_room(path, nbytes: int, label=None) -> None:
         )
 
 
-def _with_headroom(size: int) -> int:
-    """The bytes to reserve for a file of ``size`` bytes of data and headers of an
-    unknown length.  On ext4 a rename over an old file writes the whole new file back
-    inside the rename if any of its blocks was left unchosen (csrc/blobwrite.c: 300 ms
-    for 512 MB here), so a few headers past the reservation cost as much as none; the
-    unused rest is given back when the file is complete."""
-    return size + max(1 << 20, size // 16)
+def reserve(fd: int, size: int) -> None:
+    """Reserve the disk blocks of a file of ``size`` bytes of data and headers of an
+    unknown length, ahead of writing it (:func:`ztensor.kernels.reserve_ahead`; ext4
+    only, else nothing).  On ext4 a rename over an old file writes the whole new file
+    back inside the rename if any of its blocks was left unchosen (csrc/blobwrite.c:
+    300 ms for 512 MB here), so a few headers past the reservation cost as much as
+    none.  The unused rest is given back by :func:`give_back_reserved` once the file
+    is complete; every reservation must be followed by it."""
+    kernels.reserve_ahead(fd, size + max(1 << 20, size // 16))
+
+
+def give_back_reserved(file: Union[int, str]) -> None:
+    """Free the blocks :func:`reserve` kept past the end of a complete file (a
+    descriptor, or the path of a closed file), and those a reservation that failed
+    part way kept."""
+    if isinstance(file, int):
+        os.ftruncate(file, os.fstat(file).st_size)
+    else:
+        os.truncate(file, os.stat(file).st_size)
 
 
 def replace_atomically(
@@ -270,7 +282,8 @@ def replace_atomically(
     said in the error) and ``path`` is untouched; an OSError becomes a WriteError
     naming ``path``.  ``size``: the bytes it will write, when known (checked first:
     :func:`require_room`; and, for a file object, reserved on the disk ahead:
-    :func:`ztensor.kernels.reserve_ahead`)."""
+    :func:`reserve`.  A writer by name reserves its own, once it has opened the
+    file, as the GGUF exporter does)."""
     target = final_target(path)
     if size is not None:
         require_room(target, size, label=path)
@@ -283,11 +296,11 @@ def replace_atomically(
             fd, temp.fd = temp.fd, None
             with os.fdopen(fd, "wb") as f:
                 if size is not None:
-                    kernels.reserve_ahead(fd, _with_headroom(size))
+                    reserve(fd, size)
                 write(f)
-                if size is not None:  # give back the blocks reserved past the file's end
-                    f.flush()  # (also those a reservation that failed part way kept)
-                    os.ftruncate(fd, os.fstat(fd).st_size)
+                if size is not None:
+                    f.flush()
+                    give_back_reserved(fd)
         os.replace(temp.path, target)
         temp.done()
     except BaseException as exc:
@@ -318,6 +331,8 @@ __all__ = [
     "Temp",
     "create_temp",
     "note_leftover",
+    "reserve",
+    "give_back_reserved",
     "replace_atomically",
     "write_json_atomically",
 ]
