@@ -7,7 +7,8 @@
 * GPTQ int4 4096x4096 group 128 -> f32 and -> f16: ztensor.dequantize vs a
   vectorized numpy reference (the AutoGPTQ formula) and memcpy of the output size.
 * Byte swap of 256 MiB (4-byte elements) vs memcpy of the same size.
-* Copy of 256 MiB (``kernels.copy``, streaming stores) vs memcpy (numpy ``copyto``)
+* Copy of 256 MiB (``kernels.copy``: glibc's memcpy, or its own streaming loop under
+  other C libraries; the portable build's memcpy) vs memcpy (numpy ``copyto``)
   and torch's ``copy_`` (what ``load_model`` used before), when torch is installed.
 
 GB/s counts output bytes.  Output buffers are pre-touched for every contender

@@ -5,14 +5,22 @@
  * copies; a non-temporal store writes the line without reading it (two).  For a
  * copy much larger than the cache the destination would be evicted before anyone
  * reads it anyway, so streaming loses nothing; below ZT_COPY_STREAM_BYTES the
- * destination is better left in the cache and memcpy runs.  Measured on the 336 MB
- * state dict of bench_torch.py: see docs/benchmarks.md, session 13. */
+ * destination is better left in the cache and memcpy runs.
+ *
+ * glibc's memcpy makes that choice itself, from the cache sizes it reads at start-up,
+ * and its streaming loop reads four pages at a time: it measured 1.4-1.9x this file's
+ * loop on the benchmark machine (docs/benchmarks.md, session 21), so under glibc
+ * every copy is memcpy's.  Other C libraries' memcpy (musl's) never streams; there
+ * copy_stream_avx2 runs (docs/benchmarks.md, session 13). */
 #include <stdint.h>
 #include <string.h>
 #include "copy.h"
 #include "zt_simd.h"
 
-#ifdef ZT_X86_AVX2
+/* ZT_COPY_TEST_OWN_STREAM: tools/c-kernel-tests.sh's build that tests the loop under
+ * glibc too */
+#if defined(ZT_X86_AVX2) && (!defined(__GLIBC__) || defined(ZT_COPY_TEST_OWN_STREAM))
+#define ZT_COPY_OWN_STREAM 1
 #include <immintrin.h>
 
 /* Four 32-byte loads, four streamed stores to a 32-byte-aligned destination; the
@@ -45,7 +53,7 @@ zt_status zt_copy(const void *src, void *dst, size_t n) {
     uint8_t *d = (uint8_t *)dst;
     /* overlapping ranges are the caller's bug: refuse rather than copy garbage */
     if ((s < d && d < s + n) || (d < s && s < d + n)) return ZT_E_ARG;
-#ifdef ZT_X86_AVX2
+#ifdef ZT_COPY_OWN_STREAM
     if (n >= ZT_COPY_STREAM_BYTES && zt_use_avx2()) {
         copy_stream_avx2(s, d, n);
         return ZT_OK;

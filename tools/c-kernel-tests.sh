@@ -12,6 +12,9 @@ flags=(-O2 -std=gnu99 -ffp-contract=off -Wall -Wextra -Werror -Icsrc tests/c/tes
 echo "== C kernel tests, native ($(uname -m))"
 gcc "${flags[@]}" -o "$out/native"
 "$out/native"
+echo "== C kernel tests, native, with copy.c's own streaming loop (what other C libraries than glibc run)"
+gcc "${flags[@]}" -DZT_COPY_TEST_OWN_STREAM -o "$out/own-stream"
+"$out/own-stream"
 if command -v valgrind >/dev/null; then
   echo "== C kernel tests under valgrind"
   valgrind -q --error-exitcode=1 --leak-check=full "$out/native" >/dev/null

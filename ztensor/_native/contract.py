@@ -21,8 +21,9 @@ FP8_KIND_COUNT = len(FP8_KINDS)
 ZERO_NONE, ZERO_PACKED_V1, ZERO_PACKED_V2 = 16, 17, 18  # quant.h: zero_type beyond floats
 FAMILY_V0, FAMILY_V1 = 0, 1  # footer.h: zt_footer.family
 BLOB_EXTENT = 2 << 20  # blobwrite.h ZT_BW_EXTENT: the blob writer's write unit
-# copy.h ZT_COPY_STREAM_BYTES: from here up zt_copy streams (non-temporal stores);
-# below it is a plain memcpy, no faster than the caller's own copy
+# copy.h ZT_COPY_STREAM_BYTES: from here up zt_copy may stream (non-temporal stores:
+# its own loop, or glibc's memcpy's); below it is a plain memcpy, no faster than the
+# caller's own copy
 COPY_STREAM_BYTES = 1 << 20
 BITS = (2, 3, 4, 8)
 

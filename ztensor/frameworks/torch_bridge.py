@@ -268,10 +268,11 @@ def numpy_to_torch_plain(arr, device, sync=True):
 
 def copy_into(target: torch.Tensor, value: torch.Tensor) -> None:
     """``target.copy_(value)``.  A large copy between contiguous CPU tensors of one
-    dtype and shape is the streaming copy kernel's (``kernels.copy``), whose
-    non-temporal stores skip reading the destination into the cache first: loading
-    a checkpoint into a model is mostly this copy (docs/benchmarks.md, session 13).
-    Anything else, and tensors sharing memory, go through ``copy_``."""
+    dtype and shape is the copy kernel's (``kernels.copy``), split between threads,
+    whose non-temporal stores skip reading the destination into the cache first
+    (torch's ``copy_`` never streams): loading a checkpoint into a model is mostly
+    this copy (docs/benchmarks.md, sessions 13 and 21).  Anything else, and tensors
+    sharing memory, go through ``copy_``."""
     if (
         # below it the kernel is a plain memcpy: torch's copy_ is as fast, and cheaper
         # to call
