@@ -192,6 +192,40 @@ def version_info(major: int, minor: int) -> VersionInfo:
     return VERSIONS["1.1"] if (major, minor) <= (1, 1) else VERSIONS["1.2"]
 
 
+# what a read of every named tensor of one file may visit (check_visits): the bytes
+# the tensors decode to, each once, plus this many times the bytes of the file they
+# come from, plus this many bytes in any case
+VISITS_PER_FILE_BYTE = 64
+VISITS_ALLOWED = 64 << 20
+
+
+def check_visits(path, visited: int, decoded: int, present: int) -> None:
+    """LimitError naming ``path`` unless ``visited``, the bytes a read of every named
+    tensor of a file visits, is at most ``decoded`` (the bytes those tensors' data
+    decode to, each blob, storage or dataset counted once) plus
+    :data:`VISITS_PER_FILE_BYTE` times ``present`` (the bytes that data takes in the
+    file) plus :data:`VISITS_ALLOWED`.
+
+    THE rule for bytes read under many names, for every format that lets names share
+    them: overlapping ``torch.save`` views, v2 objects that reference one blob, HDF5
+    datasets with many hard links.  Decoding is paid once, as for any compressed file
+    (within ``Limits.max_total_decompressed``); reading the same bytes again under
+    another name is held to the bytes present, so a small file cannot make ``stats``
+    or ``verify`` read gigabytes: 2,000 v2 objects over one 16 MiB blob made ``verify``
+    hash 32 GiB, and two overlapping views of a deflated 128 MiB storage (131 KB of
+    file) made ``stats`` read 8 GiB.  Real files name each byte a few times (tied
+    weights, a fused projection split in three)."""
+    allowed = decoded + VISITS_PER_FILE_BYTE * present + VISITS_ALLOWED
+    if visited > allowed:
+        raise LimitError(
+            f"its tensors read {visited} bytes of data that decodes to {decoded} "
+            f"bytes from {present} bytes of file: names that read the same bytes more than "
+            f"{VISITS_PER_FILE_BYTE} times over the file's bytes are refused (work follows "
+            "the bytes present)",
+            path=path,
+        )
+
+
 def check_file_totals(
     path,
     limits: Limits,

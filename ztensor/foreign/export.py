@@ -48,6 +48,19 @@ GGUF_MAX_DIMS = 4
 GGUF_MAX_KEY = 0xFFFF
 
 
+def _gguf_no_nul(text: str, what: str, path, **where) -> None:
+    """llama.cpp takes GGUF tensor names and keys as C strings (``ggml_set_name``
+    copies a name as one; keys are looked up by ``const char *``): one holding a NUL
+    would be cut there, and ``a\\0b`` and ``a\\0c`` would both be ``a``.  gguf-py keeps
+    them whole, so the two readers would disagree: refused, before a byte is written."""
+    if "\0" in text:
+        raise UnsupportedError(
+            f"{what} cannot hold a NUL byte (llama.cpp reads it as a C string)",
+            path=path,
+            **where,
+        )
+
+
 def format_for(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
@@ -490,6 +503,7 @@ def plan_gguf(reader, gguf, drop_attributes: bool = False) -> GGUFPlan:
                 path=reader.path,
                 obj=name,
             )
+        _gguf_no_nul(name, "a GGUF tensor name", reader.path, obj=name)
         names.claim(name)
         tensors.append(_gguf_tensor(reader, name, gguf))
     values, architecture, alignment = [], None, None
@@ -693,6 +707,7 @@ def _gguf_values(reader, gguf) -> List[GGUFValue]:
                 f"{where}: a GGUF key is at most {GGUF_MAX_KEY} bytes, this one {size}",
                 path=reader.path,
             )
+        _gguf_no_nul(key, f"{where}: a GGUF key", reader.path)
         keys.claim(key, attr)
         known = recorded.get(key) if prefixed else None
         if known is not None:

@@ -57,10 +57,12 @@ import numpy as np
 
 from ztensor import dtypes
 from ztensor.errors import FormatError, LimitError, UnsupportedError, ZTensorError
-from ztensor.foreign.base import ForeignFile, check_held_size, eager
+from ztensor.foreign.base import Entry, ForeignFile, check_held_size, eager, spec_of
 from ztensor.foreign.names import NameTable
 from ztensor.foreign.zip_members import ZipArchive
-from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals
+from ztensor.io import values
+from ztensor.objects import shape_problem
+from ztensor.spec import DEFAULT_LIMITS, Limits, check_file_totals, check_visits
 from ztensor.tensor import Tensor
 
 MAX_PICKLE = 256 << 20  # data.pkl holds structure, not data: far below this in practice
@@ -129,12 +131,6 @@ class _StateDict(OrderedDict):
     is written): the one object BUILD may set the state of."""
 
 
-# what the tensors of one file may read of its storages (_check_visits): this
-# many times the bytes the storages hold, plus this many bytes in any case
-VISITS_PER_STORED_BYTE = 64
-VISITS_ALLOWED = 64 << 20
-
-
 class _StorageRef:
     """A storage as the pickle describes it: its member, element type and element
     count (one object, shared by every tensor that references the storage)."""
@@ -145,8 +141,12 @@ class _StorageRef:
         self.member, self.dtype, self.numel = member, dtype, numel
 
     @property
+    def itemsize(self) -> int:
+        return np.dtype(_DTYPES[self.dtype.name][0]).itemsize
+
+    @property
     def nbytes(self) -> int:
-        return self.numel * np.dtype(_DTYPES[self.dtype.name][0]).itemsize
+        return self.numel * self.itemsize
 
 
 class _TensorRecord:
@@ -272,6 +272,11 @@ class _Load:
             )
         if len(size) > self.limits.max_rank:
             raise LimitError(f"a tensor of rank {len(size)}, above max_rank {self.limits.max_rank}")
+        # a shape of no element is not held to the sizes below, but numpy must still
+        # be able to make it ((0, 2**61) float64 was its bare ValueError)
+        problem = shape_problem(size, dtype.itemsize)
+        if problem is not None:
+            raise FormatError(f"a tensor of size {list(size)}: {problem}")
         # what a copy of the tensor takes: a stride-0 view (expand) is cheap to read, but
         # a caller may ask for a copy, so its size is held to the limit too
         if math.prod(size) * dtype.itemsize > self.limits.max_component_size:
@@ -649,47 +654,33 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
-    _check_visits(tensors, name)
-    # (member, dtype) -> a big-endian storage swapped; (member, dtype, bits) -> resolved
-    elements: Dict[tuple, np.ndarray] = {}
-    entries = {}
-    for key, record in tensors.items():
-        arr = _view(_elements(arrays, elements, record, order, name, key), record, name, key)
-        tensor = Tensor(
-            {"data": arr}, shape=arr.shape, types={"data": record.ltype} if record.ltype else None
-        )
-        entries[key] = eager(key, tensor)
+    _check_visits(archive, tensors, name)
+    entries = {key: _entry(arrays, record, order, name, key) for key, record in tensors.items()}
     return ForeignFile(name, "pickle", attributes, entries, closer=archive.close)
 
 
-def _check_visits(tensors, path) -> None:
-    """Hold the bytes the file's named tensors make a read visit to a multiple of the
-    bytes their storages hold (each storage read and held to its size first:
-    :func:`_read_storages`).  A stride-0 axis (``expand``) repeats one element and
-    every reader collapses it, so it costs nothing; any other axis is visited
-    element by element, and views that overlap (``as_strided`` with strides (1, 1))
-    visit the same bytes again and again: four such views of a 128 KB storage, 133 KB
-    of file, made ``stats`` read 4 GB for 21 s, and a thousand would take hours.
-    Counted per name, as each is read (one view under many names of a shared
-    container is read once per name), over the storages named tensors use only (a
-    bare reference declaring 2**40 elements of a 4-byte member lifted the budget).
-    Real checkpoints view each storage a few times (tied weights, a fused
-    projection split in three)."""
+def _check_visits(archive, tensors, path) -> None:
+    """The bytes the file's named tensors make a read visit, held by the one rule for
+    bytes read under many names (spec.check_visits) to the bytes their storages decode
+    to plus a multiple of the bytes those members take in the file (each storage read
+    and held to its size first: :func:`_read_storages`).  A stride-0 axis (``expand``)
+    repeats one element and every reader collapses it, so it costs nothing; any other
+    axis is visited element by element, and views that overlap (``as_strided`` with
+    strides (1, 1)) visit the same bytes again and again: four such views of a 128 KB
+    storage, 133 KB of file, made ``stats`` read 4 GB for 21 s.  Counted per name, as
+    each is read (one view under many names of a shared container is read once per
+    name), over the storages named tensors use only (a bare reference declaring 2**40
+    elements of a 4-byte member lifted the budget), and against the members'
+    compressed sizes (a deflated 128 MiB storage of zeros, 131 KB of file, lifted it
+    to 8 GiB)."""
     stored = {record.storage.member: record.storage.nbytes for record in tensors.values()}
-    held = sum(stored.values())
-    allowed = VISITS_PER_STORED_BYTE * held + VISITS_ALLOWED
+    present = sum(archive.members[member].present for member in stored)
     visited = 0
     for record in tensors.values():
         if math.prod(record.size):
             steps = (n for n, s in zip(record.size, record.stride) if s)
             visited += math.prod(steps) * record.dtype.itemsize
-        if visited > allowed:
-            raise LimitError(
-                f"the tensors read {visited} bytes or more of storages that hold {held}: "
-                f"views that read their storages' bytes more than {VISITS_PER_STORED_BYTE} "
-                "times over are refused (work follows the bytes present)",
-                path=path,
-            )
+    check_visits(path, visited, sum(stored.values()), present)
 
 
 def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
@@ -724,48 +715,62 @@ def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
     return arrays
 
 
-def _elements(arrays, cache, record, order, path, obj) -> np.ndarray:
-    """A storage's bytes as elements of the tensor's (little-endian) dtype: a view, or
-    for a big-endian checkpoint one swapped copy of the storage per dtype, so its
-    tensors are what a little-endian checkpoint's are; for a tensor saved with torch's
-    lazy bits (:func:`_lazy_bits`), one copy of those elements conjugated or negated
-    per storage, dtype and bits, as torch.load resolves them.  The storage is swapped
-    or resolved, never the tensor: a stride-0 view of a few bytes stays a view (a
-    big-endian view of strided elements could not be swapped later without copying
-    all of it), and memory stays within a few copies of the bytes present."""
+def _entry(arrays, record, order, path, key) -> Entry:
+    """The tensor's entry: a read-only view of its storage's elements, at hand; or, for
+    a big-endian checkpoint's elements of more than a byte and for a tensor saved with
+    torch's lazy bits (:func:`_lazy_bits`), an entry each load of which swaps or
+    resolves (conjugates, negates, as torch.load does) the elements that view reaches,
+    each once (a stride-0 view of a few bytes stays a few bytes: io/values.elementwise).
+    Nothing is copied at open: one copy of a storage per dtype and lazy bits, made
+    eagerly, let 23 one-element views of a 128 MiB storage hold 3.5 GB before a
+    tensor was read."""
     dtype = record.dtype
     raw = arrays[record.storage.member]
     count = record.storage.nbytes // dtype.itemsize
-    if order == "little" or dtype.itemsize == 1:
-        plain = raw[: count * dtype.itemsize].view(dtype)
-    else:
-        key = (record.storage.member, dtype)  # not the count: one copy however many refer
-        if key not in cache:
-            whole = raw.size // dtype.itemsize * dtype.itemsize
-            swapped = raw[:whole].view(dtype.newbyteorder(">")).astype(dtype)
-            swapped.flags.writeable = False
-            cache[key] = swapped
-        plain = cache[key][:count]
-    if not record.bits:
-        return plain
+    stored = _view(raw[: count * dtype.itemsize].view(dtype), record, path, key)
+    types = {"data": record.ltype} if record.ltype else None
+    # torch.load swaps a big-endian storage as the elements its reference names (an
+    # UntypedStorage's bytes: not at all), then views it as the tensor's type
+    width = record.storage.itemsize
+    swap = order == "big" and dtype.itemsize > 1 and width > 1
+    if swap and width != dtype.itemsize:
+        raise FormatError(
+            f"a big-endian checkpoint's {record.torch} tensor views a storage of "
+            f"{record.storage.dtype.name} elements: torch.save writes a storage's tensors "
+            "in its own type, and swapping one width as another gives no value torch gives",
+            path=path,
+            obj=key,
+        )
+    if not swap and not record.bits:
+        return eager(key, Tensor({"data": stored}, shape=stored.shape, types=types))
     for bit in record.bits:
         if record.torch not in _LAZY_BITS[bit]:
             raise UnsupportedError(
                 f"a {record.torch} tensor saved with torch's lazy {bit!r} bit, which "
                 "torch resolves for none of that type",
                 path=path,
-                obj=obj,
+                obj=key,
             )
-    bits_key = (record.storage.member, dtype, record.bits)
-    if bits_key not in cache:
-        resolved = np.conjugate(plain) if "conj" in record.bits else plain
+
+    def elements(arr: np.ndarray) -> np.ndarray:
+        out = arr.byteswap() if swap else arr
+        if "conj" in record.bits:
+            out = np.conjugate(out)
         if "neg" in record.bits and record.ltype:  # bfloat16, kept as its bits: the sign bit
-            resolved = resolved ^ np.array(1 << (8 * dtype.itemsize - 1), dtype)
+            out = out ^ np.array(1 << (8 * dtype.itemsize - 1), dtype)
         elif "neg" in record.bits:
-            resolved = np.negative(resolved)
-        resolved.flags.writeable = False
-        cache[bits_key] = resolved
-    return cache[bits_key]
+            out = np.negative(out)
+        out.flags.writeable = False
+        return out
+
+    def load() -> Tensor:
+        arr = values.elementwise(elements, stored)
+        return Tensor({"data": arr}, shape=arr.shape, types=types)
+
+    # the spec from the stored view: the same dtype, shape and size as what load gives
+    return Entry(
+        spec_of(key, Tensor({"data": stored}, shape=stored.shape, types=types)), load, whole=True
+    )
 
 
 def _view(elements, record, path, key):

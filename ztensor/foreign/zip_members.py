@@ -111,6 +111,12 @@ class Member:
         return self.info.file_size
 
     @property
+    def present(self) -> int:
+        """The bytes its data takes in the file (its compressed size; its size when
+        stored): what it holds, whatever it decodes to."""
+        return self.info.compress_size
+
+    @property
     def compressed(self) -> bool:
         return self.info.compress_type != zipfile.ZIP_STORED
 
