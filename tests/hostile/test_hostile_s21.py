@@ -163,28 +163,9 @@ def test_an_empty_torch_tensor_of_a_shape_numpy_cannot_make_is_a_format_error(tm
                    (0, (0, 2**61), (1, 1), False, collections.OrderedDict())),
              "ok": (torch._utils._rebuild_tensor_v2,
                     (0, (2,), (1,), False, collections.OrderedDict()))}
-    # a float64 storage: the rebuild's dtype is the storage's
-    ref = object()
-
-    class View:
-        def __init__(self, fn, args):
-            self.fn, self.args = fn, args
-
-        def __reduce__(self):
-            return (self.fn, (ref, *self.args))
-
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, obj):
-            return ("storage", torch.DoubleStorage, "0", "cpu", 2) if obj is ref else None
-
-    buf = io.BytesIO()
-    Pickler(buf, protocol=2).dump({k: View(*v) for k, v in views.items()})
-    path = tmp_path / "empty.pt"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("archive/data.pkl", buf.getvalue())
-        z.writestr("archive/byteorder", "little")
-        z.writestr("archive/data/0", bytes(16))
-        z.writestr("archive/version", "3\n")
+    # a float64 storage: a v2 rebuild's dtype is its storage's
+    path = _torch_zip(tmp_path / "empty.pt", views, bytes(16), storage=torch.DoubleStorage,
+                      itemsize=8)
     with pytest.raises(ztensor.FormatError, match=r"2\*\*63") as err:
         ztensor.Reader(str(path))
     assert str(path) in str(err.value)

@@ -118,20 +118,27 @@ def test_replace_atomically_that_fails_leaves_the_old_file(tmp_path):
     assert os.listdir(tmp_path) == ["out.bin"]
 
 
+def _source_and_old_output(tmp_path, seed, count, length, output):
+    """A ``.zt`` of ``count`` float32 tensors of about ``length`` elements (their
+    arrays by name), and an old 1 MiB file of noise at ``output``, to be replaced."""
+    rng = np.random.default_rng(seed)
+    data = {f"t{i}": rng.standard_normal(length + i, np.float32) for i in range(count)}
+    src = str(tmp_path / "in.zt")
+    with ztensor.Writer(src) as w:
+        for name, a in data.items():
+            w.write_numpy(name, a)
+    out = str(tmp_path / output)
+    with open(out, "wb") as f:
+        f.write(os.urandom(1 << 20))
+    return data, src, out
+
+
 def test_an_export_over_an_old_file_round_trips(tmp_path):
     """The exporters pass their data size (less headers) as the hint."""
     pytest.importorskip("safetensors")
     from safetensors.numpy import load_file
 
-    rng = np.random.default_rng(1)
-    data = {f"t{i}": rng.standard_normal(1000 + i, np.float32) for i in range(20)}
-    src = str(tmp_path / "in.zt")
-    with ztensor.Writer(src) as w:
-        for name, a in data.items():
-            w.write_numpy(name, a)
-    out = str(tmp_path / "out.safetensors")
-    with open(out, "wb") as f:
-        f.write(os.urandom(1 << 20))
+    data, src, out = _source_and_old_output(tmp_path, 1, 20, 1000, "out.safetensors")
     with ztensor.Reader(src) as r:
         export.write_safetensors(r, out)
     back = load_file(out)
@@ -144,15 +151,7 @@ def test_a_gguf_export_reserves_once_gguf_py_has_opened_the_file(tmp_path, monke
     """gguf-py opens (and truncates) the file itself: the exporter reserves on its
     descriptor after that, and gives back what the file did not use."""
     gguf = pytest.importorskip("gguf")
-    rng = np.random.default_rng(2)
-    data = {f"t{i}": rng.standard_normal(4096 + i, np.float32) for i in range(8)}
-    src = str(tmp_path / "in.zt")
-    with ztensor.Writer(src) as w:
-        for name, a in data.items():
-            w.write_numpy(name, a)
-    out = str(tmp_path / "out.gguf")
-    with open(out, "wb") as f:
-        f.write(os.urandom(1 << 20))
+    data, src, out = _source_and_old_output(tmp_path, 2, 8, 4096, "out.gguf")
     asked = []
     real_reserve = atomic.reserve
 
