@@ -767,10 +767,12 @@ def _entry(arrays, record, order, path, key) -> Entry:
         arr = values.elementwise(elements, stored)
         return Tensor({"data": arr}, shape=arr.shape, types=types)
 
+    def read_rows(start: int, end: int) -> np.ndarray:  # a part: its rows' elements only
+        return values.elementwise(elements, stored[start:end])
+
     # the spec from the stored view: the same dtype, shape and size as what load gives
-    return Entry(
-        spec_of(key, Tensor({"data": stored}, shape=stored.shape, types=types)), load, whole=True
-    )
+    spec = spec_of(key, Tensor({"data": stored}, shape=stored.shape, types=types))
+    return Entry(spec, load, whole=True, read_rows=read_rows if stored.ndim else None)
 
 
 def _view(elements, record, path, key):
