@@ -252,3 +252,72 @@ def test_a_gguf_export_refuses_a_nul_in_a_name_or_key_before_writing(tmp_path, w
     assert run.returncode != 0, run.stdout
     assert "NUL" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ helper 20's probe
+def test_a_v2_part_in_another_file_lifts_no_budget(tmp_path):
+    """v2._Schema.check_visits counts this file's parts only: a part of a shard this
+    reader never opens, declaring 2**40 bytes, lifted the budget for 2,000 objects
+    over one real blob (``verify`` hashed 32 GiB of a 17 MB file)."""
+    blob = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    part = {"dtype": "u8", "blob": [4096, len(blob)],
+            "digest": "sha256:" + hashlib.sha256(blob).hexdigest()}
+    objects = {f"t{i}": {"shape": [len(blob)], "layout": "dense", "parts": {"data": part}}
+               for i in range(200)}
+    far = 1 << 40
+    objects["elsewhere"] = {"shape": [far], "layout": "dense",
+                            "parts": {"data": {"dtype": "u8", "blob": [4096, far], "shard": "s"}}}
+    path = tmp_path / "v2shard.zt"
+    path.write_bytes(build(objects, [(4096, blob)],
+                           shards={"s": {"size": far + 8192, "digest": "sha256:" + "0" * 64}}))
+    with pytest.raises(ztensor.LimitError, match="read 209715200 bytes"):
+        ztensor.Reader(str(path))
+
+
+def _negated_expand(tmp_path, order):
+    """A (2**20, 2**14) float32 expand (stride 0 on its rows) of a 64 KiB storage,
+    saved with torch's lazy neg bit: 64 GiB of elements, a 66 KB file."""
+    torch = pytest.importorskip("torch")
+    data = np.arange(1 << 14, dtype=">f4" if order == "big" else "<f4").tobytes()
+    views = {"n": (torch._utils._rebuild_tensor_v3,
+                   (0, (1 << 20, 1 << 14), (0, 1), False, collections.OrderedDict(),
+                    torch.float32, {"neg": True}))}
+    return _torch_zip(tmp_path / f"neg-{order}.pt", views, data, order=order,
+                      storage=torch.FloatStorage, itemsize=4)
+
+
+@pytest.mark.parametrize("order", ["little", "big"])
+def test_a_part_of_a_resolved_expand_costs_the_part(tmp_path, order):
+    """pytorch._entry's read_rows: a dask chunk or a safe_open slice of a swapped or
+    resolved tensor swaps and resolves its own rows, each distinct element once.
+    Read whole (a broadcast view), dask's chunk copied all 64 GiB: a bare
+    MemoryError naming no file."""
+    pytest.importorskip("dask")
+    import ztensor.dask as zd
+
+    path = _negated_expand(tmp_path, order)
+    want = -np.arange(3, dtype=np.float32)
+    tracemalloc.start()
+    try:
+        got = zd.from_zt(str(path), "n")[3:5, :3].compute()
+        with ztensor.safe_open(str(path), framework="np") as f:
+            part = f.get_slice("n")[7:8, :2]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.tolist() == [want.tolist()] * 2
+    assert part.tolist() == [want[:2].tolist()]
+    assert peak < 256 << 20, peak
+
+
+def test_a_storage_reference_must_name_a_storage_class(tmp_path):
+    """pytorch._Load.storage: torch.save names a storage class in every storage
+    reference (UntypedStorage for the newer dtypes); a dtype global there, which
+    torch.load fails on, is a FormatError."""
+    torch = pytest.importorskip("torch")
+    views = {"x": (torch._utils._rebuild_tensor_v3,
+                   (0, (2,), (1,), False, collections.OrderedDict(), torch.float32, None))}
+    path = _torch_zip(tmp_path / "dtype.pt", views, bytes(8), storage=torch.float32,
+                      itemsize=4)
+    with pytest.raises(ztensor.FormatError, match="not a storage"):
+        ztensor.Reader(str(path))

@@ -375,6 +375,9 @@ class _Load:
             or len(pid) != 5
             or pid[0] != "storage"
             or not isinstance(pid[1], _DType)
+            # a storage class (torch.save writes one, UntypedStorage for the newer
+            # dtypes); torch.load fails on a dtype global there
+            or pid[1].name not in _STORAGE_CLASSES
             or type(pid[2]) is not str
             or type(pid[3]) is not str  # the location torch writes ("cpu", "cuda:0")
             or type(pid[4]) is not int
