@@ -122,6 +122,11 @@ class Limits:
         Largest number of dimensions of an object's shape.
     max_objects : int
         Largest number of objects in one file.
+    max_reads_per_file_byte : int
+        How many times over the bytes a file's data takes the named tensors may read
+        them, where a format lets names share bytes (``torch.save`` views, v2 objects
+        over one blob, HDF5 hard links): see :func:`check_visits`.  Raise it for a
+        trusted file that names one tensor very often (``ModuleList([block] * 100)``).
 
     Each is a non-negative int (numpy integers, and floats holding a whole number
     such as ``1e7``, taken): anything else (nan, 2.5, None) is a TypeError,
@@ -134,6 +139,7 @@ class Limits:
     max_total_decompressed: int = 1 << 42
     max_rank: int = MAX_RANK
     max_objects: int = 10_000_000
+    max_reads_per_file_byte: int = 64
 
     def __post_init__(self) -> None:
         # checked here, once, not at each use: nan compared False with every size (it
@@ -192,19 +198,17 @@ def version_info(major: int, minor: int) -> VersionInfo:
     return VERSIONS["1.1"] if (major, minor) <= (1, 1) else VERSIONS["1.2"]
 
 
-# what a read of every named tensor of one file may visit (check_visits): the bytes
-# the tensors decode to, each once, plus this many times the bytes of the file they
-# come from, plus this many bytes in any case
-VISITS_PER_FILE_BYTE = 64
+# what a read of every named tensor of one file may visit in any case, beyond the
+# decoded bytes and Limits.max_reads_per_file_byte times the file's (check_visits)
 VISITS_ALLOWED = 64 << 20
 
 
-def check_visits(path, visited: int, decoded: int, present: int) -> None:
+def check_visits(path, visited: int, decoded: int, present: int, limits: Limits) -> None:
     """LimitError naming ``path`` unless ``visited``, the bytes a read of every named
     tensor of a file visits, is at most ``decoded`` (the bytes those tensors' data
     decode to, each blob, storage or dataset counted once) plus
-    :data:`VISITS_PER_FILE_BYTE` times ``present`` (the bytes that data takes in the
-    file) plus :data:`VISITS_ALLOWED`.
+    ``limits.max_reads_per_file_byte`` times ``present`` (the bytes that data takes in
+    the file) plus :data:`VISITS_ALLOWED`.
 
     THE rule for bytes read under many names, for every format that lets names share
     them: overlapping ``torch.save`` views, v2 objects that reference one blob, HDF5
@@ -214,14 +218,16 @@ def check_visits(path, visited: int, decoded: int, present: int) -> None:
     or ``verify`` read gigabytes: 2,000 v2 objects over one 16 MiB blob made ``verify``
     hash 32 GiB, and two overlapping views of a deflated 128 MiB storage (131 KB of
     file) made ``stats`` read 8 GiB.  Real files name each byte a few times (tied
-    weights, a fused projection split in three)."""
-    allowed = decoded + VISITS_PER_FILE_BYTE * present + VISITS_ALLOWED
+    weights, a fused projection split in three); a trusted file that names one tensor
+    a hundred times is read with the limit raised."""
+    per_byte = limits.max_reads_per_file_byte
+    allowed = decoded + per_byte * present + VISITS_ALLOWED
     if visited > allowed:
         raise LimitError(
             f"its tensors read {visited} bytes of data that decodes to {decoded} "
             f"bytes from {present} bytes of file: names that read the same bytes more than "
-            f"{VISITS_PER_FILE_BYTE} times over the file's bytes are refused (work follows "
-            "the bytes present)",
+            f"{per_byte} times over the file's bytes are refused (work follows the bytes "
+            "present; Limits.max_reads_per_file_byte raises it for a trusted file)",
             path=path,
         )
 

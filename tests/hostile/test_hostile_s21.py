@@ -82,10 +82,11 @@ def test_a_deflated_storage_lifts_the_visits_budget_no_more_than_its_file_bytes(
 def test_visits_budget_edges():
     """spec.check_visits: the decoded bytes once, 64 times the file's bytes, and
     64 MiB; one byte more is refused, naming the input."""
-    allowed = 1000 + spec.VISITS_PER_FILE_BYTE * 10 + spec.VISITS_ALLOWED
-    spec.check_visits("f.bin", allowed, 1000, 10)
+    limits = ztensor.DEFAULT_LIMITS
+    allowed = 1000 + limits.max_reads_per_file_byte * 10 + spec.VISITS_ALLOWED
+    spec.check_visits("f.bin", allowed, 1000, 10, limits)
     with pytest.raises(ztensor.LimitError, match="f.bin"):
-        spec.check_visits("f.bin", allowed + 1, 1000, 10)
+        spec.check_visits("f.bin", allowed + 1, 1000, 10, limits)
 
 
 _DTYPES = ("float64", "float32", "float16", "bfloat16", "int8", "int16", "int32", "int64",
@@ -321,3 +322,40 @@ def test_a_storage_reference_must_name_a_storage_class(tmp_path):
                       itemsize=4)
     with pytest.raises(ztensor.FormatError, match="not a storage"):
         ztensor.Reader(str(path))
+
+
+def test_a_trusted_state_dict_naming_one_block_a_hundred_times_reads_with_the_limit_raised(
+        tmp_path):
+    """Limits.max_reads_per_file_byte (spec.check_visits): torch.save of
+    ``ModuleList([block] * 100)`` names one 4 MiB weight 100 times.  Refused by
+    default, naming the file and the limit that lifts it; read, every name equal to
+    torch.load's, with the limit raised."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    block = torch.nn.Linear(1024, 1024)
+    path = tmp_path / "tied.pt"
+    torch.save(torch.nn.ModuleList([block] * 100).state_dict(), path)
+    with pytest.raises(ztensor.LimitError, match="tied.pt.*max_reads_per_file_byte"):
+        ztensor.Reader(str(path))
+    expected = torch.load(path, weights_only=True)
+    limits = ztensor.Limits(max_reads_per_file_byte=200)
+    with ztensor.Reader(str(path), limits=limits) as r:
+        assert sorted(r.keys()) == sorted(expected)
+        for name in ("0.weight", "57.bias", "99.weight"):
+            np.testing.assert_array_equal(r.read_numpy(name), expected[name].numpy())
+
+
+def test_the_reads_per_file_byte_limit_is_the_one_every_format_uses(tmp_path):
+    """spec.check_visits takes its multiple from the Limits it is given: v2 objects
+    over one blob, refused at the default, read with it raised."""
+    blob = np.arange(1 << 22, dtype="<u4").astype("<u1").tobytes()  # 4 MiB
+    path = tmp_path / "shared.zt"
+    path.write_bytes(_v2_shared(100, blob))
+    with pytest.raises(ztensor.LimitError, match="max_reads_per_file_byte"):
+        ztensor.Reader(str(path))
+    with ztensor.Reader(str(path), limits=ztensor.Limits(max_reads_per_file_byte=100)) as r:
+        np.testing.assert_array_equal(r.read_numpy("t99"), np.frombuffer(blob, np.uint8))
+    lower = ztensor.Limits(max_reads_per_file_byte=0)
+    spec.check_visits("f.bin", 1000 + spec.VISITS_ALLOWED, 1000, 10, lower)
+    with pytest.raises(ztensor.LimitError, match="f.bin"):
+        spec.check_visits("f.bin", 1001 + spec.VISITS_ALLOWED, 1000, 10, lower)

@@ -465,7 +465,7 @@ class _Schema:
                 seen.add(blob)
                 decoded += comp.decoded_length
                 present += comp.length
-        spec.check_visits(self.path, visited, decoded, present)
+        spec.check_visits(self.path, visited, decoded, present, self.limits)
 
     def disjoint(self, file, refs):
         """Blob references into one file: each pair identical or disjoint."""

@@ -174,7 +174,7 @@ def _entries(h5py, handle, name, limits, allow_external, file_size):
         dotted = names.claim(key.replace("/", "."), "/" + key)
         spec.name = dotted
         entries[dotted] = _entry(name, dotted, dataset, spec, chunks)
-    check_visits(name, visited, decoded, present)
+    check_visits(name, visited, decoded, present, limits)
     return entries, skipped, links, unread
 
 

@@ -657,12 +657,12 @@ def _open(name, archive, limits) -> ForeignFile:
     tensors, attributes = _collect(obj, len(raw), name, limits)
     _check_ignored(load.ignored, tensors, len(raw), name)
     arrays = _read_storages(archive, tensors, name)
-    _check_visits(archive, tensors, name)
+    _check_visits(archive, tensors, name, limits)
     entries = {key: _entry(arrays, record, order, name, key) for key, record in tensors.items()}
     return ForeignFile(name, "pickle", attributes, entries, closer=archive.close)
 
 
-def _check_visits(archive, tensors, path) -> None:
+def _check_visits(archive, tensors, path, limits) -> None:
     """The bytes the file's named tensors make a read visit, held by the one rule for
     bytes read under many names (spec.check_visits) to the bytes their storages decode
     to plus a multiple of the bytes those members take in the file (each storage read
@@ -683,7 +683,7 @@ def _check_visits(archive, tensors, path) -> None:
         if math.prod(record.size):
             steps = (n for n, s in zip(record.size, record.stride) if s)
             visited += math.prod(steps) * record.dtype.itemsize
-    check_visits(path, visited, sum(stored.values()), present)
+    check_visits(path, visited, sum(stored.values()), present, limits)
 
 
 def _read_storages(archive, tensors, path) -> Dict[str, np.ndarray]:
