@@ -162,6 +162,15 @@ class WriteError(ZTensorError, OSError):
         self.errno = errno
 
 
+class ReadError(ZTensorError, OSError):
+    """Reading the file failed below the format: the system refused the read (an I/O
+    error, a file of ``/proc`` that cannot be read by offset)."""
+
+    def __init__(self, message: str, *, errno=None, **where):
+        ZTensorError.__init__(self, message, **where)
+        self.errno = errno
+
+
 class NotAFileError(FormatError, IsADirectoryError):
     """A directory given where a tensor file was expected: a FormatError naming the
     path, and the ``IsADirectoryError`` the builtin ``open`` would have raised."""

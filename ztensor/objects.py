@@ -258,6 +258,17 @@ class ObjectSpec:
         return None if comp is None else comp.type
 
     @property
+    def tensor_types(self) -> dict:
+        """Role -> logical type, plus "bf16" for bf16 storage (whose bits come back as
+        uint16 without ml_dtypes): a Tensor read with these types writes back the same
+        bytes, and its formats' rules know bf16 bits from uint16 integers."""
+        return {
+            role: c.type or "bf16"
+            for role, c in self.components.items()
+            if c.type or c.dtype == "bf16"
+        }
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape)
 

@@ -404,7 +404,7 @@ class _Slice:
 
     def _selected(self, selection):
         """The selection of the stored elements (a view of a raw component; a zstd
-        component decoded once per handle and kept), converted afterwards: bf16/FP8
+        component decoded and kept until another tensor is sliced), converted afterwards: bf16/FP8
         without ml_dtypes decode only the selected elements."""
 
         reader = self._reader
@@ -414,7 +414,11 @@ class _Slice:
         stored = self._decoded.get(self._name)
         if stored is None:
             stored = self._internals.component(self._meta, comp, False)
-            if comp.encoding != "raw":  # decode at most once per handle (docs/remote.md)
+            if comp.encoding != "raw":
+                # decoded once for the slices of one tensor (docs/remote.md), and one
+                # kept: slicing every tensor of a file in turn (tensor parallel) held
+                # them all decoded, 6 x 256 MiB for 192 KiB asked of a 50 KB file
+                self._decoded.clear()
                 self._decoded[self._name] = stored
         where = {"path": reader.path, "obj": self._name, "component": "data"}
         if values.is_bool(comp.dtype, comp.type):

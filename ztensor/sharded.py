@@ -328,7 +328,9 @@ def check_shard_name(file: Any, index: Optional[str] = None) -> str:
     segments ``.`` and ``..``; ``:`` (a drive on Windows, a scheme in a URL); ``?``
     and ``#`` (an object store's filesystem reads ``s.zt?versionId=...`` as another
     version of ``s.zt``, an older or deleted one; gsutil's syntax, which gcsfs
-    follows, reads ``s.zt#123`` as generation 123); a lone surrogate (JSON's ``"\ud800"``: no path
+    follows, reads ``s.zt#123`` as generation 123); ``;`` (servers that strip a
+    segment's path parameters before resolving dot segments, Tomcat and Jetty among
+    them, read ``..;x`` as ``..``); a lone surrogate (JSON's ``"\ud800"``: no path
     or URL can encode it).
 
     Each rule holds for the name as given and for its NFKC form, which a server or
@@ -366,7 +368,7 @@ def _nfkc(text: str) -> str:
         return text
 
 
-_NOT_IN_SHARD_NAMES = frozenset("/\\%:?#")
+_NOT_IN_SHARD_NAMES = frozenset("/\\%:?#;")
 
 
 def _show(value: Any) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from ztensor import _save, dtypes, formats, sharded
+from ztensor import _save, dtypes, sharded
 from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes, require_file_name
 from ztensor.container.writer import Writer
@@ -385,7 +385,7 @@ def _may_be_typed(reader, name, arr):
         kind.kind == "f" and kind.itemsize <= 4 and dtypes.ml_dtypes_module() is None
     ):
         return False
-    return "data" in formats.types_of(reader.metadata(name))
+    return "data" in reader.metadata(name).tensor_types
 
 
 def _stored_bytes(reader, name):

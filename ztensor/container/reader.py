@@ -537,7 +537,7 @@ class Reader:
                 arrays["values"], obj.legacy[1], None, path=self.path, obj=name, component="values"
             )
             # bf16 values come back as their bits without ml_dtypes: the type says so,
-            # as formats.types_of says it for a v1.x object's components
+            # as ObjectSpec.tensor_types says it for a v1.x object's components
             types = {"values": "bf16"} if obj.legacy[1] == "bf16" else None
             return Tensor(
                 arrays, shape=obj.shape, format=obj.format, attributes=obj.attributes, types=types
@@ -559,7 +559,7 @@ class Reader:
             shape=obj.shape,
             format=obj.format,
             attributes=obj.attributes,
-            types=formats.types_of(obj),
+            types=obj.tensor_types,
         )
 
     def read_sparse(self, name: str) -> Any:

@@ -593,6 +593,7 @@ class Writer:
             tuple(shape),
             attributes,
             {role: arr for role, arr, _, _ in prepared},
+            {role: "bf16" if storage == "bf16" else ltype for role, _, storage, ltype in prepared},
             path=self.path,
             obj=name,
         )

@@ -28,7 +28,7 @@ import zipfile
 from typing import Optional
 
 from ztensor import spec
-from ztensor.errors import FormatError, UnsupportedError
+from ztensor.errors import FormatError, ReadError, UnsupportedError
 from ztensor.foreign import gguf_file as gguf
 from ztensor.foreign import hdf5_file, numpy_files, onnx_file, pytorch, safetensors_file
 from ztensor.foreign.base import ZIP_ERRORS, Entry, ForeignFile, eager, optional_import, spec_of  # noqa: F401,E501  (the package's names)
@@ -49,7 +49,12 @@ def sniff(path: str) -> Optional[str]:
     (zipfile, h5py, onnx, numpy) is handed the path."""
 
     with open_local_input(path) as f:
-        head = f.read(16)
+        try:
+            head = f.read(16)
+        except OSError as exc:  # EIO, or a /proc file that cannot be read so
+            raise ReadError(
+                f"the system refused to read it: {exc.strerror or exc}", errno=exc.errno, path=path
+            ) from None
         size = os.fstat(f.fileno()).st_size
         if head.startswith((spec.MAGIC_PREFIX, spec.MAGIC_V2)):
             return None  # zTensor's (v2's bytes after its magic are no other's to sniff)

@@ -79,18 +79,11 @@ def check_attributes(fmt, shape, attributes, **where):
         pass
 
 
-def check_object(fmt, shape, attributes, arrays, **where):
+def check_object(fmt, shape, attributes, arrays, types, **where):
     """Everything a read of this object refuses, run by the writer on the arrays it
     is about to write: the format module's ``validate`` (quantized_group,
-    gguf_blocks; sparse and dense check theirs in ``prepare`` and ``check_entry``)."""
+    gguf_blocks; sparse and dense check theirs in ``prepare`` and ``check_entry``).
+    ``types``: role -> logical type, as ObjectSpec.tensor_types gives them."""
     module = _RULED_BY_ATTRIBUTES.get(fmt)
     if module is not None:
-        module.validate(shape, attributes, arrays, **where)
-
-
-def types_of(spec) -> dict:
-    """Role -> logical type, plus "bf16" for bf16 storage (whose bits come back as
-    uint16 without ml_dtypes): writing the Tensor back then gives the same bytes."""
-    return {
-        role: c.type or "bf16" for role, c in spec.components.items() if c.type or c.dtype == "bf16"
-    }
+        module.validate(shape, attributes, arrays, types, **where)

@@ -81,7 +81,7 @@ def check_attributes(shape, attributes, **where):
     return gtype, elements, nbytes
 
 
-def validate(shape, attributes, arrays, **where):
+def validate(shape, attributes, arrays, types=None, **where):
     """Everything a read refuses in a gguf_blocks object: its attributes, then, for a
     type this version knows, ``blocks`` as u8 holding exactly the shape's blocks, each
     row (the innermost dimension) whole blocks.

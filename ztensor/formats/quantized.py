@@ -96,17 +96,20 @@ def _check_widths(bits, group_size, where):
         )
 
 
-def validate(shape, attributes, arrays, **where):
+def validate(shape, attributes, arrays, types=None, **where):
     """Everything a read refuses in a quantized_group object, before anything uses
     it: its attributes (:func:`check_attributes`), then, for an object in our
     convention, every component's size, dtype and ``g_idx`` range, exactly as
     ``dequantize`` checks them.  Returns the checked kernel inputs, or None for a
-    well-formed object in another convention (kept as stored)."""
+    well-formed object in another convention (kept as stored).  ``types``: role ->
+    logical type, as a Tensor's (a bf16 component's bits may be uint16)."""
     try:
         check_attributes(shape, attributes, **where)
     except UnsupportedError:
         return None
-    probe = Tensor(arrays, shape=shape, format="quantized_group", attributes=attributes)
+    probe = Tensor(
+        arrays, shape=shape, format="quantized_group", attributes=attributes, types=types
+    )
     return _from_tensor(probe, where)
 
 
@@ -122,7 +125,7 @@ def assemble(spec, arrays, **where):
     convention (all of :func:`validate` holds, or the read is refused), else left
     1-D (a well-formed file from another convention still reads)."""
     where = {"obj": spec.name, **where}
-    inputs = validate(spec.shape, spec.attributes, arrays, **where)
+    inputs = validate(spec.shape, spec.attributes, arrays, spec.tensor_types, **where)
     if inputs is None:
         return arrays
     return {role: inputs.layout.shaped(role, arr) for role, arr in arrays.items()}
@@ -198,12 +201,22 @@ class _Layout:
         return np.ascontiguousarray(g, "<i4")
 
 
-def _float_bytes(arr, role, where):
+def _float_bytes(arr, role, where, bits_are_bf16=True):
     """(little-endian array, kernel type code) of a scale or zero array.  uint16
-    arrays are bf16 bit patterns: that is how bf16 reads without ml_dtypes."""
+    arrays are bf16 bit patterns where ``bits_are_bf16`` (a GPTQ mapping, or a
+    component whose type says bf16: how bf16 reads without ml_dtypes); a Tensor's
+    plain uint16 component is integers, refused (read as bf16 bits it gave silently
+    wrong weights)."""
     arr = np.asarray(arr)
     if arr.dtype.name == "bfloat16":
         arr = np.ascontiguousarray(arr).view(np.uint16)  # ml_dtypes: native order
+    elif arr.dtype.kind == "u" and arr.dtype.itemsize == 2 and not bits_are_bf16:
+        raise UnsupportedError(
+            f"{role} must be float16, bfloat16 or float32, not uint16 integers (bf16 bit "
+            "patterns are stored as bf16: give them type 'bf16')",
+            component=role,
+            **where,
+        )
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
         return np.ascontiguousarray(arr, "<u2"), kernels.BF16
     if arr.dtype.kind == "f" and arr.dtype.itemsize in (2, 4):
@@ -355,12 +368,18 @@ def _from_tensor(t, where=None) -> _Inputs:
         layout.shaped("packed_weight", np.asarray(comps["packed_weight"])), "packed_weight", where
     )
     scales, scale_type = _float_bytes(
-        layout.shaped("scales", np.asarray(comps["scales"])), "scales", where
+        layout.shaped("scales", np.asarray(comps["scales"])),
+        "scales",
+        where,
+        t.types.get("scales") == "bf16",
     )
     zeros, zero_type = None, kernels.ZERO_NONE
     if "zeros" in comps:
         zeros, zero_type = _float_bytes(
-            layout.shaped("zeros", np.asarray(comps["zeros"])), "zeros", where
+            layout.shaped("zeros", np.asarray(comps["zeros"])),
+            "zeros",
+            where,
+            t.types.get("zeros") == "bf16",
         )
     g_idx = layout.check_g_idx(comps["g_idx"]) if "g_idx" in comps else None
     return _Inputs(layout, qweight, scales, scale_type, zeros, zero_type, g_idx)

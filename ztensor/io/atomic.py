@@ -179,8 +179,10 @@ def create_temp(path, mode=None, label=None) -> Temp:
         | getattr(os, "O_BINARY", 0)
         | getattr(os, "O_CLOEXEC", 0)
     )
+    owner = None
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        st = os.stat(path)
+        mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
     except OSError:
         pass  # no file there: the caller's mode, if any
     try:
@@ -201,6 +203,8 @@ def create_temp(path, mode=None, label=None) -> Temp:
             raise WriteError(
                 f"cannot create a file in {folder!r}: {exc.strerror}", path=label, errno=exc.errno
             ) from exc
+        if owner is not None:
+            _keep_owner(fd, *owner)
         if mode is not None:
             try:
                 os.fchmod(fd, mode)
@@ -208,6 +212,20 @@ def create_temp(path, mode=None, label=None) -> Temp:
                 pass  # a filesystem without modes: the umask's are what it has
         return Temp(fd, tmp, _folder_descriptor(folder))
     raise WriteError("cannot find a free temporary name", path=label)
+
+
+def _keep_owner(fd: int, uid: int, gid: int) -> None:
+    """The replaced file's owner and group on its replacement, as far as this process
+    may give them: a file shared through its group (mode 660, group ``team``) stayed
+    writable to the group only while an edit kept the group.  Root keeps both; anyone
+    else keeps the group where they belong to it; where neither is allowed, the new
+    file is the editor's, as any new file is."""
+    for owner in ((uid, gid), (-1, gid)):
+        try:
+            os.fchown(fd, *owner)
+            return
+        except (OSError, AttributeError):
+            continue
 
 
 def note_leftover(exc: BaseException, problem: Any) -> None:

@@ -43,6 +43,7 @@ from ztensor.errors import (
     NetworkPermissionError,
     NetworkTimeoutError,
     NotAFileError,
+    ReadError,
     UnsupportedError,
     ZTensorError,
 )
@@ -247,7 +248,13 @@ class Source:
             if self.size:
                 access = _mmap.ACCESS_COPY if self._copy_on_write else _mmap.ACCESS_READ
                 extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-                self._map = _mmap.mmap(f.fileno(), 0, access=access, **extra)
+                try:
+                    self._map = _mmap.mmap(f.fileno(), 0, access=access, **extra)
+                except OSError:
+                    # a filesystem that cannot map files (sysfs, some FUSE and
+                    # network mounts) still reads: by pread, as mmap=False does
+                    self._fd = os.dup(f.fileno())
+                    return
                 ask_for_large_folios(self._map, self.size)
                 self._view = memoryview(self._map)
                 if not self._copy_on_write:  # the file's bytes are the mapping's
@@ -552,6 +559,13 @@ def _pread_exactly_into(fd, view, offset, name, what, where):
             )
         except InterruptedError:
             continue
+        except OSError as exc:  # EIO, or a /proc file that refuses reads by offset
+            raise ReadError(
+                f"{what}: the system refused to read it: {exc.strerror or exc}",
+                errno=exc.errno,
+                path=name,
+                **where,
+            ) from None
         if n == 0:
             raise FormatError(
                 f"{what}: the file ends at byte {offset + done}, before "

@@ -1,0 +1,166 @@
+"""Session 22: what helpers 21-23 found (a shard name a server reads as ``..``,
+decoded tensors a handle kept, files that cannot be mapped or read, integer scales
+read as bf16, stats over a file holding an object it cannot decode, an edit that
+dropped a shared file's group).  Each test names the one function that keeps its
+rule."""
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+import zstandard
+
+import ztensor
+from ztensor import sharded
+from ztensor.formats.quantized import pack_codes
+
+
+# ------------------------------------------------------------------ shard names
+@pytest.mark.parametrize("name", ["..;", "..;x.zt", ".;", "s.zt;v=1", "..\uff1b"])
+def test_a_shard_name_with_a_path_parameter_is_refused(tmp_path, name):
+    """sharded.check_shard_name: Tomcat and Jetty strip a segment's ``;...`` before
+    resolving dot segments, so ``..;`` reached the index folder's parent (fullwidth
+    ``;`` becomes ``;`` under NFKC)."""
+    with pytest.raises(ztensor.FormatError, match="not a file beside the index"):
+        sharded.check_shard_name(name, "index.json")
+    folder = tmp_path / "ckpt"
+    ztensor.save_sharded({"a": np.arange(4.0)}, folder)
+    (folder / "model.zt.index.json").write_text('{"weight_map": {"a": "%s"}}' % name)
+    with pytest.raises(ztensor.FormatError, match="not a file beside the index"):
+        with ztensor.open_sharded(folder) as r:
+            r["a"]
+
+
+# ------------------------------------------------------------------ safe_open's decoded tensors
+def _zstd_file(path, count, nbytes):
+    """``count`` float32 tensors, each one zstd frame of ``nbytes`` zeros and no seek
+    table (as other writers make them), written as raw manifest bytes."""
+    import struct
+
+    import cbor2
+
+    frame = zstandard.ZstdCompressor(level=3).compress(bytes(nbytes))
+    body = bytearray(b"ZTEN1000" + bytes(56))
+    objects = {}
+    for i in range(count):
+        offset = len(body)
+        body += frame + bytes(-(len(body) + len(frame)) % 64)
+        objects[f"t{i}"] = {"shape": [nbytes // 4096, 1024], "format": "dense",
+                            "components": {"data": {
+                                "dtype": "f32", "offset": offset, "length": len(frame),
+                                "uncompressed_length": nbytes, "encoding": "zstd"}}}
+    manifest = cbor2.dumps({"version": "1.2.0", "objects": objects})
+    path.write_bytes(bytes(body) + manifest + struct.pack("<Q", len(manifest)) + b"ZTEN1000")
+    return path
+
+
+def test_slicing_every_zstd_tensor_in_turn_holds_one_decoded(tmp_path):
+    """safe._Slice._selected: a tensor without a seek table is decoded once for its
+    slices and kept until another is sliced.  Six one-row slices of a 50 KB file
+    held 6 x 256 MiB; here four of 16 MiB hold at most one."""
+    path = _zstd_file(tmp_path / "z.zt", 4, 16 << 20)
+    tracemalloc.start()
+    try:
+        with ztensor.safe_open(str(path), framework="np") as f:
+            rows = [f.get_slice(f"t{i}")[0:1] for i in range(4)]
+            held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert all(r.shape == (1, 1024) and not r.any() for r in rows)
+    assert held < 24 << 20, held
+
+
+# ------------------------------------------------------------------ files that cannot be mapped or read
+@pytest.mark.skipif(not os.path.isfile("/sys/kernel/notes"), reason="Linux's sysfs is not here")
+def test_a_regular_file_that_cannot_be_mapped_is_read_by_pread():
+    """source.Source._open_file: sysfs (and some FUSE and network mounts) refuse
+    mmap; the file is read as mmap=False reads it, and judged on its bytes (this one
+    is no zTensor file) instead of a bare OSError naming nothing."""
+    with pytest.raises(ztensor.FormatError, match="/sys/kernel/notes: not a zTensor file"):
+        ztensor.Reader("/sys/kernel/notes")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's procfs is not here")
+def test_a_file_whose_reads_fail_is_a_read_error_naming_it():
+    """foreign.sniff and source._pread_exactly_into: an EIO (here /proc/self/mem
+    at offset 0) is a ReadError, an OSError and a ZTensorError, naming the file."""
+    for open_it in (ztensor.Reader, lambda p: ztensor.safe_open(p, framework="np")):
+        with pytest.raises(ztensor.ReadError, match="/proc/self/mem: the system refused") as err:
+            open_it("/proc/self/mem")
+        assert isinstance(err.value, OSError) and err.value.errno is not None
+
+
+# ------------------------------------------------------------------ quantized scales
+def test_uint16_scales_are_not_read_as_bf16_bits(tmp_path):
+    """quantized._float_bytes: a Tensor's plain uint16 scales are integers, refused on
+    write (dequantize read them as bf16 bits: 15360 gave 0.0078); bf16 bits given the
+    type 'bf16' are bf16, and read back so without ml_dtypes."""
+    codes = np.full((8, 2), 9)  # code 9 over the symmetric zero 8: W = scale
+    scales = np.array([[0x3F80, 0x4000]], np.uint16)  # bf16 1.0 and 2.0
+    comps = {"packed_weight": pack_codes(codes, 4), "scales": scales}
+    attrs = {"bits": 4, "group_size": 8, "packing": "8_per_i32"}
+    plain = ztensor.Tensor(comps, shape=(2, 8), format="quantized_group", attributes=attrs)
+    with pytest.raises(ztensor.UnsupportedError, match="uint16 integers"):
+        ztensor.dequantize(plain, dtype=np.float32)
+    path = tmp_path / "q.zt"
+    with pytest.raises(ztensor.UnsupportedError, match="'q'.*scales.*uint16"):
+        with ztensor.Writer(str(path)) as w:
+            w.write("q", plain)
+    typed = ztensor.Tensor(comps, shape=(2, 8), format="quantized_group", attributes=attrs,
+                           types={"scales": "bf16"})
+    with ztensor.Writer(str(path)) as w:
+        w.write("q", typed)
+    with ztensor.Reader(str(path)) as r:
+        assert r.metadata("q").components["scales"].dtype == "bf16"
+        weight = ztensor.dequantize(r.read("q"), dtype=np.float32)
+    np.testing.assert_array_equal(weight, [[1.0] * 8, [2.0] * 8])
+
+
+# ------------------------------------------------------------------ stats over the whole file
+def test_stats_over_a_file_skips_a_valid_object_it_cannot_decode(tmp_path):
+    """cli.cmd_stats: a GGUF type kept as raw blocks (what convert makes of IQ*
+    tensors) is valid (verify says OK); over the whole file stats skips and lists it,
+    named it is an error.  Before, the whole-file stats exited 2."""
+    path = tmp_path / "raw.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("dense", np.arange(4.0))
+        w.write("raw_q", ztensor.Tensor(
+            {"blocks": np.zeros(18, np.uint8)}, shape=(32,), format="gguf_blocks",
+            attributes={"ggml_type": "IQ9_X", "ggml_type_id": 99, "block_elements": 32,
+                        "block_bytes": 18}))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ztensor", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    whole = run("stats", "--json", str(path))
+    assert whole.returncode == 0, whole.stderr
+    import json
+    report = json.loads(whole.stdout)
+    assert [t["name"] for t in report["tensors"]] == ["dense"]
+    assert report["tensors"][0]["max"] == 3.0
+    assert report["skipped"] == [{"name": "raw_q", "format": "gguf_blocks"}]
+    named = run("stats", str(path), "raw_q")
+    assert named.returncode == 2 and "IQ9_X" in named.stderr
+    assert len(named.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ an edit keeps the group
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file another owner and group needs root")
+def test_an_edit_keeps_the_replaced_files_owner_and_group(tmp_path):
+    """atomic._keep_owner: the replacement of a file shared through its group (660,
+    another group and owner) is that group's and owner's still.  Before, an edit made
+    it the editor's, and the group lost its access."""
+    path = tmp_path / "shared.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("a", np.zeros(4, np.float32))
+    os.chown(path, 65534, 1234)
+    os.chmod(path, 0o660)
+    ztensor.replace_tensor(str(path), "a", np.ones(4, np.float32))
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65534, 1234, 0o660)
+    with ztensor.Reader(str(path)) as r:
+        np.testing.assert_array_equal(r.read_numpy("a"), np.ones(4, np.float32))
