@@ -360,9 +360,7 @@ def cmd_stats(reader, args, out):
         if name in left_out:
             continue
         try:
-            rows.append(
-                tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements)
-            )
+            rows.append(tensor_stats(reader, name, bins=args.bins, max_elements=args.max_elements))
         except UnsupportedError:
             # a valid object this version cannot decode (a GGUF type kept as raw
             # blocks, a quantized_group of another convention): over the whole file,
