@@ -98,7 +98,7 @@ def from_zt(
     Raises LimitError when that makes more than ``max_chunks`` chunks (pass larger
     ``rows`` or ``chunk_bytes``), UnsupportedError for an object that is not dense
     or cannot be decoded, ValueError for ``rows``/``chunk_bytes`` below 1."""
-    _check_chunking(rows, chunk_bytes)
+    _check_chunking(rows, chunk_bytes, max_chunks)
     source = _path_of(source)
     options = check_storage_options(source, storage_options)
     source = _shard_of(source, name, options)
@@ -123,7 +123,7 @@ def from_zt_all(
     sharded checkpoint's directory or index), in its order; keywords and errors as
     :func:`from_zt`'s.  The file, or the index and each shard, is opened once for
     all of them (:func:`_arrays_of`)."""
-    _check_chunking(rows, chunk_bytes)
+    _check_chunking(rows, chunk_bytes, max_chunks)
     source = _path_of(source)
     options = check_storage_options(source, storage_options)
     settings = (chunk_bytes, rows, max_chunks)
@@ -153,11 +153,19 @@ def _arrays_of(path, options, settings, open_reader) -> Dict[str, Any]:
         }
 
 
-def _check_chunking(rows, chunk_bytes) -> None:
-    if rows is not None and (not _is_count(rows) or rows < 1):
-        raise ValueError(f"rows must be at least 1, got {rows!r}")
-    if not _is_count(chunk_bytes) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes!r}")
+def _check_chunking(rows, chunk_bytes, max_chunks) -> None:
+    """Each a whole number of at least 1 (numpy's integers too), else a ValueError
+    naming it: ``max_chunks=nan`` compared False with every count and
+    switched the chunk guard off, and ``None`` failed deep in the plan."""
+    for keyword, value in (
+        ("rows", rows),
+        ("chunk_bytes", chunk_bytes),
+        ("max_chunks", max_chunks),
+    ):
+        if value is None and keyword == "rows":
+            continue
+        if not _is_count(value) or value < 1:
+            raise ValueError(f"{keyword} must be a whole number of at least 1, got {value!r:.40}")
 
 
 class _FileArrays:
@@ -226,7 +234,8 @@ class _FileArrays:
 
 
 def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # True is not 1 row
+    # True is not 1 row; numpy's integers are counts, as Limits takes them
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _path_of(source: Any) -> str:

@@ -164,3 +164,25 @@ def test_an_edit_keeps_the_replaced_files_owner_and_group(tmp_path):
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (65534, 1234, 0o660)
     with ztensor.Reader(str(path)) as r:
         np.testing.assert_array_equal(r.read_numpy("a"), np.ones(4, np.float32))
+
+
+# ------------------------------------------------------------------ dask's chunking keywords
+def test_dask_chunking_keywords_are_whole_counts(tmp_path):
+    """dask._check_chunking: max_chunks=nan compared False with every count and
+    switched the chunk guard off (100,000 chunks where max_chunks=100 refuses);
+    None failed deep in the plan; numpy's integers were refused with a message that
+    contradicted itself."""
+    zdask = pytest.importorskip("ztensor.dask")
+    pytest.importorskip("dask")
+    path = tmp_path / "rows.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("x", np.arange(1000.0).reshape(1000, 1))
+    for bad in ({"max_chunks": float("nan")}, {"max_chunks": None}, {"max_chunks": 1.5},
+                {"max_chunks": True}, {"max_chunks": 0}, {"rows": "5"}, {"chunk_bytes": 2.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            zdask.from_zt(str(path), "x", **{"rows": 1, **bad})
+    arr = zdask.from_zt(str(path), "x", rows=np.int64(100), max_chunks=np.int32(10))
+    assert arr.numblocks == (10, 1)
+    np.testing.assert_array_equal(arr.compute(), np.arange(1000.0).reshape(1000, 1))
+    with pytest.raises(ztensor.LimitError, match="max_chunks"):
+        zdask.from_zt(str(path), "x", rows=1, max_chunks=np.int64(999))
