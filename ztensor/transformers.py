@@ -121,10 +121,17 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
     config_path = _beside(folder, CONFIG_NAME)
     # the implementations the caller chose (the config may take them as attributes)
     chosen = {k: kwargs[k] for k in _MODEL_KEYWORDS if k in kwargs}
+    # every parameter the model registers is filled from a tensor of the checkpoint:
+    # a config declaring many more (10**9 layers) is refused before it is built,
+    # after work that follows the checkpoint, not the count the config declares
+    names, present = _checkpoint_extent(checkpoint, storage_options)
+    count = len(names)
     if loading["config"] is not None:
         config, model_kwargs = _given_config(loading["config"], source), kwargs
     else:
-        config, model_kwargs = _config_from_file(cls, config_path, source, kwargs, storage_options)
+        config, model_kwargs = _config_from_file(
+            cls, config_path, source, kwargs, storage_options, 2 * count + 1024
+        )
     _refuse_model_keywords(model_kwargs, source)
     resolved = _resolve_dtype(dtype, config, checkpoint, config_path, storage_options)
     # checked before any weight is read: what transformers refuses in it is a
@@ -137,11 +144,6 @@ def from_pretrained(cls: Any, path: Any, **kwargs: Any) -> "transformers.PreTrai
             with _config_refusals(generation_path, "transformers refuses the generation config"):
                 generation = transformers.GenerationConfig.from_dict(generation_dict)
 
-    # every parameter the model registers is filled from a tensor of the checkpoint:
-    # a config declaring many more (10**9 layers) is refused while it is built,
-    # after work that follows the checkpoint, not the count the config declares
-    names, present = _checkpoint_extent(checkpoint, storage_options)
-    count = len(names)
     with _config_refusals(config_path, "the model this config declares cannot be built"):
         with _parameters_on_meta(2 * count + 1024, config_path):
             with _AllocationBound(present, config_path):
@@ -376,16 +378,20 @@ def _config_from_file(
     source: str,
     kwargs: Dict[str, Any],
     storage_options: Optional[Dict[str, Any]],
+    most_layers: int,
 ) -> Tuple[Any, Dict[str, Any]]:
     """(config, keywords left for the model) from ``config.json`` at ``config_path``,
     each of ``kwargs`` that is a config attribute applied to it, checked as
-    :func:`from_pretrained` says."""
+    :func:`from_pretrained` says; no layer count above ``most_layers``
+    (:func:`_refuse_layer_counts`)."""
     config_dict = _read_json(config_path, "config", storage_options)
     if config_dict is None:
         raise FormatError(
             f"no {CONFIG_NAME} beside the weights: a transformers model is built from it",
             path=config_path,
         )
+    _refuse_layer_counts(config_dict, most_layers, "config.json", config_path)
+    _refuse_layer_counts(kwargs, most_layers, "the keywords", config_path)
     _refuse_hub_code(config_dict, config_path)
     _refuse_loading_choices(config_dict, "config.json", config_path)
     config_dict = _without_code_maps(config_dict)
@@ -403,6 +409,29 @@ def _config_from_file(
             config_dict, return_unused_kwargs=True, **kwargs
         )
     return config, model_kwargs
+
+
+def _refuse_layer_counts(values: Any, most: int, what: str, config_path: str) -> None:
+    """LimitError naming ``config_path`` for an int under a key that names layers
+    (``num_hidden_layers``, ``n_layer``, ``decoder_layers``, in sub-configs too)
+    above ``most``, twice the checkpoint's tensors and 1024: each layer has weights
+    of its own there.  Checked before the config is made: many config classes
+    (Gemma2, Qwen2, GPT-OSS...) build a list a layer in their constructor, and
+    ``num_hidden_layers: 10**9`` held from_pretrained for minutes and gigabytes
+    before the model's parameters could be counted."""
+    for key, value in _every_key(values):
+        if (
+            isinstance(key, str)
+            and "layer" in key.lower()
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value > most
+        ):
+            raise LimitError(
+                f"{what}: {key}={value} is more layers than a checkpoint of "
+                f"{(most - 1024) // 2} tensors can fill (at most {most})",
+                path=config_path,
+            )
 
 
 def _locate(source: str) -> Tuple[str, str]:

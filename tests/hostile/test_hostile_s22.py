@@ -186,3 +186,42 @@ def test_dask_chunking_keywords_are_whole_counts(tmp_path):
     np.testing.assert_array_equal(arr.compute(), np.arange(1000.0).reshape(1000, 1))
     with pytest.raises(ztensor.LimitError, match="max_chunks"):
         zdask.from_zt(str(path), "x", rows=1, max_chunks=np.int64(999))
+
+
+# ------------------------------------------------------------------ transformers' config
+@pytest.mark.parametrize("where", ["config.json", "text_config", "keyword"])
+def test_a_config_declaring_a_billion_layers_is_refused_before_it_is_made(tmp_path, where):
+    """transformers._refuse_layer_counts: Gemma2's config (as Qwen2's, GPT-OSS's...)
+    builds a list a layer in its constructor; num_hidden_layers=10**9 held
+    from_pretrained for minutes and gigabytes before the parameter count could
+    refuse it.  A real count still loads."""
+    import json
+    import time
+
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from ztensor import transformers as ztf
+
+    config = transformers.Gemma2Config(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, vocab_size=64, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(config)
+    folder = tmp_path / "gemma"
+    ztf.save_pretrained(model, folder)
+    loaded = ztf.from_pretrained(transformers.AutoModelForCausalLM, folder)
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("layer_types", None)
+    kwargs = {}
+    if where == "config.json":
+        raw["num_hidden_layers"] = 10**9
+    elif where == "text_config":
+        raw["text_config"] = {"num_hidden_layers": 10**9}
+    else:
+        kwargs["num_hidden_layers"] = 10**9
+    (folder / "config.json").write_text(json.dumps(raw))
+    start = time.monotonic()
+    with pytest.raises(ztensor.LimitError, match="config.json.*num_hidden_layers=1000000000"):
+        ztf.from_pretrained(transformers.AutoModelForCausalLM, folder, **kwargs)
+    assert time.monotonic() - start < 30
