@@ -148,6 +148,7 @@ def save_sharded(
     progress: Optional[Callable[[int, int], None]] = None,
     storage_options: Optional[Dict[str, Any]] = None,
     write_beside: Optional[Callable[[str], None]] = None,
+    supersedes: Callable[[str], List[str]] = lambda folder: [],
 ) -> List[str]:
     """Write ``tensors`` (name -> numpy array or torch tensor) as shards of at most
     ``max_shard_size`` bytes each (one larger tensor alone) plus the index.
@@ -165,7 +166,9 @@ def save_sharded(
     ``write_beside(folder)``: more files of the checkpoint (a model's config), which
     it writes into ``folder`` once the shards are whole; they move into
     ``directory`` together with the shards and index, all or none (a local
-    ``directory`` only)."""
+    ``directory`` only).  ``supersedes(directory)``: the names of more files there
+    that the new checkpoint replaces (another format's weights of the model, whose
+    config it rewrites), removed with the old shards once it is in place."""
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of tensors but received {type(tensors)}")
     limit = parse_size(max_shard_size)
@@ -258,7 +261,9 @@ def save_sharded(
                     staging,
                     folder,
                     index_name,
-                    replaced=lambda: old_shards(index_path) + _own_shards(folder, prefix),
+                    replaced=lambda: (
+                        old_shards(index_path) + _own_shards(folder, prefix) + supersedes(folder)
+                    ),
                 )
     except BaseException:
         if made is not None:  # a refusal leaves no folder the call made (nor parents)
@@ -281,6 +286,36 @@ def _own_shards(folder: str, prefix: str) -> List[str]:
         path = os.path.join(folder, name)
         if pattern.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
             out.append(name)
+    return sorted(out)
+
+
+# the weight files transformers reads before ours: whole, their indexes, their shards
+_TRANSFORMERS_WHOLE = ("model.safetensors", "pytorch_model.bin")
+_TRANSFORMERS_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_TRANSFORMERS_SHARD = re.compile(r"(model|pytorch_model)-\d{5}-of-\d{5}\.(safetensors|bin)")
+
+
+def transformers_weights(folder: str) -> List[str]:
+    """The weight files of a transformers checkpoint in ``folder`` (regular files,
+    not links): ``model.safetensors``, ``pytorch_model.bin``, their indexes, the
+    shards those name and the files named as transformers names shards.  A save
+    that writes a new ``config.json`` there supersedes them: left beside it,
+    transformers' own from_pretrained loaded the old weights under the new config
+    without a word."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    out = set()
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path) or os.path.islink(path):
+            continue
+        if name in _TRANSFORMERS_WHOLE or _TRANSFORMERS_SHARD.fullmatch(name):
+            out.add(name)
+        elif name in _TRANSFORMERS_INDEXES:
+            out.add(name)
+            out.update(old_shards(path))
     return sorted(out)
 
 

@@ -1401,6 +1401,9 @@ def save_pretrained(
         compress=compress,
         checksum=checksum,
         write_beside=configs,
+        # the new config.json describes these weights only: transformers' own
+        # weights of an earlier save, left beside it, loaded under it without a word
+        supersedes=sharded.transformers_weights,
     )
     # an earlier save's shards that this one does not rewrite went with the moves,
     # under the folder's lock (save_sharded: its index's shards, and its own names)

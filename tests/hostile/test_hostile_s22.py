@@ -225,3 +225,53 @@ def test_a_config_declaring_a_billion_layers_is_refused_before_it_is_made(tmp_pa
     with pytest.raises(ztensor.LimitError, match="config.json.*num_hidden_layers=1000000000"):
         ztf.from_pretrained(transformers.AutoModelForCausalLM, folder, **kwargs)
     assert time.monotonic() - start < 30
+
+
+# ------------------------------------------------------------------ superseded weights
+def _tiny_llama(seed):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=64, max_position_embeddings=32))
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_save_pretrained_over_a_transformers_checkpoint_removes_its_weights(tmp_path, shards):
+    """sharded.transformers_weights (save_pretrained's ``supersedes``): the new
+    config.json describes the new weights only.  Before, transformers' own
+    model.safetensors stayed beside it, and transformers loaded the old weights under
+    the new config without a word.  A file of another kind (the tokenizer) stays."""
+    from ztensor import transformers as ztf
+
+    old, new = _tiny_llama(0), _tiny_llama(1)
+    folder = tmp_path / "ckpt"
+    old.save_pretrained(folder, max_shard_size="20KB" if shards > 1 else "5GB")
+    (folder / "tokenizer.json").write_text("{}")
+    before = set(os.listdir(folder))
+    assert any(n.endswith(".safetensors") for n in before)
+    ztf.save_pretrained(new, folder)
+    after = set(os.listdir(folder))
+    assert not any(n.endswith((".safetensors", ".safetensors.index.json")) for n in after), after
+    assert "tokenizer.json" in after and "model.zt.index.json" in after
+    import torch
+    loaded = ztf.from_pretrained(type(new), folder)
+    assert torch.equal(loaded.lm_head.weight, new.lm_head.weight)
+
+
+def test_convert_over_a_transformers_checkpoint_removes_its_weights(tmp_path):
+    """convert's replaced files: a model folder converted over another model's
+    transformers checkpoint (--force) leaves only the new weights beside the new
+    config.json."""
+    old, new = _tiny_llama(0), _tiny_llama(1)
+    source, target = tmp_path / "new", tmp_path / "out"
+    new.save_pretrained(source)
+    old.save_pretrained(target)
+    ztensor.convert(str(source), str(target), force=True)
+    names = set(os.listdir(target))
+    assert "model.safetensors" not in names and "config.json" in names, names
+    from ztensor import transformers as ztf
+    import torch
+    loaded = ztf.from_pretrained(type(new), target)
+    assert torch.equal(loaded.lm_head.weight, new.lm_head.weight)

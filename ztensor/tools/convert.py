@@ -395,7 +395,16 @@ def _convert_checkpoint(
                 staging,
                 target,
                 os.path.basename(index_path),
-                replaced=lambda: sharded.old_shards(index_path),
+                # a model's config.json copied in describes the new weights only:
+                # transformers' own beside it loaded under it without a word
+                replaced=lambda: (
+                    sharded.old_shards(index_path)
+                    + (
+                        sharded.transformers_weights(target)
+                        if any(c.name == "config.json" for c in copies)
+                        else []
+                    )
+                ),
             )
     except BaseException:
         if made_folder:
