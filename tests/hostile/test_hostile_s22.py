@@ -275,3 +275,32 @@ def test_convert_over_a_transformers_checkpoint_removes_its_weights(tmp_path):
     import torch
     loaded = ztf.from_pretrained(type(new), target)
     assert torch.equal(loaded.lm_head.weight, new.lm_head.weight)
+
+
+# ------------------------------------------------------------------ JSON numbers beyond a float
+def test_an_index_number_beyond_a_float_is_refused_not_written_as_infinity(tmp_path):
+    """names.load_json's parse_float, atomic.write_json_atomically's allow_nan=False:
+    1e999 read as inf, and convert then wrote ``Infinity`` into an index its own
+    reader refused."""
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    from ztensor.io import atomic
+
+    source = tmp_path / "in"
+    source.mkdir()
+    save_file({"a": np.ones(3, np.float32)}, str(source / "s1.safetensors"))
+    (source / "model.safetensors.index.json").write_text(
+        '{"metadata": {"x": 1e999}, "weight_map": {"a": "s1.safetensors"}}')
+    with pytest.raises(ztensor.FormatError, match="1e999 is beyond the range of a float"):
+        ztensor.open_sharded(source)
+    with pytest.raises(ztensor.FormatError, match="1e999"):
+        ztensor.convert(str(source), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    (source / "model.safetensors.index.json").write_text(
+        '{"metadata": {"x": 1e300}, "weight_map": {"a": "s1.safetensors"}}')
+    with ztensor.open_sharded(source) as r:
+        np.testing.assert_array_equal(r["a"], np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="x.json.*JSON"):
+        atomic.write_json_atomically(str(tmp_path / "x.json"), {"x": float("inf")})
+    assert not (tmp_path / "x.json").exists()

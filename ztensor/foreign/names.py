@@ -12,6 +12,7 @@ an error.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Dict, Optional
 
 from ztensor.errors import FormatError
@@ -101,7 +102,8 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
     UTF-8 only.  Errors other than these FormatErrors are json's own (ValueError,
     UnicodeDecodeError, RecursionError) for the caller to word.  NaN and
     Infinity, which JSON does not have (Python's reader accepts them; the
-    safetensors package and Rust's readers refuse them), are a ValueError too."""
+    safetensors package and Rust's readers refuse them), are a ValueError too, and
+    so is a number beyond a float's range (``1e999``, which Python reads as inf)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8")
 
@@ -118,7 +120,15 @@ def json_loads_unique(text: Any, path: Optional[str], what: str = "key") -> Any:
     def not_json(constant):
         raise ValueError(f"{constant} is not JSON")
 
-    return json.loads(text, object_pairs_hook=unique, parse_constant=not_json)
+    def finite(number):
+        # 1e999 is JSON, but Python reads it as inf, which a writer then wrote out
+        # as Infinity: an index convert made that its own reader refused
+        value = float(number)
+        if math.isinf(value):
+            raise ValueError(f"{number[:40]} is beyond the range of a float")
+        return value
+
+    return json.loads(text, object_pairs_hook=unique, parse_constant=not_json, parse_float=finite)
 
 
 def _show(value: Any) -> str:

@@ -337,8 +337,13 @@ def write_json_atomically(path: str, value: Any, mode=None) -> None:
     """``value`` as indented JSON with sorted keys (a sharded checkpoint's index),
     through :func:`replace_atomically`: the same rules as every other file this
     package writes (a symlink stays a link to the new file; a failure leaves the old
-    file and is a WriteError naming ``path``)."""
-    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    file and is a WriteError naming ``path``).  NaN and infinities, which JSON has
+    no word for, are a ValueError naming ``path`` before anything is written: what
+    this package writes, its readers read."""
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise ValueError(f"{path}: cannot be written as JSON: {exc}") from None
     replace_atomically(path, lambda f: f.write(text.encode("utf-8")), mode=mode)
 
 
