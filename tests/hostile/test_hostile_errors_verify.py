@@ -228,7 +228,9 @@ def test_warnings_are_one_line_and_none_on_error(tmp_path):
     assert code == 0 and len(err) == 1 and err[0].startswith("ztensor: warning:") \
         and "ggml type 77" in err[0]
     assert cli("ls", "-q", path)[2] == []
-    code, out, err = cli("stats", path)      # unknown type: no statistics, an error
+    code, out, err = cli("stats", path)      # over the file: skipped and said
+    assert code == 0 and "skipped 1 objects" in "".join(out)
+    code, out, err = cli("stats", path, "norm")  # named: no statistics, an error
     # (the path itself holds "warning": pytest names the folder after this test)
     assert code == 2 and len(err) == 1 and not err[0].startswith("ztensor: warning:")
     assert "ggml type 77" in err[0] and "warning:" not in err[0]
