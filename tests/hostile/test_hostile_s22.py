@@ -243,9 +243,9 @@ def test_save_pretrained_over_a_transformers_checkpoint_removes_its_weights(tmp_
     config.json describes the new weights only.  Before, transformers' own
     model.safetensors stayed beside it, and transformers loaded the old weights under
     the new config without a word.  A file of another kind (the tokenizer) stays."""
+    old, new = _tiny_llama(0), _tiny_llama(1)
     from ztensor import transformers as ztf
 
-    old, new = _tiny_llama(0), _tiny_llama(1)
     folder = tmp_path / "ckpt"
     old.save_pretrained(folder, max_shard_size="20KB" if shards > 1 else "5GB")
     (folder / "tokenizer.json").write_text("{}")
