@@ -370,8 +370,10 @@ class Writer:
         """Copy object ``name`` of an open :class:`ztensor.Reader` (of a zTensor file)
         into this file as it is stored: components byte for byte, with their
         encodings and digests, nothing decoded.  Used by :meth:`append` and the
-        editing functions; version 0.1 and 1.1 objects are re-encoded instead
-        (their bytes may not be what v1.2 stores)."""
+        editing functions; version 0.1, 1.1 and 2 objects are re-encoded instead
+        (their bytes may not be what v1.2 stores), each component keeping its
+        encoding (zstd or raw) and a digest (its own algorithm, or crc32c where this
+        writer has not that one): an edit of another object never drops a check."""
         if not isinstance(reader, Reader):  # a path read as a Reader's attribute failed bare
             raise TypeError(
                 f"copy_from takes an open ztensor.Reader, not {builtins.type(reader).__name__}"
@@ -390,6 +392,10 @@ class Writer:
             or any(c.byteorder != "<" or not c.aligned for c in meta.components.values())
         ):
             obj = reader.read(name)
+            kept = {role: _kept_encoding(c) for role, c in meta.components.items()}
+            if len(kept) == 1:  # a legacy sparse object's one blob holds every component
+                only = next(iter(kept.values()))
+                kept = {role: only for role in obj.components}
             self._write_object(
                 target,
                 obj.format,
@@ -399,6 +405,7 @@ class Writer:
                 obj.attributes,
                 False,
                 None,
+                per_role=kept,
             )
             return
         # stored bytes are copied as they are, but an object a read refuses for its
@@ -557,15 +564,19 @@ class Writer:
             checksum,
         )
 
-    def _write_object(self, name, fmt, shape, arrays, types, attributes, compress, checksum):
+    def _write_object(
+        self, name, fmt, shape, arrays, types, attributes, compress, checksum, per_role=None
+    ):
+        """Write one object; ``compress`` and ``checksum`` apply to every component,
+        except those ``per_role`` (role -> (compress, checksum)) sets otherwise."""
         self._require_open()
         name = self._check_name(name)
         # a Tensor's shape is checked when it is made, but it is a plain attribute
         shape = self._shape_of(name, shape)
-        level = _zstd_level(compress, self.path)
-        checksum = None if checksum == "none" else checksum  # the reference's spelling
-        if checksum not in (None, "crc32c", "sha256"):
-            raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
+        default = _component_settings(compress, checksum, self.path)
+        per_role = {
+            role: _component_settings(*asked, self.path) for role, asked in (per_role or {}).items()
+        }
         attributes = _check_attributes(attributes, self.path, name)
         if not isinstance(arrays, dict) or not arrays and fmt == "dense":
             raise FormatError("an object needs a dict of components", path=self.path, obj=name)
@@ -597,7 +608,8 @@ class Writer:
             path=self.path,
             obj=name,
         )
-        if level:
+        settings = {role: per_role.get(role, default) for role, _, _, _ in prepared}
+        if any(level for level, _ in settings.values()):
             # a compressed component's decoded size, which a reader holds to its
             # per-component and per-file limits, is that of the array written:
             # prepare may widen it (sparse indices become u64: checked before, a
@@ -605,6 +617,8 @@ class Writer:
             # (the stored length is not known before compressing: the decoded one stands
             # in, never 0, as zstd data never is: Checker.check_zstd_size)
             for role, arr, storage, ltype in prepared:
+                if not settings[role][0]:
+                    continue
                 self._checker.check_zstd_size(
                     name,
                     role,
@@ -622,8 +636,8 @@ class Writer:
                 components.little_endian_chunks(arr),
                 storage=storage,
                 ltype=ltype,
-                compress=level,
-                checksum=checksum,
+                compress=settings[role][0],
+                checksum=settings[role][1],
             )
         self._objects[name] = ObjectSpec(name, shape, fmt, attributes, comps)
 
@@ -759,14 +773,18 @@ class Writer:
             if self._upload is not None:  # WriteError naming the URL; no object left
                 self._guard(self._upload.commit, self._temp.path)
             else:
-                if self._replaces is not None:  # an edit: the file is still its source
-                    self._guard(atomic.require_unchanged, self._target, self._replaces, self.path)
                 # by path: a folder renamed meanwhile is an error here, not a file
                 # written under the new name (the temporary file is then removed
                 # where it went: atomic.Temp.discard)
-                os.replace(self._temp.path, self._target)
+                if self._replaces is not None:  # an edit: the file is still its source
+                    atomic.replace_if_unchanged(
+                        self._temp.path, self._target, self._replaces, self.path
+                    )
+                else:
+                    os.replace(self._temp.path, self._target)
             self._temp.done()
-        except WriteError:
+        except WriteError as exc:  # the file changed meanwhile, or the upload failed
+            self._abandon(exc)  # (a failed upload's guard abandoned it already)
             raise
         except OSError as exc:
             error = WriteError(
@@ -971,6 +989,30 @@ def _encode_as(arr, type_name, saturate=False, path=None, name=None):
     raise ValueError(
         f"type must be 'bf16' or one of {', '.join(dtypes.FP8_TYPES)}, not {type_name!r}"
     )
+
+
+def _component_settings(compress, checksum, path):
+    """(zstd level, checksum) for a component, as the caller's ``compress`` and
+    ``checksum`` ask, or a ValueError saying what is wrong."""
+    level = _zstd_level(compress, path)
+    checksum = None if checksum == "none" else checksum  # the reference's spelling
+    if checksum not in (None, "crc32c", "sha256"):
+        raise ValueError(f"checksum must be None, 'crc32c' or 'sha256', got {checksum!r}")
+    return level, checksum
+
+
+def _kept_encoding(component) -> tuple:
+    """(compress, checksum) re-encoding a v0.1, v1.1 or v2 ``component``
+    (:meth:`Writer.copy_from`) with what it had: zstd stays compressed, and a
+    digest stays a digest (its own algorithm where this writer has it, else
+    crc32c: a checked component is never written unchecked)."""
+    digest = component.digest
+    if digest is None:
+        checksum = None
+    else:
+        algorithm = str(digest).split(":", 1)[0].lower()
+        checksum = algorithm if algorithm in ("crc32c", "sha256") else "crc32c"
+    return component.encoding == "zstd", checksum
 
 
 def _zstd_level(compress, path):

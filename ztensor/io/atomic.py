@@ -101,6 +101,36 @@ def require_unchanged(path, expected, label) -> None:
         )
 
 
+def replace_if_unchanged(source: str, target: str, expected, label) -> None:
+    """Rename ``source`` over ``target`` only while ``target`` is still the version
+    ``expected`` (:func:`require_unchanged`), the check and the rename made under an
+    exclusive lock on ``target``'s folder: without it two editors could both pass
+    the check, and the second rename dropped the first edit without a word (each
+    returned normally).  The lock is advisory (flock) and held only for the check
+    and the rename; where the system has none (no ``fcntl``), or the folder cannot
+    be locked (some network filesystems), the check is made unlocked, as before.
+    OSError from the rename is the caller's to word."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        fcntl = None  # type: ignore[assignment]
+    folder_fd = None
+    if fcntl is not None:
+        try:
+            folder_fd = os.open(os.path.dirname(target) or ".", os.O_RDONLY)
+            fcntl.flock(folder_fd, fcntl.LOCK_EX)
+        except OSError:
+            if folder_fd is not None:
+                os.close(folder_fd)
+            folder_fd = None  # no lock to take here: the unlocked check follows
+    try:
+        require_unchanged(target, expected, label)
+        os.replace(source, target)
+    finally:
+        if folder_fd is not None:
+            os.close(folder_fd)  # closing the last descriptor releases the lock
+
+
 class Temp:
     """A file being built beside the file it will become (:func:`create_temp`): its
     descriptor ``fd`` (None once closed), its ``path``, and a descriptor of its
@@ -351,6 +381,7 @@ __all__ = [
     "final_target",
     "identity",
     "require_unchanged",
+    "replace_if_unchanged",
     "Temp",
     "create_temp",
     "note_leftover",

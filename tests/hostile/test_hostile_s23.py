@@ -1,0 +1,152 @@
+"""Session 23's hostile-input and integrity tests: each failed on the code before it."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ztensor
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+
+# ------------------------------------------------------------------ two edits at once
+def test_two_processes_appending_lose_no_update(tmp_path):
+    """atomic.replace_if_unchanged: the check that the file is still the edit's
+    source and the rename over it happen under a lock on its folder, so of two
+    editors' appends each either lands or is a WriteError.  Before, both passed the
+    check and the second rename dropped the first edit: appends that returned
+    normally were missing from the file."""
+    path = tmp_path / "race.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("init", np.zeros(1))
+    child = (
+        "import sys, numpy as np, ztensor\n"
+        "ok = []\n"
+        "for i in range(300):\n"
+        "    try:\n"
+        "        with ztensor.Writer.append(sys.argv[1]) as w:\n"
+        "            w.write_numpy(f'{sys.argv[2]}{i}', np.zeros(1))\n"
+        "        ok.append(f'{sys.argv[2]}{i}')\n"
+        "    except ztensor.WriteError:\n"
+        "        pass\n"
+        "print(' '.join(ok))\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", child, str(path), tag], stdout=subprocess.PIPE, text=True
+        )
+        for tag in "AB"
+    ]
+    claimed = [k for p in procs for k in p.communicate(timeout=300)[0].split()]
+    assert all(p.returncode == 0 for p in procs)
+    with ztensor.Reader(str(path)) as r:
+        have = set(r.keys())
+    assert claimed, "no append landed"
+    assert [k for k in claimed if k not in have] == []
+    assert have == set(claimed) | {"init"}
+
+
+def test_an_edit_waits_for_the_lock_and_then_sees_the_other_change(tmp_path):
+    """The same rule made deterministic: while another editor holds the folder's
+    lock (between its check and its rename), an edit's close waits; the other
+    editor's rename lands, and the waiting edit is then a WriteError, the other
+    change kept.  Before, the edit did not wait: it renamed over the file and the
+    other editor's rename, which had passed its check, dropped it."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    path = tmp_path / "m.zt"
+    with ztensor.Writer(str(path)) as w:
+        w.write_numpy("init", np.zeros(1))
+    other = tmp_path / "other.zt"
+    with ztensor.Writer(str(other)) as w:
+        w.write_numpy("init", np.zeros(1))
+        w.write_numpy("theirs", np.ones(2))
+    edit = ztensor.Writer.append(str(path))
+    edit.write_numpy("mine", np.zeros(3))
+    outcome = []
+
+    def finish():
+        try:
+            edit.close()
+            outcome.append("closed")
+        except ztensor.WriteError as exc:
+            outcome.append(exc)
+
+    folder = os.open(str(tmp_path), os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # the other editor, between check and rename
+        thread = threading.Thread(target=finish)
+        thread.start()
+        time.sleep(0.5)
+        os.replace(other, path)  # its rename lands
+    finally:
+        os.close(folder)  # and its lock goes
+    thread.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], ztensor.WriteError), outcome
+    assert "changed while this edit was being made" in str(outcome[0])
+    with ztensor.Reader(str(path)) as r:
+        assert sorted(r.keys()) == ["init", "theirs"]
+    assert sorted(os.listdir(tmp_path)) == ["m.zt"]  # no temporary file left
+
+
+# ------------------------------------------------------------------ legacy edits
+LEGACY = ["v0.1-handmade/features.zt", "ref-1.1.1/dense.zt", "ref-2.1.2/dense.zt"]
+
+
+def _encodings(reader):
+    """Per object, the (encoding, digest algorithm) of its components: a legacy
+    sparse object's one blob becomes several v1.2 components, all alike."""
+    return {
+        name: {
+            (c.encoding, None if c.digest is None else c.digest.split(":")[0])
+            for c in reader.metadata(name).components.values()
+        }
+        for name in reader.keys()
+    }
+
+
+def _dense_values(reader):
+    return {n: reader.read_numpy(n) for n in reader.keys() if reader.metadata(n).format == "dense"}
+
+
+@pytest.mark.parametrize("source", LEGACY)
+def test_copying_a_legacy_object_keeps_its_encoding_and_check(tmp_path, source):
+    """Writer.copy_from re-encodes v0.1, v1.1 and v2 objects (writer._kept_encoding):
+    each component keeps its zstd and its digest (xxh3, which this writer does not
+    make, becomes crc32c).  Before, every such object was rewritten raw and
+    unchecked: an append to a v0.1 file silently dropped every other object's
+    compression and checksums."""
+    out = tmp_path / "copy.zt"
+    with ztensor.Reader(os.path.join(DATA, source)) as old:
+        before, values = _encodings(old), _dense_values(old)
+        with ztensor.Writer(str(out)) as w:
+            for name in old.keys():
+                w.copy_from(old, name)
+    assert any(enc == "zstd" for encs in before.values() for enc, _ in encs)
+    with ztensor.Reader(str(out)) as r:
+        after = _encodings(r)
+        for name, value in _dense_values(r).items():
+            np.testing.assert_array_equal(value, values[name])
+        r.verify()
+    kept = {"crc32c": "crc32c", "sha256": "sha256", None: None}
+    want = {n: {(enc, kept.get(check, "crc32c")) for enc, check in e} for n, e in before.items()}
+    assert after == want
+
+
+def test_an_append_to_a_v01_file_keeps_the_others_zstd_and_checksum(tmp_path):
+    """The edit the finding was about: appending to a v0.1 file (features.zt: a
+    zstd object and a crc32c-checked one) keeps both."""
+    path = tmp_path / "features.zt"
+    shutil.copy(os.path.join(DATA, "v0.1-handmade", "features.zt"), path)
+    with ztensor.Writer.append(str(path)) as w:
+        w.write_numpy("added", np.arange(3))
+    with ztensor.Reader(str(path)) as r:
+        assert r.metadata("zstd_i32").components["data"].encoding == "zstd"
+        assert r.metadata("checked_u32").components["data"].digest.startswith("crc32c:")
+        r.verify()
