@@ -46,7 +46,11 @@ if TYPE_CHECKING:
 else:
     torch = LazyModule("torch")
 
-FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt"}
+# safetensors' spellings of the frameworks it reads into -> ours ("np" or "pt"), and
+# those it knows that ztensor does not read into (an UnsupportedError, not a typo's
+# ValueError)
+FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt", "pytorch": "pt"}
+OTHER_FRAMEWORKS = ("tf", "tensorflow", "jax", "flax", "mlx", "paddle", "paddlepaddle")
 # safetensors 0.8's backend= (safe_open, load_file, load_model): how tensor bytes
 # are read -> Reader's mmap= (False: pread, arrays are copies)
 BACKENDS = {"mmap": True, "pread": False}
@@ -71,7 +75,9 @@ class safe_open:  # noqa: N801 - the name safetensors users know
     ----------
     filename : str or os.PathLike
     framework : "np" or "pt"
-        What ``get_tensor`` returns: numpy arrays, or torch tensors (torch needed).
+        What ``get_tensor`` returns: numpy arrays, or torch tensors (torch needed);
+        safetensors' other spellings ("numpy", "torch", "pytorch") too.  Its other
+        frameworks (tf, jax, flax, mlx, paddle) are an UnsupportedError.
     device : str, int, torch.device or None
         torch device for ``framework="pt"`` (None: the CPU); one torch cannot use here
         is an UnsupportedError when the file is opened.  numpy arrays live on the
@@ -95,7 +101,20 @@ class safe_open:  # noqa: N801 - the name safetensors users know
         storage_options: Optional[Dict[str, Any]] = None,
         backend: str = "mmap",
     ) -> None:
+        if isinstance(filename, (bytes, bytearray, memoryview)):
+            # a Reader takes bytes as a file's contents: a bytes path read as one
+            # was "not a zTensor file" (safetensors: a TypeError)
+            raise TypeError(
+                "safe_open takes a path (str or os.PathLike), not "
+                f"{type(filename).__name__}: a file's bytes load with "
+                "ztensor.numpy.load(data) or ztensor.torch.load(data)"
+            )
         mapped = mapped_for_backend(backend)
+        if framework in OTHER_FRAMEWORKS:
+            raise UnsupportedError(
+                f"framework {framework!r} is not one ztensor reads into: 'np' "
+                "(numpy) or 'pt' (torch); convert from numpy arrays"
+            )
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be 'np' or 'pt', got {framework!r}")
         self._framework = FRAMEWORKS[framework]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ztensor
+import ztensor.numpy
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
@@ -150,3 +151,32 @@ def test_an_append_to_a_v01_file_keeps_the_others_zstd_and_checksum(tmp_path):
         assert r.metadata("zstd_i32").components["data"].encoding == "zstd"
         assert r.metadata("checked_u32").components["data"].digest.startswith("crc32c:")
         r.verify()
+
+
+# ------------------------------------------------------------------ safetensors' spellings
+def test_safe_open_takes_safetensors_framework_spellings(tmp_path):
+    """safetensors takes "pytorch" as well as "pt" and "torch": code written against
+    it got a ValueError here.  Its other frameworks are an UnsupportedError (a
+    ZTensorError saying what is read into), not a typo's ValueError."""
+    path = str(tmp_path / "x.zt")
+    ztensor.numpy.save_file({"a": np.arange(3.0)}, path)
+    with ztensor.safe_open(path, framework="numpy") as f:
+        np.testing.assert_array_equal(f.get_tensor("a"), np.arange(3.0))
+    for other in ("tf", "jax", "flax", "mlx", "paddle"):
+        with pytest.raises(ztensor.UnsupportedError, match="not one ztensor reads into"):
+            ztensor.safe_open(path, framework=other)
+    with pytest.raises(ValueError, match="framework must be"):
+        ztensor.safe_open(path, framework="nump")
+    torch = pytest.importorskip("torch")
+    with ztensor.safe_open(path, framework="pytorch") as f:
+        assert torch.equal(f.get_tensor("a"), torch.arange(3.0, dtype=torch.float64))
+
+
+def test_safe_open_of_a_bytes_path_is_a_type_error(tmp_path):
+    """A bytes path went to the Reader as a file's contents ("not a zTensor file:
+    unknown magic", naming <bytes>); safetensors raises TypeError, as now here,
+    pointing to the call that loads bytes."""
+    path = str(tmp_path / "x.zt")
+    ztensor.numpy.save_file({"a": np.arange(3.0)}, path)
+    with pytest.raises(TypeError, match=r"not bytes.*ztensor\.numpy\.load"):
+        ztensor.safe_open(os.fsencode(path), framework="np")
