@@ -52,7 +52,7 @@ from ztensor.errors import (
 from ztensor.io.paths import folder_of
 from ztensor.io.source import is_url, read_small_file
 from ztensor.sharded import save_sharded
-from ztensor.torch import find_shared_tensors, load_file, remove_duplicate_names, shard_by_shard
+from ztensor.torch import find_shared_tensors, load_file, shard_by_shard
 
 __all__ = ["from_pretrained", "save_pretrained"]
 
@@ -1342,8 +1342,8 @@ def save_pretrained(
     ``"500MiB"`` or bytes; one larger tensor alone) and ``model.zt.index.json``.
 
     A tied weight is stored once, under the name transformers keeps (the embedding,
-    not the head: ``ztensor.torch.remove_duplicate_names`` with the model's tied
-    targets to discard).  Shards of an earlier save that this one does not rewrite
+    not the head: :func:`_stored_once`), a parameter that is a slice of a larger
+    tensor as itself.  Shards of an earlier save that this one does not rewrite
     are removed after the new index is written.  ``compress``/``compression`` and
     ``checksum`` as for :func:`ztensor.torch.save_file`.  ``save_original_format``
     (the default, as in transformers 5): the names and layout of the checkpoint the
@@ -1371,7 +1371,8 @@ def save_pretrained(
     os.makedirs(folder, exist_ok=True)
 
     metadata = {"format": "pt"}
-    for kept, dropped in remove_duplicate_names(state_dict, discard_names=targets).items():
+    to_remove = _stored_once(state_dict, targets)
+    for kept, dropped in to_remove.items():
         for name in dropped:
             metadata.setdefault(name, kept)
             del state_dict[name]
@@ -1431,6 +1432,37 @@ def _original_format(
         if dropped == "format" or name in renamed or name in reverted
     }
     return dict(reverted), kept
+
+
+def _stored_once(state_dict: Dict[str, torch.Tensor], targets: List[str]) -> Dict[str, List[str]]:
+    """The tied names to leave out of the checkpoint: kept name -> the names whose
+    tensors are the very same view of its memory (same start, shape, strides and
+    dtype), which loading gives back by the model's own ties.  The kept name is one
+    the model does not declare a tie target (the embedding, not the head), else the
+    first in sorted order.  Tensors that merely overlap another's memory are each
+    stored as themselves (nothing is lost), and so is a tensor over part of a larger
+    one: transformers saves both, where ``ztensor.torch.save_model`` follows
+    safetensors in refusing a name that does not cover its memory."""
+    declared = set(targets)
+    to_remove: Dict[str, List[str]] = {}
+    for group in find_shared_tensors(state_dict):
+        if len(group) < 2:
+            continue
+        keep, *others = sorted(group, key=lambda name: (name in declared, name))
+        kept = state_dict[keep]
+        same = [name for name in others if _same_view(state_dict[name], kept)]
+        if same:
+            to_remove[keep] = same
+    return to_remove
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.dtype == b.dtype
+        and tuple(a.shape) == tuple(b.shape)
+        and a.stride() == b.stride()
+    )
 
 
 def _check_sharing_is_tied(

@@ -180,3 +180,67 @@ def test_safe_open_of_a_bytes_path_is_a_type_error(tmp_path):
     ztensor.numpy.save_file({"a": np.arange(3.0)}, path)
     with pytest.raises(TypeError, match=r"not bytes.*ztensor\.numpy\.load"):
         ztensor.safe_open(os.fsencode(path), framework="np")
+
+
+# ------------------------------------------------------------------ save_pretrained
+def _tiny_llama(seed, tied=False):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_save_pretrained_saves_a_parameter_that_is_a_slice_of_a_larger_tensor(tmp_path):
+    """A parameter over part of its memory, sharing it with no other name (a slice
+    of a larger tensor): transformers' save_pretrained saves it; ours refused the
+    model with safetensors' save_model rule ("None is covering the entire
+    storage"), naming no folder.  Now it is saved as itself and loads back equal,
+    with the same logits as transformers' own save and load."""
+    torch = pytest.importorskip("torch")
+    model = _tiny_llama(0)
+    from ztensor import transformers as ztf
+
+    bigger = torch.randn(128, 16)
+    model.lm_head.weight = torch.nn.Parameter(bigger[32:96])
+    ztf.save_pretrained(model, tmp_path / "zt")
+    model.save_pretrained(tmp_path / "hf")
+    ours = ztf.from_pretrained(type(model), tmp_path / "zt")
+    theirs = type(model).from_pretrained(tmp_path / "hf").eval()
+    assert torch.equal(ours.lm_head.weight, bigger[32:96])
+    ids = torch.arange(10).reshape(1, 10)
+    with torch.no_grad():
+        assert torch.equal(ours(ids).logits, theirs(ids).logits)
+
+
+def test_save_pretrained_saves_tied_weights_that_are_a_slice_of_a_larger_tensor(tmp_path):
+    """A tied embedding and head, both a slice of a larger tensor: transformers
+    saves the embedding once and loads the model tied; ours refused it ("None is
+    covering the entire storage", naming no folder).  Now stored once, as the
+    slice, and loaded tied, with transformers' logits."""
+    torch = pytest.importorskip("torch")
+    model = _tiny_llama(0, tied=True)
+    from ztensor import transformers as ztf
+
+    base = torch.randn(160, 16)
+    model.model.embed_tokens.weight = torch.nn.Parameter(base[0:64])
+    model.lm_head.weight = model.model.embed_tokens.weight
+    ztf.save_pretrained(model, tmp_path / "zt")
+    model.save_pretrained(tmp_path / "hf")
+    with ztensor.open_sharded(str(tmp_path / "zt")) as stored:
+        assert "lm_head.weight" not in stored.keys()
+    ours = ztf.from_pretrained(type(model), tmp_path / "zt")
+    theirs = type(model).from_pretrained(tmp_path / "hf").eval()
+    assert ours.lm_head.weight is ours.model.embed_tokens.weight
+    assert torch.equal(ours.lm_head.weight, base[0:64])
+    ids = torch.arange(10).reshape(1, 10)
+    with torch.no_grad():
+        assert torch.equal(ours(ids).logits, theirs(ids).logits)
