@@ -30,7 +30,7 @@ from ztensor import _save, dtypes, sharded
 from ztensor.container import checkpoint_keys
 from ztensor.container.reader import Reader, open_bytes, require_file_name
 from ztensor.container.writer import Writer
-from ztensor.errors import FormatError
+from ztensor.errors import FormatError, UnsupportedError
 from ztensor.foreign.names import NameTable
 from ztensor.frameworks.staging import for_device as staging_for
 from ztensor.frameworks.staging import torch_device
@@ -609,7 +609,16 @@ def load_model(
     _require_module(model)
     require_file_name(filename, "load_model", "ztensor.torch.load")
     mapped = mapped_for_backend(backend)
-    device = torch_device(device, filename if isinstance(filename, (str, os.PathLike)) else None)
+    where = filename if isinstance(filename, (str, os.PathLike)) else None
+    device = torch_device(device, where)
+    if device.type == "meta":
+        # meta tensors have no values to copy: load_state_dict failed on the first
+        # parameter with torch's bare RuntimeError (safetensors: "device meta is invalid")
+        raise UnsupportedError(
+            "load_model copies values into the model, and device 'meta' holds none: "
+            "load_file(path, device='meta') gives shapes and dtypes",
+            path=where,
+        )
     model_state = model.state_dict()
     groups = _find_shared_tensors(model_state)
     _names_to_remove(groups, model_state)

@@ -244,3 +244,20 @@ def test_save_pretrained_saves_tied_weights_that_are_a_slice_of_a_larger_tensor(
     ids = torch.arange(10).reshape(1, 10)
     with torch.no_grad():
         assert torch.equal(ours(ids).logits, theirs(ids).logits)
+
+
+def test_load_model_onto_the_meta_device_is_refused_before_reading(tmp_path):
+    """Meta tensors hold no values to copy into a model: load_model(device="meta")
+    failed in load_state_dict with torch's bare RuntimeError (safetensors refuses
+    the device too).  Now an UnsupportedError naming the file, the model unchanged."""
+    torch = pytest.importorskip("torch")
+    import ztensor.torch as zt
+
+    path = tmp_path / "lin.zt"
+    zt.save_model(torch.nn.Linear(2, 2), path)
+    model = torch.nn.Linear(2, 2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ztensor.UnsupportedError, match="device 'meta' holds none") as caught:
+        zt.load_model(model, path, device="meta")
+    assert str(path) in str(caught.value)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
