@@ -13,6 +13,7 @@ import pytest
 import zstandard
 
 import ztensor
+from tiny_models import tiny_llama  # tests/ is on sys.path: conftest.py
 from ztensor import sharded
 from ztensor.formats.quantized import pack_codes
 
@@ -228,22 +229,13 @@ def test_a_config_declaring_a_billion_layers_is_refused_before_it_is_made(tmp_pa
 
 
 # ------------------------------------------------------------------ superseded weights
-def _tiny_llama(seed):
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, vocab_size=64, max_position_embeddings=32))
-
-
 @pytest.mark.parametrize("shards", [1, 3])
 def test_save_pretrained_over_a_transformers_checkpoint_removes_its_weights(tmp_path, shards):
     """sharded.transformers_weights (save_pretrained's ``supersedes``): the new
     config.json describes the new weights only.  Before, transformers' own
     model.safetensors stayed beside it, and transformers loaded the old weights under
     the new config without a word.  A file of another kind (the tokenizer) stays."""
-    old, new = _tiny_llama(0), _tiny_llama(1)
+    old, new = tiny_llama(0), tiny_llama(1)
     from ztensor import transformers as ztf
 
     folder = tmp_path / "ckpt"
@@ -264,7 +256,7 @@ def test_convert_over_a_transformers_checkpoint_removes_its_weights(tmp_path):
     """convert's replaced files: a model folder converted over another model's
     transformers checkpoint (--force) leaves only the new weights beside the new
     config.json."""
-    old, new = _tiny_llama(0), _tiny_llama(1)
+    old, new = tiny_llama(0), tiny_llama(1)
     source, target = tmp_path / "new", tmp_path / "out"
     new.save_pretrained(source)
     old.save_pretrained(target)

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from tiny_models import tiny_llama  # tests/ is on sys.path: conftest.py
 
 import ztensor
 import ztensor.numpy
@@ -183,22 +184,6 @@ def test_safe_open_of_a_bytes_path_is_a_type_error(tmp_path):
 
 
 # ------------------------------------------------------------------ save_pretrained
-def _tiny_llama(seed, tied=False):
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 def test_save_pretrained_saves_a_parameter_that_is_a_slice_of_a_larger_tensor(tmp_path):
     """A parameter over part of its memory, sharing it with no other name (a slice
     of a larger tensor): transformers' save_pretrained saves it; ours refused the
@@ -206,7 +191,7 @@ def test_save_pretrained_saves_a_parameter_that_is_a_slice_of_a_larger_tensor(tm
     storage"), naming no folder.  Now it is saved as itself and loads back equal,
     with the same logits as transformers' own save and load."""
     torch = pytest.importorskip("torch")
-    model = _tiny_llama(0)
+    model = tiny_llama(0)
     from ztensor import transformers as ztf
 
     bigger = torch.randn(128, 16)
@@ -227,7 +212,7 @@ def test_save_pretrained_saves_tied_weights_that_are_a_slice_of_a_larger_tensor(
     covering the entire storage", naming no folder).  Now stored once, as the
     slice, and loaded tied, with transformers' logits."""
     torch = pytest.importorskip("torch")
-    model = _tiny_llama(0, tied=True)
+    model = tiny_llama(0, tied=True)
     from ztensor import transformers as ztf
 
     base = torch.randn(160, 16)
