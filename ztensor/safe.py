@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from ztensor.errors import (
 )
 from ztensor.foreign.safetensors_file import SafetensorsFile
 from ztensor.formats import dense
+from ztensor.io.source import pinned_file
 from ztensor.frameworks import LazyModule
 from ztensor.frameworks.staging import torch_device
 from ztensor.frameworks.torch_bridge import (
@@ -296,13 +297,17 @@ class safe_open_handle(safe_open):  # noqa: N801 - named after safe_open
     def __init__(
         self, f: Any, framework: str = "np", device: str = "cpu", *, dequantize: bool = False
     ) -> None:
-        super().__init__(handle_path(f), framework, device, dequantize=dequantize)
+        name, device_id, inode = handle_file(f)
+        # every descriptor opened by this name while the file is read is checked to
+        # be f's file again: one swapped in after handle_file's check is refused
+        with pinned_file(name, device_id, inode):
+            super().__init__(name, framework, device, dequantize=dequantize)
 
 
-def handle_path(f: Any) -> str:
+def handle_file(f: Any) -> Tuple[str, int, int]:
     """The path of the file open in handle ``f``, proven to be that file (see
-    :class:`safe_open_handle`).  Whatever ``f``'s attributes raise becomes the
-    UnsupportedError saying what is missing."""
+    :class:`safe_open_handle`), with the file's device and inode.  Whatever ``f``'s
+    attributes raise becomes the UnsupportedError saying what is missing."""
     what = type(f).__name__
     hint = "a zTensor file in a file-like object opens with ztensor.Reader(f)"
     fileno = _attribute(f, "fileno")
@@ -342,7 +347,7 @@ def handle_path(f: Any) -> str:
             "after a change of directory)",
             path=name,
         )
-    return name
+    return name, held.st_dev, held.st_ino
 
 
 # safetensors' own spelling, which code written against it imports from here and from

@@ -21,6 +21,7 @@ its own reference to the mapping): never an empty or swapped view.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import io
 import mmap as _mmap
@@ -29,7 +30,7 @@ import re
 import stat
 import sys
 import threading
-from typing import Optional
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -102,6 +103,37 @@ class ShrinkCheckedFile(io.RawIOBase):
             super().close()
 
 
+# (name, device, inode) of the one file a name must lead to while pinned_file() holds
+_PINNED_FILE: contextvars.ContextVar[Optional[Tuple[str, int, int]]] = contextvars.ContextVar(
+    "ztensor_pinned_file", default=None
+)
+
+
+@contextlib.contextmanager
+def pinned_file(name: str, device: int, inode: int) -> Iterator[None]:
+    """While active (in this thread or task), :func:`open_local_input` opens ``name``
+    only if the descriptor it opened is the file (``device``, ``inode``), else an
+    UnsupportedError naming it.  For a caller that proved a name leads to a file it
+    holds (safe_open_handle, by its handle's descriptor) and then has readers open it
+    by name: the proof is checked again on each descriptor those readers read, so a
+    file swapped in between is refused rather than read."""
+    token = _PINNED_FILE.set((name, device, inode))
+    try:
+        yield
+    finally:
+        _PINNED_FILE.reset(token)
+
+
+def _check_pinned(label: str, st: os.stat_result) -> None:
+    pinned = _PINNED_FILE.get()
+    if pinned is not None and pinned[0] == label and (st.st_dev, st.st_ino) != pinned[1:]:
+        raise UnsupportedError(
+            "this name no longer leads to the handle's file (renamed, replaced or "
+            "deleted since it was opened)",
+            path=label,
+        )
+
+
 def open_local_input(path) -> io.BufferedReader:
     """Open the local file at ``path`` for reading as input: the one gate every
     local reader passes (``Source``, ``foreign.sniff``, ``importers.open_any``, the
@@ -134,7 +166,9 @@ def open_local_input(path) -> io.BufferedReader:
     except IsADirectoryError:  # systems that refuse to open a directory at all
         raise NotAFileError("is a directory, not a tensor file", path=label) from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
+        _check_pinned(label, st)
         if stat.S_ISDIR(mode):
             raise NotAFileError("is a directory, not a tensor file", path=label)
         if not stat.S_ISREG(mode):
