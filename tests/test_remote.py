@@ -42,6 +42,26 @@ def test_one_tensor_of_a_large_file_costs_that_tensor_and_the_manifest(server):
     assert total < (1 << 20) + (16 << 10) and total < size // 40
 
 
+def test_opening_a_url_asks_for_each_piece_once(server):
+    """Each read of a URL is a round trip: opening a .zt file asks for its size (HEAD),
+    its header, its footer and its manifest, once each.  The header was asked for
+    twice (the v2 check and the footer check each read it)."""
+    url, www, _ = server
+    with ztensor.Writer(www / "m.zt") as w:
+        for i in range(20):
+            w.write_numpy(f"t{i}", np.arange(1000, dtype=np.float32))
+    size = os.path.getsize(www / "m.zt")
+    with ztensor.Reader(f"{url}/m.zt") as r:
+        assert len(r.keys()) == 20
+    time.sleep(0.2)  # nginx writes its log after
+    lines = (www.parent / "access.log").read_text().splitlines()
+    asked = [(line.split()[0], line.split('"')[1]) for line in lines]
+    assert asked[0] == ("HEAD", "-")
+    assert [a for a in asked if a[0] == "GET"][:1] == [("GET", "bytes=0-7")]
+    assert ("GET", f"bytes={size - 16}-{size - 1}") in asked
+    assert len(asked) == 4 and len(set(asked)) == 4
+
+
 def test_verify_and_zstd_over_http(server):
     url, www, served = server
     with ztensor.Writer(www / "z.zt") as w:

@@ -24,10 +24,13 @@ class Footer:
     manifest_size: int
 
 
-def read_footer(source, limits) -> Footer:
-    """Validate the header and tail of ``source`` and locate the manifest."""
+def read_footer(source, limits, head=None) -> Footer:
+    """Validate the header and tail of ``source`` and locate the manifest.  ``head``:
+    its first ``min(MAGIC_SIZE, size)`` bytes where the caller has read them already
+    (over a URL each read is a request of its own)."""
     size = source.size
-    head = source.view(0, min(spec.MAGIC_SIZE, size), "header")
+    if head is None:
+        head = source.view(0, min(spec.MAGIC_SIZE, size), "header")
     tail = source.view(size - min(spec.TAIL_SIZE, size), min(spec.TAIL_SIZE, size), "footer")
     family, offset, length = kernels.footer_parse(
         head, tail, size, limits.max_manifest_size, source.name

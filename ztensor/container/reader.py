@@ -213,13 +213,13 @@ class Reader:
         )
         self.path = self._source.name
         try:
-            head = self._source.view(0, min(8, self._source.size), "header")
+            head = self._source.view(0, min(spec.MAGIC_SIZE, self._source.size), "header")
             if container_v2.is_v2(head):  # PyPI ztensor 2.x's container, read-only
                 attributes, specs = container_v2.read(self._source, self._limits, self.path)
                 self._manifest = Manifest(container_v2.VERSION, attributes, specs)
                 self._closed = False
                 return
-            footer = read_footer(self._source, self._limits)
+            footer = read_footer(self._source, self._limits, head)
             raw = self._source.view(footer.manifest_offset, footer.manifest_size, "manifest")
             self._manifest = decode_manifest(raw, footer, path=self.path, limits=self._limits)
             # plain views straight from the manifest's tables (manifest_table.py), when
