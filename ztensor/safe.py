@@ -31,7 +31,6 @@ from ztensor.errors import (
 )
 from ztensor.foreign.safetensors_file import SafetensorsFile
 from ztensor.formats import dense
-from ztensor.io.source import pinned_file
 from ztensor.frameworks import LazyModule
 from ztensor.frameworks.staging import torch_device
 from ztensor.frameworks.torch_bridge import (
@@ -41,6 +40,7 @@ from ztensor.frameworks.torch_bridge import (
     object_to_torch,
 )
 from ztensor.io import components, seekable, values
+from ztensor.io.source import pinned_file
 
 if TYPE_CHECKING:
     import torch
