@@ -58,3 +58,73 @@ def test_safe_open_handle_reads_its_own_file(tmp_path, kind):
     _write(kind, path, np.ones(4, np.float32))
     with ztensor.safe_open(str(path), framework="np") as g:
         np.testing.assert_array_equal(g.get_tensor(name), np.ones(4, np.float32))
+
+
+# ------------------------------------------------- an edit never launders corruption
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+
+
+def _corrupt_copy(src, dst, name):
+    """``src`` copied to ``dst`` with one bit of object ``name``'s first checked
+    component flipped (found from its manifest entry, not a hard-coded offset)."""
+    with ztensor.Reader(src) as r:
+        comp = next(c for c in r.metadata(name).components.values() if c.digest is not None)
+        where = comp.offset + comp.length // 2
+    data = bytearray(open(src, "rb").read())
+    data[where] ^= 0x01
+    dst.write_bytes(bytes(data))
+    with ztensor.Reader(str(dst)) as r, pytest.raises(ztensor.ChecksumError):
+        r.verify()  # the corruption is there to be found
+    return str(dst)
+
+
+def _checked_object(path):
+    with ztensor.Reader(path) as r:
+        return next(n for n in r.keys() if any(
+            c.digest is not None for c in r.metadata(n).components.values()))
+
+
+@pytest.mark.parametrize("src", ["v0.1-handmade/features.zt", "ref-2.1.2/dense.zt"])
+def test_an_edit_of_a_legacy_file_does_not_vouch_for_corrupt_bytes(tmp_path, src):
+    """copy_from re-encodes v0.1, v1.1 and v2 objects with fresh digests computed
+    over what it read, and read without checking the old ones: after an append of an
+    unrelated object to a v0.1 file with a flipped bit, or a copy out of a corrupt v2
+    file, verify() said OK and the corruption could no longer be found.  Now the old
+    digests are checked first: a ChecksumError, and the file is left as it was."""
+    src = os.path.join(DATA, src)
+    name = _checked_object(src)
+    path = _corrupt_copy(src, tmp_path / "corrupt.zt", name)
+    if not src.endswith("ref-2.1.2/dense.zt"):  # v2 files are read-only: no append
+        before = open(path, "rb").read()
+        with pytest.raises(ztensor.ChecksumError, match=name):
+            with ztensor.Writer.append(path) as w:
+                w.write_numpy("added", np.arange(3))
+        assert open(path, "rb").read() == before
+    with ztensor.Reader(path) as r, ztensor.Writer(str(tmp_path / "copy.zt")) as w:
+        with pytest.raises(ztensor.ChecksumError, match=name):
+            w.copy_from(r, name)
+        for other in r.keys():  # the intact objects still copy, and check out
+            if other != name:
+                w.copy_from(r, other)
+    with ztensor.Reader(str(tmp_path / "copy.zt")) as r:
+        assert name not in r.keys()
+        r.verify()
+
+
+@pytest.mark.parametrize("src", ["v0.1-handmade/features.zt", "ref-2.1.2/dense.zt"])
+def test_an_edit_of_an_intact_legacy_file_keeps_every_check(tmp_path, src):
+    """The check refuses nothing intact: every object copies, and every copied
+    digest checks out against the bytes read."""
+    src = os.path.join(DATA, src)
+    with ztensor.Reader(src) as r, ztensor.Writer(str(tmp_path / "copy.zt")) as w:
+        names = list(r.keys())
+        for name in names:
+            w.copy_from(r, name)
+    with ztensor.Reader(src) as a, ztensor.Reader(str(tmp_path / "copy.zt")) as b:
+        assert sorted(b.keys()) == sorted(names)
+        assert b.verify() >= a.check_digests(_checked_object(src)) > 0
+        for name in names:
+            x, y = a.read(name), b.read(name)
+            for role in x.components:
+                np.testing.assert_array_equal(np.asarray(x.components[role]),
+                                              np.asarray(y.components[role]))

@@ -607,24 +607,7 @@ class Reader:
         for name in names:
             obj = self.metadata(name)
             try:
-                matched = 0
-                if self._source is not None:  # a zTensor file (another format: no Source)
-                    for role, comp in obj.components.items():
-                        if comp.digest is None:
-                            continue
-                        where = {"path": self.path, "obj": name, "component": role}
-                        if comp.digest_over == "decoded":  # v2: the digest names the content
-                            data = components.read_component(
-                                self._source, comp, limits=self._limits, **where
-                            )
-                            digests.verify(data.view(np.uint8), comp.digest, **where)
-                            del data
-                        else:
-                            stored = self._source.view(
-                                comp.offset, comp.length, "component", obj=name, component=role
-                            )
-                            digests.verify(stored, comp.digest, **where)
-                        matched += 1
+                matched = self.check_digests(name)
                 self.read(name)  # what a read refuses; the result is dropped at once
                 checked += matched
             except ZTensorError as exc:
@@ -635,6 +618,34 @@ class Reader:
             if progress is not None:
                 progress(done, total)
         return checked
+
+    def check_digests(self, name: str) -> int:
+        """Check each digest of object ``name`` against its bytes (as stored, or as
+        decoded for v2, whose digests name the content): a ChecksumError naming the
+        object and component at the first mismatch.  Returns how many it checked
+        (0 for another format's file, which has none).  :meth:`verify` does this and
+        a read; ``Writer.copy_from`` does it before re-encoding an object, so that a
+        fresh digest never vouches for bytes the old one refused."""
+        self._require_open()
+        obj = self.metadata(name)
+        if self._source is None:  # another format: no digests
+            return 0
+        matched = 0
+        for role, comp in obj.components.items():
+            if comp.digest is None:
+                continue
+            where = {"path": self.path, "obj": name, "component": role}
+            if comp.digest_over == "decoded":
+                data = components.read_component(self._source, comp, limits=self._limits, **where)
+                digests.verify(data.view(np.uint8), comp.digest, **where)
+                del data
+            else:
+                stored = self._source.view(
+                    comp.offset, comp.length, "component", obj=name, component=role
+                )
+                digests.verify(stored, comp.digest, **where)
+            matched += 1
+        return matched
 
     def _foreign_plain_view(self, name):
         """Another format's dense object of a plain storage dtype (no logical type,

@@ -373,7 +373,9 @@ class Writer:
         editing functions; version 0.1, 1.1 and 2 objects are re-encoded instead
         (their bytes may not be what v1.2 stores), each component keeping its
         encoding (zstd or raw) and a digest (its own algorithm, or crc32c where this
-        writer has not that one): an edit of another object never drops a check."""
+        writer has not that one): an edit of another object never drops a check.  A
+        re-encoded object's old digests are checked first (ChecksumError): a new one
+        is never computed over bytes the old one refused."""
         if not isinstance(reader, Reader):  # a path read as a Reader's attribute failed bare
             raise TypeError(
                 f"copy_from takes an open ztensor.Reader, not {builtins.type(reader).__name__}"
@@ -391,6 +393,9 @@ class Writer:
             or meta.legacy is not None
             or any(c.byteorder != "<" or not c.aligned for c in meta.components.values())
         ):
+            # the new digests are computed over what is read: the old ones must
+            # vouch for it first, or an edit would make corrupt bytes check out
+            reader.check_digests(name)
             obj = reader.read(name)
             kept = {role: _kept_encoding(c) for role, c in meta.components.items()}
             if len(kept) == 1:  # a legacy sparse object's one blob holds every component
