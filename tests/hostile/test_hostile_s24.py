@@ -18,11 +18,16 @@ def _write(kind, path, value):
     elif kind == "safetensors":
         safetensors_numpy = pytest.importorskip("safetensors.numpy")
         safetensors_numpy.save_file({"x": value}, str(path))
+    elif kind == "pt":
+        torch = pytest.importorskip("torch")
+        torch.save({"x": torch.from_numpy(value)}, str(path))
+    elif kind == "npz":
+        np.savez(str(path), x=value)
     else:
         np.save(str(path), value)
 
 
-@pytest.mark.parametrize("kind", ["zt", "safetensors", "npy"])
+@pytest.mark.parametrize("kind", ["zt", "safetensors", "npy", "npz", "pt"])
 def test_safe_open_handle_refuses_a_file_swapped_in_after_its_check(tmp_path, monkeypatch, kind):
     """safe_open_handle proves the handle's name leads to the handle's file, then
     opens it by name.  A file renamed over that name between the proof and the open
@@ -45,7 +50,7 @@ def test_safe_open_handle_refuses_a_file_swapped_in_after_its_check(tmp_path, mo
             ztensor._safe_open_handle(f, framework="np")
 
 
-@pytest.mark.parametrize("kind", ["zt", "safetensors", "npy"])
+@pytest.mark.parametrize("kind", ["zt", "safetensors", "npy", "npz", "pt"])
 def test_safe_open_handle_reads_its_own_file(tmp_path, kind):
     """The pin refuses nothing that is the handle's file."""
     path = tmp_path / ("model." + kind)
