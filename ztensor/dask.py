@@ -16,12 +16,12 @@ Three rules keep a graph honest about the file it reads:
 * Its size is bounded: the chunks are planned from the object's bytes (rows of
   no bytes make one chunk, however many), and a plan of more than ``max_chunks``
   chunks is refused with a LimitError before the graph is built (:func:`_plan`).
-* Its work follows the bytes: another format's tensor is chunked as its format
-  reads it (:func:`_row_block`), so no two chunks decode the same bytes: an HDF5
-  dataset in whole chunks of its own (each dask chunk reads only its rows' HDF5
-  chunks), a deflated ``.npz`` member, which cannot be read from its middle, read
-  whole once per compute and split into the chunks ``rows`` or ``chunk_bytes``
-  ask for.
+* Its work follows the bytes: a tensor is chunked as its format reads it
+  (:func:`_row_block`), so no two chunks decode the same bytes: an HDF5 dataset in
+  whole chunks of its own (each dask chunk reads only its rows' HDF5 chunks); a
+  deflated ``.npz`` member or a zTensor zstd stream without a seek table, which
+  cannot be read from its middle, read whole once per compute and split into the
+  chunks ``rows`` or ``chunk_bytes`` ask for.
 * A worker's open handle never outlives the file it was opened on: handles are
   cached per file *identity* (device, inode, size, modification and change time
   for a local file; the server's size, ETag or modification time for a URL), looked
@@ -57,7 +57,7 @@ from ztensor.errors import (
     ZTensorError,
     url_without_secrets,
 )
-from ztensor.io import components, values
+from ztensor.io import components, seekable, values
 from ztensor.io.source import file_version
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
@@ -145,7 +145,15 @@ def from_zt_all(
 def _arrays_of(path, options, settings, open_reader) -> Dict[str, Any]:
     """name -> array for every dense object of the one file ``path``, opened once
     (by ``open_reader``) after its identity is taken, as :func:`from_zt` takes it."""
-    version = file_version(path, options)[0]
+    try:
+        version = file_version(path, options)[0]
+    except OSError:
+        # said as the reader's own open says it (a shard its index names that is
+        # missing or a symlink loop: the FormatError naming the index); re-raised
+        # should that open find the file after all
+        with open_reader():
+            pass
+        raise
     with open_reader() as reader:
         plan = _FileArrays(path, options, version, *settings)
         return {
@@ -293,11 +301,22 @@ def _dtype_of(meta) -> np.dtype:
 def _row_block(reader, name) -> Optional[int]:
     """The rows of ``name`` that its file's format decodes together, from its entry
     (ztensor/foreign/base.py ``Entry``): an HDF5 chunk's first extent; None where
-    every read decodes the whole tensor (a deflated ``.npz`` member); 1 for a
-    zTensor file and another format's views."""
+    every read decodes the whole tensor (a deflated ``.npz`` member, a zTensor zstd
+    stream without a seek table); 1 for other zTensor objects and another format's
+    views."""
     foreign = reader.internals.foreign
     entry = None if foreign is None else foreign.entries.get(name)
     if entry is None:
+        comp = reader.metadata(name).components["data"]
+        if comp.encoding == "zstd" and reader.internals.source is not None:
+            # one stream without frames to seek to (v1.1 files, other writers): each
+            # chunk of rows would decode all of it, and a worker keeps one tensor
+            # decoded, so two such arrays computed together decoded one per chunk
+            table = seekable.read_seek_table(
+                reader.internals.source, comp, path=reader.path, obj=name, component="data"
+            )
+            if table is None:
+                return None
         return 1
     if entry.read_rows is not None:
         return entry.row_block

@@ -207,3 +207,75 @@ def test_a_reply_naming_the_version_opened_is_read(opened, later):
     with ztensor.Reader(server.url()) as r:
         state["hdr"] = later
         np.testing.assert_array_equal(r.read_numpy("w", copy=True), np.ones(4, np.float32))
+
+
+# ------------------------------------------------------------------ dask
+def _one_frame_file(path, rows=256, cols=1024):
+    """Two float32 tensors of ``rows`` x ``cols``, each one zstd frame without a seek
+    table, as v1.1 files and other writers store them (a manifest written by hand: this
+    package's writer makes seekable streams of large tensors)."""
+    import struct
+
+    import cbor2
+    import zstandard
+
+    values = [np.full((rows, cols), i + 1, np.float32) for i in range(2)]
+    body = bytearray(b"ZTEN1000")
+    objects = {}
+    for name, value in zip("ab", values):
+        body += bytes(-len(body) % 64)
+        payload = zstandard.ZstdCompressor().compress(value.tobytes())
+        objects[name] = {"shape": [rows, cols], "format": "dense", "components": {"data": {
+            "dtype": "f32", "offset": len(body), "length": len(payload),
+            "uncompressed_length": value.nbytes, "encoding": "zstd"}}}
+        body += payload
+    manifest = cbor2.dumps({"version": "1.2.0", "objects": objects})
+    path.write_bytes(bytes(body) + manifest + struct.pack("<Q", len(manifest)) + b"ZTEN1000")
+    return values
+
+
+def test_dask_decodes_a_stream_without_seek_table_once_per_compute(tmp_path, monkeypatch):
+    """A zstd stream without a seek table was chunked by rows: every chunk decoded the
+    whole stream unless the worker's handle still held it, and it holds one tensor, so
+    (a + b) decoded a whole tensor for nearly every chunk (125 decodes of 64 MiB for
+    a 4.5 KB file).  Now such a tensor is read whole, once, and rechunked."""
+    dask = pytest.importorskip("dask")
+    import ztensor.dask
+    from ztensor.io import zstd_stream
+
+    a, b = _one_frame_file(tmp_path / "two.zt")
+    decodes = []
+    real = zstd_stream.zstd_decode
+
+    def counting(*args, **kwargs):
+        decodes.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zstd_stream, "zstd_decode", counting)
+    arrays = ztensor.dask.from_zt_all(str(tmp_path / "two.zt"), chunk_bytes=64 << 10)
+    assert arrays["a"].numblocks[0] > 1  # the chunks asked for, still
+    with dask.config.set(scheduler="threads", num_workers=2):
+        total, first = dask.compute((arrays["a"] + arrays["b"]).sum(), arrays["a"][:3])
+    assert total == (a + b).sum()
+    np.testing.assert_array_equal(first, a[:3])
+    assert 2 <= len(decodes) <= 4  # each stream once per compute (a[:3] reads a again)
+
+
+def test_dask_of_a_checkpoint_missing_a_shard_names_the_index(tmp_path):
+    """from_zt_all took each shard's identity with a bare os.stat before the checked
+    open: a shard the index names but that is missing (or a symlink loop) was a bare
+    FileNotFoundError (OSError), where open_sharded says it as a FormatError."""
+    pytest.importorskip("dask")
+    import json
+
+    import ztensor.dask
+
+    ztensor.numpy.save_file({"a": np.zeros(3, np.float32)}, str(tmp_path / "s1.zt"))
+    os.symlink("loop.zt", tmp_path / "loop.zt")
+    for missing in ("s2.zt", "loop.zt"):
+        (tmp_path / "model.zt.index.json").write_text(
+            json.dumps({"weight_map": {"a": "s1.zt", "b": missing}}))
+        with pytest.raises(ztensor.FormatError, match=f"names shard '{missing}'"):
+            ztensor.dask.from_zt_all(str(tmp_path))
+        with pytest.raises(ztensor.FormatError, match=f"names shard '{missing}'"):
+            ztensor.dask.from_zt(str(tmp_path), "b")
