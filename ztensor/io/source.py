@@ -999,8 +999,6 @@ def _pinned_version(fs, inner, url, unversioned=False):
             f"storage_options={{{UNVERSIONED_OPTION!r}: True}}",
             path=url,
         )
-    if pin:
-        _remember_opened(pin, etag, modified)
     # the filesystem's own request headers (storage_options' "headers") are kept:
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
@@ -1167,58 +1165,12 @@ def _request_headers(f):
     return dict(headers) if headers else None
 
 
-# what the HEAD of each HTTP(S) open named of its file's version (ETag, Last-Modified),
-# by the condition its range requests carry (_pinned_version): a reply must name the
-# same, whichever of the two the condition holds (_check_version).  Kept for the most
-# recent opens; a condition found here no more is checked as it is sent (one open in
-# _OPENED_AS_KEPT, or several sharing one Last-Modified, only weakens the check)
-_OPENED_AS: dict = {}
-_OPENED_AS_KEPT = 4096
-
-
-def _remember_opened(pin, etag, modified):
-    key = next(iter(pin.items()))
-    seen = _OPENED_AS.pop(key, frozenset())  # popped and put back: the newest last
-    _OPENED_AS[key] = seen | {(etag, modified)}
-    while len(_OPENED_AS) > _OPENED_AS_KEPT:
-        _OPENED_AS.pop(next(iter(_OPENED_AS)), None)
-
-
-def _opaque(etag):
-    """An ETag's opaque part: weak comparison (RFC 9110 8.8.3.2), ``W/"x"`` is ``"x"``."""
-    return etag[2:] if etag.startswith("W/") else etag
-
-
 def _check_version(url, sent, reply):
     """A FormatError when a reply names another version of the file than the one its
     request was pinned to (``If-Match``: its ETag; ``If-Unmodified-Since``: its
-    Last-Modified), or than its open's HEAD named (an ETag, even a weak one, under an
-    ``If-Unmodified-Since`` pin; a Last-Modified under an ``If-Match`` one).  A server
-    keeping to HTTP answers such a request 412; one that ignores the condition (a
-    proxy, or a redirect that now leads to another file) would hand over another
-    version's bytes, and a file replaced within the second of its Last-Modified is
-    seen only by its (weak) ETag."""
-    opened = {
-        pair
-        for header in ("If-Match", "If-Unmodified-Since")
-        if sent.get(header)
-        for pair in _OPENED_AS.get((header, sent.get(header)), ())
-    }
-    named_etag, named_modified = reply.get("ETag"), reply.get("Last-Modified")
-    if opened and not any(
-        (not etag or not named_etag or _opaque(etag) == _opaque(named_etag))
-        and (
-            not modified or not named_modified or _http_date(modified) == _http_date(named_modified)
-        )
-        for etag, modified in opened
-    ):
-        etag, modified = next(iter(opened))
-        raise FormatError(
-            f"the file changed on the server while it was read (ETag "
-            f"{(named_etag or '')[:80]!r}, Last-Modified {(named_modified or '')[:60]!r}; "
-            f"opened as {etag[:80]!r}, {modified[:60]!r})",
-            path=url,
-        )
+    Last-Modified).  A server keeping to HTTP answers such a request 412; one that
+    ignores the condition (or a redirect that now leads to another file) would hand
+    over another version's bytes."""
     wanted, named = sent.get("If-Match"), reply.get("ETag")
     if wanted and named and named != wanted:
         raise FormatError(
