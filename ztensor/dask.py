@@ -58,7 +58,7 @@ from ztensor.errors import (
     url_without_secrets,
 )
 from ztensor.io import components, seekable, values
-from ztensor.io.source import file_version
+from ztensor.io.source import file_version, is_url
 from ztensor.io.upload import check_storage_options
 from ztensor.safe import safe_open
 from ztensor.sharded import is_checkpoint, open_sharded
@@ -147,10 +147,12 @@ def _arrays_of(path, options, settings, open_reader) -> Dict[str, Any]:
     (by ``open_reader``) after its identity is taken, as :func:`from_zt` takes it."""
     try:
         version = file_version(path, options)[0]
-    except OSError:
-        # said as the reader's own open says it (a shard its index names that is
-        # missing or a symlink loop: the FormatError naming the index); re-raised
-        # should that open find the file after all
+    except OSError as exc:
+        if isinstance(exc, ZTensorError) or is_url(path):  # said already: no second try
+            raise
+        # a local file: said as the reader's own open says it (a shard its index
+        # names that is missing or a symlink loop: the FormatError naming the
+        # index); re-raised should that open find the file after all
         with open_reader():
             pass
         raise
@@ -308,10 +310,17 @@ def _row_block(reader, name) -> Optional[int]:
     entry = None if foreign is None else foreign.entries.get(name)
     if entry is None:
         comp = reader.metadata(name).components["data"]
-        if comp.encoding == "zstd" and reader.internals.source is not None:
+        if (
+            comp.encoding == "zstd"
+            and (comp.uncompressed_length or 0) > seekable.FRAME_BYTES
+            and reader.internals.source is not None
+        ):
             # one stream without frames to seek to (v1.1 files, other writers): each
             # chunk of rows would decode all of it, and a worker keeps one tensor
-            # decoded, so two such arrays computed together decoded one per chunk
+            # decoded, so two such arrays computed together decoded one per chunk.
+            # Asked only past one frame's size (a request each over a URL): a
+            # smaller stream costs a chunk at most one frame's decoding
+            # (and the writer makes a table only for larger ones)
             table = seekable.read_seek_table(
                 reader.internals.source, comp, path=reader.path, obj=name, component="data"
             )

@@ -40,7 +40,7 @@ from ztensor.frameworks.torch_bridge import (
     object_to_torch,
 )
 from ztensor.io import components, seekable, values
-from ztensor.io.source import pinned_file
+from ztensor.io.source import is_url, pinned_file
 
 if TYPE_CHECKING:
     import torch
@@ -347,6 +347,8 @@ def handle_file(f: Any) -> Tuple[str, int, int]:
             "after a change of directory)",
             path=name,
         )
+    if is_url(name):  # a local file under a folder named "http:": never read as a URL
+        name = os.path.abspath(name)
     return name, held.st_dev, held.st_ino
 
 

@@ -136,7 +136,7 @@ def test_an_edit_of_an_intact_legacy_file_keeps_every_check(tmp_path, src):
 
 
 # ------------------------------------------------------------------ dask
-def _one_frame_file(path, rows=256, cols=1024):
+def _one_frame_file(path, rows=512, cols=1024):
     """Two float32 tensors of ``rows`` x ``cols``, each one zstd frame without a seek
     table, as v1.1 files and other writers store them (a manifest written by hand: this
     package's writer makes seekable streams of large tensors)."""
@@ -205,3 +205,16 @@ def test_dask_of_a_checkpoint_missing_a_shard_names_the_index(tmp_path):
             ztensor.dask.from_zt_all(str(tmp_path))
         with pytest.raises(ztensor.FormatError, match=f"names shard '{missing}'"):
             ztensor.dask.from_zt(str(tmp_path), "b")
+
+
+def test_safe_open_handle_of_a_local_name_that_looks_like_a_url_reads_the_local_file(
+        tmp_path, monkeypatch):
+    """A handle's name is a local file's (it has a descriptor), but a name holding
+    "://" (a file under a folder named "http:") was handed on as a URL, and the
+    server's tensor was read instead of the handle's file."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "http:" / "127.0.0.1:1"
+    folder.mkdir(parents=True)
+    ztensor.numpy.save_file({"x": np.arange(3, dtype=np.float32)}, str(folder / "m.zt"))
+    with open("http://127.0.0.1:1/m.zt", "rb") as f, ztensor._safe_open_handle(f) as g:
+        np.testing.assert_array_equal(g.get_tensor("x"), np.arange(3, dtype=np.float32))
