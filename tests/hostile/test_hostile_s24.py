@@ -218,3 +218,97 @@ def test_safe_open_handle_of_a_local_name_that_looks_like_a_url_reads_the_local_
     ztensor.numpy.save_file({"x": np.arange(3, dtype=np.float32)}, str(folder / "m.zt"))
     with open("http://127.0.0.1:1/m.zt", "rb") as f, ztensor._safe_open_handle(f) as g:
         np.testing.assert_array_equal(g.get_tensor("x"), np.arange(3, dtype=np.float32))
+
+
+# ---------------------------------------- a reply names the version its open saw
+def _versions():
+    import ztensor.numpy as zn
+
+    out = []
+    for value in (1.0, 2.0):
+        buf = zn.save({"w": np.full(4, value, np.float32)})
+        out.append(bytes(buf))
+    assert len(out[0]) == len(out[1])  # a replacement of the same size
+    return out
+
+
+def _version_server(state):
+    """A server answering HEAD and ranges of ``state["data"]``, naming ``state["hdr"]``
+    (its version headers) in every reply, and honouring no condition: as a proxy
+    that ignores If-Match / If-Unmodified-Since would."""
+    from http_servers import RawServer
+
+    def reply(method, asked, headers):
+        data = state["data"]
+        common = b"Connection: close\r\nAccept-Ranges: bytes\r\n" + state["hdr"]
+        if method == "HEAD" or asked is None:
+            return (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n" % len(data) + common + b"\r\n"
+                    + (b"" if method == "HEAD" else data))
+        a, b = asked[0], min(asked[1], len(data) - 1)
+        return (b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n"
+                b"Content-Length: %d\r\n" % (a, b, len(data), b - a + 1)
+                + common + b"\r\n" + data[a:b + 1])
+
+    return RawServer(reply)
+
+
+MONDAY = b"Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+TUESDAY = b"Last-Modified: Tue, 02 Jan 2024 00:00:00 GMT\r\n"
+
+
+@pytest.mark.parametrize("opened, replaced", [
+    # a weak ETag pins nothing (If-Match compares strongly), so the requests carry
+    # If-Unmodified-Since; a file replaced within that second was seen only by its
+    # ETag, which no reply was compared with
+    (b'ETag: W/"one"\r\n' + MONDAY, b'ETag: W/"two"\r\n' + MONDAY),
+    # a strong ETag pins with If-Match; a reply without an ETag (a proxy dropping it)
+    # naming a later Last-Modified than the open saw was taken
+    (b'ETag: "one"\r\n' + MONDAY, TUESDAY),
+], ids=["weak etag changed", "etag dropped, last-modified changed"])
+def test_a_reply_naming_another_version_than_the_open_saw_is_refused(opened, replaced):
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec")
+    v1, v2 = _versions()
+    state = {"data": v1, "hdr": opened}
+    server = _version_server(state)
+    with ztensor.Reader(server.url()) as r:
+        state.update(data=v2, hdr=replaced)  # replaced on the server while open
+        with pytest.raises(ztensor.FormatError, match="changed on the server"):
+            r.read_numpy("w", copy=True)
+
+
+@pytest.mark.parametrize("opened, later", [
+    (b'ETag: W/"one"\r\n' + MONDAY, b'ETag: W/"one"\r\n' + MONDAY),
+    (b'ETag: W/"one"\r\n' + MONDAY, b'ETag: "one"\r\n' + MONDAY),  # weakly equal
+    (b'ETag: "one"\r\n' + MONDAY, b'ETag: "one"\r\n'),  # a validator left out
+    (MONDAY, MONDAY),
+    # the same strong ETag is the same bytes, whatever date a reply is stamped with
+    (b'ETag: "one"\r\n' + MONDAY, b'ETag: "one"\r\n' + TUESDAY),
+], ids=["same", "weak then strong", "one left out", "dates only", "strong etag, new date"])
+def test_a_reply_naming_the_version_opened_is_read(opened, later):
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec")
+    v1, _ = _versions()
+    state = {"data": v1, "hdr": opened}
+    server = _version_server(state)
+    with ztensor.Reader(server.url()) as r:
+        state["hdr"] = later
+        np.testing.assert_array_equal(r.read_numpy("w", copy=True), np.ones(4, np.float32))
+
+
+def test_another_open_of_the_url_does_not_vouch_for_a_replaced_file():
+    """Each open's replies are held to what its own HEAD named: a later open of the
+    replaced file (a dask task, another reader) is no reason to take its bytes
+    under the first open's manifest."""
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec")
+    v1, v2 = _versions()
+    state = {"data": v1, "hdr": b'ETag: W/"one"\r\n' + MONDAY}
+    server = _version_server(state)
+    with ztensor.Reader(server.url()) as first:
+        state.update(data=v2, hdr=b'ETag: W/"two"\r\n' + MONDAY)
+        with ztensor.Reader(server.url()) as second:
+            np.testing.assert_array_equal(second.read_numpy("w", copy=True),
+                                          np.full(4, 2, np.float32))
+        with pytest.raises(ztensor.FormatError, match="changed on the server"):
+            first.read_numpy("w", copy=True)

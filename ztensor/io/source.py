@@ -423,7 +423,7 @@ class Source:
             and _pin_travels(f, self._url)
         ):
             with network_errors(self._url):
-                blobs = self._cat_ranges(fs, path, spans, _request_headers(f))
+                blobs = self._cat_ranges(fs, path, spans, _request_options(f))
                 for (start, length), blob in zip(spans, blobs):
                     if isinstance(blob, BaseException):
                         raise blob
@@ -443,12 +443,12 @@ class Source:
         return [self.view(start, length, "component") for start, length in spans]
 
     @staticmethod
-    def _cat_ranges(fs, path, spans, headers):
-        """fsspec's ``cat_ranges`` of ``spans``, each request with ``headers`` (the
-        file's version pin: requests made by path do not carry what the file was
-        opened with, and read another version of a file replaced meanwhile)."""
+    def _cat_ranges(fs, path, spans, extra):
+        """fsspec's ``cat_ranges`` of ``spans``, each request with ``extra`` (the
+        file's version pin, :func:`_request_options`: requests made by path do not
+        carry what the file was opened with, and read another version of a file
+        replaced meanwhile)."""
         starts, ends = [s for s, _ in spans], [s + n for s, n in spans]
-        extra = {"headers": headers} if headers else {}
         try:
             return fs.cat_ranges([path] * len(spans), starts, ends, on_error="raise", **extra)
         except TypeError:  # an older fsspec without on_error
@@ -1002,7 +1002,10 @@ def _pinned_version(fs, inner, url, unversioned=False):
     # the filesystem's own request headers (storage_options' "headers") are kept:
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
-    return {"size": info.get("size"), "headers": headers}
+    # and what the HEAD named travels with each of this open's requests, never sent:
+    # aiohttp hands it to the trace that checks the reply (_opened_trace)
+    opened = {_OPENED: (etag, modified)}
+    return {"size": info.get("size"), "headers": headers, "trace_request_ctx": opened}
 
 
 # what no header value may hold (RFC 9110 5.5: field values are visible characters,
@@ -1058,7 +1061,7 @@ def _pinned_store(fs, inner, url):
 def _pin_travels(f, url):
     """Whether requests made by path beside the open fsspec file ``f`` (fsspec's
     ``cat_ranges``) read the version ``f`` was opened on.  HTTP(S): yes, they carry
-    its headers (:func:`_request_headers`).  An s3fs file opened through
+    its headers (:func:`_request_options`).  An s3fs file opened through
     :func:`_pinned_store`: yes, its filesystem sends ``IfMatch`` the file's ETag with
     every request.  Any other file whose open recorded a version that only its own
     requests carry (gcsfs's generation, adlfs's ETag: see docs/remote.md): no, and
@@ -1156,13 +1159,82 @@ def check_range_reply(body, size, url):
         )
 
 
-def _request_headers(f):
-    """The headers every request for the open fsspec file ``f`` must carry (the
-    version pin of :func:`_pinned_version`), for requests made by path beside the
-    file (``cat_ranges``); None for a file opened without any."""
+def _request_options(f):
+    """What every request for the open fsspec file ``f`` must carry (the version pin
+    of :func:`_pinned_version`: its headers, and the validators its HEAD named), as
+    keywords for requests made by path beside the file (``cat_ranges``); empty for
+    a file opened without them."""
     kwargs = getattr(f, "kwargs", None)
-    headers = kwargs.get("headers") if isinstance(kwargs, dict) else None
-    return dict(headers) if headers else None
+    if not isinstance(kwargs, dict):
+        return {}
+    extra = {}
+    if kwargs.get("headers"):
+        extra["headers"] = dict(kwargs["headers"])
+    if kwargs.get("trace_request_ctx") is not None:
+        extra["trace_request_ctx"] = kwargs["trace_request_ctx"]
+    return extra
+
+
+# the key of the validators (ETag, Last-Modified) an open's HEAD named, in the
+# trace_request_ctx each of its requests carries (_pinned_version, _opened_trace)
+_OPENED = "ztensor_opened_as"
+
+
+def _opaque(etag):
+    """An ETag's opaque part: weak comparison (RFC 9110 8.8.3.2), ``W/"x"`` is ``"x"``."""
+    return etag[2:] if etag.startswith("W/") else etag
+
+
+def _check_opened(url, opened, reply):
+    """A FormatError when a reply names another version than its open's HEAD did,
+    whichever validator its request's condition carries: the ETags (compared
+    weakly) where both name one, else the Last-Modified dates where both do.  A
+    weak ETag pins nothing (``If-Match`` compares strongly), so such a file's
+    requests carry ``If-Unmodified-Since``, and one replaced within that second was
+    seen only by its ETag; under an ``If-Match`` pin, a reply without an ETag (a
+    proxy dropping it, ignoring the condition) is judged by its date."""
+    etag, modified = opened
+    named_etag, named_modified = reply.get("ETag"), reply.get("Last-Modified")
+    if etag and named_etag:
+        same = _opaque(etag) == _opaque(named_etag)
+    elif modified and named_modified:
+        same = _http_date(modified) == _http_date(named_modified)
+    else:
+        return
+    if not same:
+        raise FormatError(
+            f"the file changed on the server while it was read (ETag "
+            f"{(named_etag or '')[:80]!r}, Last-Modified {(named_modified or '')[:60]!r}; "
+            f"opened as {etag[:80]!r}, {modified[:60]!r})",
+            path=url,
+        )
+
+
+_TRACE: list = []  # the trace, once built
+
+
+def _opened_trace(aiohttp):
+    """An aiohttp trace that holds each reply to a request carrying its open's
+    validators (``trace_request_ctx``, :func:`_pinned_version`) to them, once its
+    status and headers are in and before its body is read (:func:`_check_opened`).
+    Built on first use (aiohttp is optional)."""
+    if _TRACE:
+        return _TRACE[0]
+
+    async def on_request_end(session, context, params):
+        opened = context.trace_request_ctx
+        response = params.response
+        if isinstance(opened, dict) and _OPENED in opened and 200 <= response.status < 300:
+            try:
+                _check_opened(str(params.url), opened[_OPENED], response.headers)
+            except FormatError:
+                response.close()
+                raise
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_request_end)
+    _TRACE.append(trace)
+    return trace
 
 
 def _check_version(url, sent, reply):
@@ -1214,6 +1286,8 @@ def url_options(url, storage_options=None):
         return options  # fsspec says what is missing
     client = dict(options.get("client_kwargs") or {})
     client["response_class"] = _checked_response_class(aiohttp)
+    traces = list(client.get("trace_configs") or ())
+    client["trace_configs"] = traces + [t for t in [_opened_trace(aiohttp)] if t not in traces]
     # a range is of the bytes as stored: no compressed encoding (one would also
     # be decompressed whole, a bomb the range checks never see)
     client["headers"] = {**(client.get("headers") or {}), "Accept-Encoding": "identity"}
