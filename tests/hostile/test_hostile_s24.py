@@ -312,3 +312,25 @@ def test_another_open_of_the_url_does_not_vouch_for_a_replaced_file():
                                           np.full(4, 2, np.float32))
         with pytest.raises(ztensor.FormatError, match="changed on the server"):
             first.read_numpy("w", copy=True)
+
+
+def test_a_callers_own_trace_context_still_reaches_its_traces():
+    """The open's validators travel in aiohttp's trace_request_ctx: a caller's own
+    (storage_options, with a trace of their own in client_kwargs) reached their trace
+    on the HEAD only, replaced by ours on every range request."""
+    aiohttp = pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec")
+    v1, _ = _versions()
+    server = _version_server({"data": v1, "hdr": b'ETag: "one"\r\n' + MONDAY})
+    seen = []
+
+    async def on_request_end(session, context, params):
+        seen.append((params.method, dict(context.trace_request_ctx or {}).get("caller")))
+
+    mine = aiohttp.TraceConfig()
+    mine.on_request_end.append(on_request_end)
+    options = {"client_kwargs": {"trace_configs": [mine]}, "trace_request_ctx": {"caller": 1}}
+    with ztensor.Reader(server.url(), storage_options=options) as r:
+        np.testing.assert_array_equal(r.read_numpy("w", copy=True), np.ones(4, np.float32))
+    assert len(seen) >= 3 and all(caller == 1 for _, caller in seen)
+    assert any(method == "GET" for method, _ in seen)

@@ -1003,9 +1003,14 @@ def _pinned_version(fs, inner, url, unversioned=False):
     # headers given to open replace them
     headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), **pin}
     # and what the HEAD named travels with each of this open's requests, never sent:
-    # aiohttp hands it to the trace that checks the reply (_opened_trace)
-    opened = {_OPENED: (etag, modified)}
-    return {"size": info.get("size"), "headers": headers, "trace_request_ctx": opened}
+    # aiohttp hands it to the trace that checks the reply (_opened_trace).  A
+    # caller's own trace_request_ctx (storage_options) is kept: a dict gets one key
+    # more; anything else stays as it is, and this open's replies go unchecked by it
+    mine = getattr(fs, "kwargs", {}).get("trace_request_ctx")
+    options = {"size": info.get("size"), "headers": headers}
+    if mine is None or isinstance(mine, dict):
+        options["trace_request_ctx"] = {**(mine or {}), _OPENED: (etag, modified)}
+    return options
 
 
 # what no header value may hold (RFC 9110 5.5: field values are visible characters,
